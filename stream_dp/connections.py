@@ -1,0 +1,77 @@
+"""Clients for the real components, built from the config: Redis, Kafka producer/consumer/admin.
+
+Workers and tools build every client here so that security settings (SASL/TLS, Redis auth/TLS) apply
+everywhere the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from stream_dp.config import KafkaConfig, RedisConfig
+
+
+def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
+    """A redis-py client for ``cfg.url`` with the configured auth, TLS and timeouts."""
+    if not cfg.url:
+        raise ValueError("redis.url is empty: configure it, or start the embedded dev stack first")
+    opts: dict[str, Any] = {"socket_timeout": cfg.socket_timeout_seconds,
+                            "socket_connect_timeout": cfg.socket_timeout_seconds}
+    if cfg.username:
+        opts["username"] = cfg.username
+    if cfg.password:
+        opts["password"] = cfg.password
+    if cfg.ssl_ca_certs:
+        opts["ssl_ca_certs"] = cfg.ssl_ca_certs
+    opts.update(overrides)
+    return redis.Redis.from_url(cfg.url, **opts)
+
+
+def _require_bootstrap(cfg: KafkaConfig) -> None:
+    if not cfg.bootstrap_servers:
+        raise ValueError("kafka.bootstrap_servers is empty: configure it, or start the embedded dev stack first")
+
+
+def kafka_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
+    """A producer with acks=all (and idempotence where the caller asks for it)."""
+    _require_bootstrap(cfg)
+    opts: dict[str, Any] = {**cfg.client_options(), "acks": "all", "linger_ms": 5}
+    opts.update(overrides)
+    return KafkaProducer(**opts)
+
+
+def kafka_consumer(cfg: KafkaConfig, *topics: str, **overrides: Any) -> KafkaConsumer:
+    """A consumer with manual commits and the group timings from the config."""
+    _require_bootstrap(cfg)
+    opts: dict[str, Any] = {
+        **cfg.client_options(),
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "session_timeout_ms": cfg.session_timeout_ms,
+        "heartbeat_interval_ms": cfg.heartbeat_interval_ms,
+        "max_poll_records": cfg.max_poll_records,
+    }
+    opts.update(overrides)
+    return KafkaConsumer(*topics, **opts)
+
+
+def ensure_topics(cfg: KafkaConfig, topics: dict[str, int]) -> None:
+    """Create each ``name → partitions`` topic that does not exist yet (replication factor 1 for dev)."""
+    _require_bootstrap(cfg)
+    admin = KafkaAdminClient(**cfg.client_options())
+    try:
+        existing = set(admin.list_topics())
+        missing = [NewTopic(name, num_partitions=n, replication_factor=1)
+                   for name, n in topics.items() if name not in existing]
+        if missing:
+            try:
+                admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
