@@ -71,3 +71,84 @@ def compose(events: Iterable[DpEvent]) -> Spent:
         beps, bdelta = event.basic()
         total = total + Spent(rho, zdelta, beps, bdelta)
     return total
+
+
+# --------------------------------------------------------------------------------------------------
+# Reference bounds for comparison with the papers (not used by the ledger)
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_composition_args(epsilon: float, k: int, delta: float) -> None:
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+
+
+def dr19_range_bounded_epsilon(epsilon: float, k: int, delta_prime: float) -> float:
+    """DR19's bound (ALGORITHMS.md §1.4) for the adaptive composition of k ε-range-bounded mechanisms.
+
+    The result is ε′ of an (ε′, δ′)-DP guarantee, the minimum of basic composition kε, the DRV10 advanced
+    composition kε(e^ε−1)/(e^ε+1) + ε·sqrt(2k·ln(1/δ′)) and the range-bounded (Azuma) bound
+    kε²/2 + ε·sqrt(k/2·ln(1/δ′)) -- as in the authors' code (ε²/2, not the later ε²/8). A reference number
+    to compare with the paper; the ledger accounts via zCDP (ε²/8 per outcome) instead.
+
+    >>> round(dr19_range_bounded_epsilon(0.1, 10, 1e-6), 4)
+    0.8811
+    """
+    _check_composition_args(epsilon, k, delta_prime)
+    log_term = math.log(1 / delta_prime)
+    basic = k * epsilon
+    advanced = k * epsilon * math.expm1(epsilon) / (math.exp(epsilon) + 1) + epsilon * math.sqrt(2 * k * log_term)
+    bounded_range = k * epsilon**2 / 2 + epsilon * math.sqrt(k / 2 * log_term)
+    return min(basic, advanced, bounded_range)
+
+
+def optimal_composition_delta(epsilon: float, k: int, epsilon_total: float) -> float:
+    """Smallest δ such that k-fold composition of ε-DP mechanisms is (epsilon_total, δ)-DP (KOV15 / MV16).
+
+    δ = (1+e^ε)^(−k) · Σ_{l=⌈(ε_g + kε)/(2ε)⌉}^{k} C(k,l)·(e^{lε} − e^{ε_g}·e^{(k−l)ε})   (ALGORITHMS.md §1.5).
+    Terms are evaluated in log space so moderate k does not overflow.
+
+    >>> optimal_composition_delta(1.0, 3, 3.0)
+    0.0
+    """
+    if epsilon_total < 0:
+        raise ValueError(f"epsilon_total must be >= 0, got {epsilon_total!r}")
+    _check_composition_args(epsilon, k, 0.5)
+    log_norm = k * math.log1p(math.exp(epsilon))
+    start = max(0, math.ceil((epsilon_total + k * epsilon) / (2 * epsilon)))
+    total = 0.0
+    for l in range(start, k + 1):
+        log_c = math.lgamma(k + 1) - math.lgamma(l + 1) - math.lgamma(k - l + 1)
+        a = log_c + l * epsilon - log_norm
+        b = log_c + epsilon_total + (k - l) * epsilon - log_norm
+        if b < a:
+            total += math.exp(a) * -math.expm1(b - a)
+    return total
+
+
+def optimal_composition_epsilon(epsilon: float, k: int, delta: float) -> float:
+    """Smallest ε_g with k-fold composition of general ε-DP mechanisms (ε_g, δ)-DP (ALGORITHMS.md §1.5).
+
+    Bisection on :func:`optimal_composition_delta`, which decreases in ε_g. The §1.5 comparison is the ratio
+    of this to :func:`dr19_range_bounded_epsilon` (above 1: range-boundedness beats optimal composition).
+
+    >>> round(optimal_composition_epsilon(0.1, 10, 1e-6), 3)
+    0.999
+    """
+    _check_composition_args(epsilon, k, delta)
+    lo, hi = 0.0, k * epsilon
+    if optimal_composition_delta(epsilon, k, lo) <= delta:
+        return 0.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if optimal_composition_delta(epsilon, k, mid) <= delta:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    return hi

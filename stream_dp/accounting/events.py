@@ -13,31 +13,63 @@ Each event maps to
 - basic composition ``(epsilon, delta)`` -- Σε, Σδ; a zCDP event has no pure-ε form, so its basic ε is
   infinite and the composed basic bound is then not used.
 
-``count`` copies of an event compose exactly like ``count`` separate events.
+``count`` means repetitions (``count`` copies compose exactly like ``count`` separate events) for every
+type except :class:`RangeBoundedEvent`, where it is the number of outcomes of ONE call whose ``delta`` is
+the δ of the whole call. :meth:`DpEvent.repeated` returns the one event equal to ``n`` copies of any event;
+the contract suite (tests/unit/test_events_contract.py) checks that for every type.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import numbers
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any, ClassVar
 
 
-def _check_epsilon(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+def _number(name: str, value: object) -> float:
+    """``value`` as a float; bools, strings and NaN are rejected (numpy scalars are accepted)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    out = float(value)
+    if math.isnan(out):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return out
+
+
+def _check_epsilon(name: str, value: object) -> float:
+    out = _number(name, value)
+    if not (math.isfinite(out) and out > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return out
 
 
-def _check_delta(name: str, value: float, *, allow_zero: bool = True) -> None:
-    ok = isinstance(value, (int, float)) and (0 <= value < 1 if allow_zero else 0 < value < 1)
-    if not ok:
-        rng = "[0, 1)" if allow_zero else "(0, 1)"
-        raise ValueError(f"{name} must be in {rng}, got {value!r}")
+def _check_delta(name: str, value: object) -> float:
+    out = _number(name, value)
+    if not 0 <= out < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return out
 
 
-def _check_count(value: int) -> None:
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+def _check_count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"count must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _check_label(name: str, value: object, *, optional: bool) -> None:
+    if not (isinstance(value, str) or (optional and value is None)):
+        raise ValueError(f"{name} must be a string{' or None' if optional else ''}, got {value!r}")
+
+
+def _normalise(event: "DpEvent", **checked: object) -> None:
+    """Store validated, plain-Python values (so ``to_dict`` is JSON-serialisable and equality is exact)."""
+    for name, value in checked.items():
+        object.__setattr__(event, name, value)
+    _check_label("mechanism", getattr(event, "mechanism"), optional=False)
+    _check_label("release_id", getattr(event, "release_id"), optional=True)
 
 
 @dataclass(frozen=True)
@@ -54,6 +86,10 @@ class DpEvent:
         """(Σε, Σδ) of basic composition for all ``count`` copies."""
         raise NotImplementedError
 
+    def repeated(self, n: int) -> "DpEvent":  # pragma: no cover - abstract
+        """One event equivalent to ``n`` independent copies of this one (the contract suite checks it)."""
+        raise NotImplementedError
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form; :func:`event_from_dict` inverts it."""
         return {"kind": self.kind, **asdict(self)}
@@ -67,17 +103,19 @@ class PureDpEvent(DpEvent):
     epsilon: float
     count: int = 1
     mechanism: str = ""
-    release_id: str | None = field(default=None, compare=True)
+    release_id: str | None = None
 
     def __post_init__(self) -> None:
-        _check_epsilon("epsilon", self.epsilon)
-        _check_count(self.count)
+        _normalise(self, epsilon=_check_epsilon("epsilon", self.epsilon), count=_check_count(self.count))
 
     def zcdp(self) -> tuple[float, float]:
         return self.count * self.epsilon**2 / 2, 0.0
 
     def basic(self) -> tuple[float, float]:
         return self.count * self.epsilon, 0.0
+
+    def repeated(self, n: int) -> "PureDpEvent":
+        return replace(self, count=self.count * _check_count(n))
 
 
 @dataclass(frozen=True)
@@ -96,15 +134,19 @@ class RangeBoundedEvent(DpEvent):
     release_id: str | None = None
 
     def __post_init__(self) -> None:
-        _check_epsilon("epsilon", self.epsilon)
-        _check_count(self.count)
-        _check_delta("delta", self.delta)
+        _normalise(self, epsilon=_check_epsilon("epsilon", self.epsilon), count=_check_count(self.count),
+                   delta=_check_delta("delta", self.delta))
 
     def zcdp(self) -> tuple[float, float]:
         return self.count * self.epsilon**2 / 8, self.delta
 
     def basic(self) -> tuple[float, float]:
         return self.count * self.epsilon, self.delta
+
+    def repeated(self, n: int) -> "RangeBoundedEvent":
+        """``n`` calls: ``n·count`` outcomes and ``n·delta`` (δ belongs to the call, not to an outcome)."""
+        n = _check_count(n)
+        return replace(self, count=self.count * n, delta=_check_delta("n * delta", self.delta * n))
 
 
 @dataclass(frozen=True)
@@ -119,15 +161,17 @@ class ApproxDpEvent(DpEvent):
     release_id: str | None = None
 
     def __post_init__(self) -> None:
-        _check_epsilon("epsilon", self.epsilon)
-        _check_delta("delta", self.delta)
-        _check_count(self.count)
+        _normalise(self, epsilon=_check_epsilon("epsilon", self.epsilon), delta=_check_delta("delta", self.delta),
+                   count=_check_count(self.count))
 
     def zcdp(self) -> tuple[float, float]:
         return self.count * self.epsilon**2 / 2, self.count * self.delta
 
     def basic(self) -> tuple[float, float]:
         return self.count * self.epsilon, self.count * self.delta
+
+    def repeated(self, n: int) -> "ApproxDpEvent":
+        return replace(self, count=self.count * _check_count(n))
 
 
 @dataclass(frozen=True)
@@ -142,15 +186,18 @@ class ZCdpEvent(DpEvent):
     release_id: str | None = None
 
     def __post_init__(self) -> None:
-        _check_epsilon("rho", self.rho)
-        _check_delta("delta", self.delta)
-        _check_count(self.count)
+        _normalise(self, rho=_check_epsilon("rho", self.rho), delta=_check_delta("delta", self.delta),
+                   count=_check_count(self.count))
 
     def zcdp(self) -> tuple[float, float]:
         return self.count * self.rho, self.count * self.delta
 
     def basic(self) -> tuple[float, float]:
+        """No finite pure-ε bound exists for a general ρ-zCDP mechanism (e.g. Gaussian noise): ε = ∞."""
         return math.inf, self.count * self.delta
+
+    def repeated(self, n: int) -> "ZCdpEvent":
+        return replace(self, count=self.count * _check_count(n))
 
 
 EVENT_TYPES: dict[str, type[DpEvent]] = {
@@ -165,10 +212,19 @@ def event_from_dict(data: dict[str, Any]) -> DpEvent:
     >>> event_from_dict(e.to_dict()) == e
     True
     """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"a DP event must be a mapping, got {type(data).__name__}")
     fields = dict(data)
     kind = fields.pop("kind", None)
     try:
         cls = EVENT_TYPES[kind]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ValueError(f"unknown DP event kind {kind!r}; known: {sorted(EVENT_TYPES)}") from None
-    return cls(**fields)
+    known = {f.name for f in dataclass_fields(cls)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(map(str, unknown))} for DP event kind {kind!r}")
+    try:
+        return cls(**fields)
+    except TypeError as exc:  # a required parameter is missing
+        raise ValueError(f"DP event of kind {kind!r}: {exc}") from None
