@@ -1,0 +1,418 @@
+"""The durable privacy-budget ledger in Redis: a privacy filter per budget scope.
+
+Every release is paid for before anyone can see it, exactly once. Per scope (a budget period such as
+``2026-11-29``, see :func:`scope_for`; optionally also the ``lifetime`` scope) Redis holds the committed
+totals (ρ, δ of approximate zCDP and Σε, Σδ of basic composition), an append-only event log (a stream with
+one entry per charge, reservation, settlement and cancellation), the first result of every release id, the
+stored release payloads (the outbox) and the open reservations.
+
+Each operation is ONE Lua script over keys of one hash tag ``{ledger:<scope>}`` (cluster-friendly): it
+checks the cap with the rule of :mod:`stream_dp.accounting.budget`, and only then writes totals, log, first
+result and payload together. A refused charge writes nothing. A repeated charge of a release id is a no-op
+that returns the FIRST result and the FIRST stored payload, so a worker that lost a race publishes the
+stored record and never its own fresh noise. A reservation counts against the cap until it is settled or
+cancelled, so a crash between reserve and settle can only make the ledger over-count (the user's favour
+is never taken).
+
+Lifetime scope (``lifetime_cap``): a charge must fit both the period scope and the ``lifetime`` scope,
+which live in different slots and so cannot share one script. The order is: (1) hold the cost in the
+lifetime scope (reservation id ``<scope>/<release id>``), (2) charge the period scope, (3) settle the hold
+(period accepted) or cancel it (period refused: nothing was stored, nothing can be published). A crash
+after (1) leaves the hold counted; after (2) the stored release can be published and the lifetime still
+counts it as a hold. Both are over-counts; a retry of the same release id completes the steps
+idempotently. No order of crashes lets a release be stored without being counted in both scopes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import redis
+
+from stream_dp.accounting.budget import (
+    LIFETIME_SCOPE,
+    REASON_DELTA,
+    REASON_EPSILON,
+    BudgetCap,
+    check_budget_covers,
+    reported_delta,
+    reported_epsilon,
+    scope_for,
+)
+from stream_dp.accounting.composition import Spent, compose
+from stream_dp.accounting.events import DpEvent, event_from_dict
+from stream_dp.keys import Keys
+
+__all__ = [
+    "BudgetCap",
+    "ChargeResult",
+    "Ledger",
+    "VerifyReport",
+    "check_budget_covers",
+    "scope_for",
+]
+
+# The parts of a scope, in the KEYS order every script uses (see lua/common.lua).
+SCOPE_PARTS = ("totals", "log", "charges", "outbox", "unpublished", "reservations", "res_results", "settled")
+EXHAUSTED_REASONS = frozenset({REASON_EPSILON, REASON_DELTA, f"lifetime_{REASON_EPSILON}",
+                               f"lifetime_{REASON_DELTA}"})
+
+
+def _script_text(operation: str) -> str:
+    lua = resources.files("stream_dp.accounting") / "lua"
+    return (lua / "common.lua").read_text(encoding="utf-8") + "\n" + (lua / f"{operation}.lua").read_text(
+        encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The numbers one operation adds to a scope: composed (ρ, δ) and basic (Σε, Σδ) of its events."""
+
+    rho: float = 0.0
+    zd: float = 0.0
+    beps: float = 0.0  # finite part; ``binf`` > 0 means basic ε is infinite (a zCDP event was involved)
+    bd: float = 0.0
+    binf: int = 0
+
+    @classmethod
+    def of(cls, events: Sequence[DpEvent]) -> "Cost":
+        s = compose(events)
+        if s.basic_epsilon == float("inf"):
+            return cls(s.rho, s.zcdp_delta, 0.0, s.basic_delta, 1)
+        return cls(s.rho, s.zcdp_delta, s.basic_epsilon, s.basic_delta, 0)
+
+    @classmethod
+    def from_fields(cls, data: dict[str, Any]) -> "Cost":
+        return cls(float(data["rho"]), float(data["zd"]), float(data["beps"]), float(data["bd"]),
+                   int(data["binf"]))
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.rho + other.rho, self.zd + other.zd, self.beps + other.beps, self.bd + other.bd,
+                    self.binf + other.binf)
+
+    def spent(self) -> Spent:
+        return Spent(self.rho, self.zd, float("inf") if self.binf else self.beps, self.bd)
+
+    def argv(self) -> list[str]:
+        return [repr(self.rho), repr(self.zd), repr(self.beps), repr(self.bd), str(self.binf)]
+
+
+@dataclass(frozen=True)
+class ChargeResult:
+    """Outcome of charge / reserve / settle. ``spent`` counts committed charges plus open reservations."""
+
+    accepted: bool
+    duplicate: bool
+    reason: str
+    spent: Spent
+    epsilon_spent: float
+    delta_spent: float
+    epsilon_remaining: float
+    delta_remaining: float
+    payload: str | None = None
+    scope: str = ""
+
+    @property
+    def exhausted(self) -> bool:
+        """True when refused because the budget (period or lifetime) cannot cover the cost."""
+        return self.reason in EXHAUSTED_REASONS
+
+    def budget_dict(self) -> dict[str, Any]:
+        """The ``budget`` object of a release record."""
+        return {"scope": self.scope, "epsilon_spent": self.epsilon_spent, "delta_spent": self.delta_spent,
+                "epsilon_remaining": self.epsilon_remaining, "delta_remaining": self.delta_remaining}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """verify(): totals recomputed from the event log against the stored totals."""
+
+    scope: str
+    ok: bool
+    problems: tuple[str, ...]
+    from_log: Spent
+    stored: Spent
+    charges: int
+    open_reservations: int
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One entry of a scope's event log."""
+
+    entry_id: str
+    type: str  # charge | reserve | settle | cancel
+    id: str  # release id (charge, settle) or reservation id (reserve, cancel)
+    reservation: str
+    cost: Cost
+    events: tuple[DpEvent, ...]
+    time: float
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        spent = self.cost.spent()
+        return {"entry_id": self.entry_id, "type": self.type, "id": self.id, "reservation": self.reservation,
+                "rho": spent.rho, "delta": spent.zcdp_delta, "basic_epsilon": spent.basic_epsilon,
+                "events": [e.to_dict() for e in self.events], "time": self.time}
+
+
+def _decode(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class Ledger:
+    """Budget ledger over ``redis_client`` with the period cap ``cap`` (and optionally a lifetime cap).
+
+    Scope names are free strings without braces; :func:`scope_for` makes the period ones.
+    """
+
+    def __init__(self, redis_client: redis.Redis, cap: BudgetCap, *, keys: Keys = Keys(),
+                 lifetime_cap: BudgetCap | None = None) -> None:
+        self.redis = redis_client
+        self.cap = cap
+        self.lifetime_cap = lifetime_cap
+        self.keys = keys
+        self._scripts = {op: redis_client.register_script(_script_text(op))
+                         for op in ("charge", "reserve", "settle", "cancel")}
+
+    # --- key helpers ------------------------------------------------------------------------------
+    def _scope_keys(self, scope: str) -> list[str]:
+        if not isinstance(scope, str) or not scope or "{" in scope or "}" in scope:
+            raise ValueError(f"scope must be a non-empty string without braces, got {scope!r}")
+        return [self.keys.ledger(scope, part) for part in SCOPE_PARTS]
+
+    def _index_key(self) -> str:
+        return f"{self.keys.prefix}:{{ledger}}:scopes"
+
+    def _cap_for(self, scope: str) -> BudgetCap:
+        if scope == LIFETIME_SCOPE:
+            if self.lifetime_cap is None:
+                raise ValueError("the lifetime scope is only available with a lifetime cap")
+            return self.lifetime_cap
+        return self.cap
+
+    def _run(self, op: str, scope: str, args: list[str]) -> tuple[bool, dict[str, Any], str | None]:
+        cap = self._cap_for(scope)
+        keys = self._scope_keys(scope)
+        self.redis.sadd(self._index_key(), scope)  # before the script: an indexed scope may be empty, never lost
+        out = self._scripts[op](keys=keys, args=[repr(cap.epsilon), repr(cap.delta), repr(cap.delta_prime), *args])
+        duplicate, result, payload = out
+        return bool(int(duplicate)), json.loads(_decode(result)), None if payload is None else _decode(payload)
+
+    def _result(self, scope: str, duplicate: bool, data: dict[str, Any], payload: str | None) -> ChargeResult:
+        cap = self._cap_for(scope)
+        spent = Cost.from_fields(data).spent()
+        eps = reported_epsilon(spent, cap.delta_prime)
+        delta = reported_delta(spent, cap.delta_prime)
+        return ChargeResult(accepted=bool(data["accepted"]), duplicate=duplicate, reason=str(data["reason"]),
+                            spent=spent, epsilon_spent=eps, delta_spent=delta,
+                            epsilon_remaining=max(0.0, cap.epsilon - eps),
+                            delta_remaining=max(0.0, cap.delta - delta), payload=payload, scope=scope)
+
+    @staticmethod
+    def _check_id(name: str, value: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+
+    @staticmethod
+    def _events(events: Iterable[DpEvent]) -> tuple[list[DpEvent], str]:
+        events = list(events)
+        if not events:
+            raise ValueError("a charge needs at least one DP event")
+        for e in events:
+            if not isinstance(e, DpEvent):
+                raise ValueError(f"not a DP event: {e!r}")
+        return events, json.dumps([e.to_dict() for e in events], separators=(",", ":"))
+
+    # --- single-scope operations ------------------------------------------------------------------
+    def _charge_one(self, scope: str, release_id: str, events: list[DpEvent], events_json: str,
+                    payload: str | None) -> ChargeResult:
+        args = [release_id, *Cost.of(events).argv(), events_json, repr(time.time()),
+                "1" if payload is not None else "0", payload if payload is not None else ""]
+        return self._result(scope, *self._run("charge", scope, args))
+
+    def _reserve_one(self, scope: str, reservation_id: str, events: list[DpEvent], events_json: str) -> ChargeResult:
+        args = [reservation_id, *Cost.of(events).argv(), events_json, repr(time.time())]
+        return self._result(scope, *self._run("reserve", scope, args))
+
+    def _settle_one(self, scope: str, reservation_id: str, release_id: str, events: list[DpEvent],
+                    events_json: str, payload: str | None) -> ChargeResult:
+        args = [reservation_id, release_id, *Cost.of(events).argv(), events_json, repr(time.time()),
+                "1" if payload is not None else "0", payload if payload is not None else ""]
+        return self._result(scope, *self._run("settle", scope, args))
+
+    def cancel(self, scope: str, reservation_id: str) -> bool:
+        """Drop an open reservation. ONLY for a hold whose mechanism never ran or whose output was
+        discarded unseen (never stored, never published); otherwise settle it. True if one was dropped."""
+        self._check_id("reservation_id", reservation_id)
+        cap = self._cap_for(scope)
+        out = self._scripts["cancel"](keys=self._scope_keys(scope), args=[
+            repr(cap.epsilon), repr(cap.delta), repr(cap.delta_prime), reservation_id, repr(time.time())])
+        return bool(int(out))
+
+    @staticmethod
+    def _lifetime_id(scope: str, release_id: str) -> str:
+        return f"{scope}/{release_id}"
+
+    def _refused_by_lifetime(self, scope: str, life: ChargeResult) -> ChargeResult:
+        period = self.remaining(scope)
+        return ChargeResult(False, False, f"lifetime_{life.reason}", period.spent, period.epsilon_spent,
+                            period.delta_spent, period.epsilon_remaining, period.delta_remaining, None, scope)
+
+    # --- public API -------------------------------------------------------------------------------
+    def charge(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
+               payload: str | None = None) -> ChargeResult:
+        """Charge ``events`` to ``scope`` as release ``release_id`` and store ``payload`` with it, atomically.
+
+        Refused (``accepted=False``, ``reason`` says which cap) when the cost does not fit: nothing is
+        written. Idempotent: a repeat returns the first result and the first payload (``duplicate=True``).
+        """
+        self._check_id("release_id", release_id)
+        events, events_json = self._events(events)
+        if payload is not None and not isinstance(payload, str):
+            raise ValueError("payload must be a string (the serialised release record) or None")
+        if self.lifetime_cap is None or scope == LIFETIME_SCOPE:
+            return self._charge_one(scope, release_id, events, events_json, payload)
+        hold_id = self._lifetime_id(scope, release_id)
+        life = self._reserve_one(LIFETIME_SCOPE, hold_id, events, events_json)
+        if not life.accepted:
+            return self._refused_by_lifetime(scope, life)
+        result = self._charge_one(scope, release_id, events, events_json, payload)
+        if result.accepted:
+            self._settle_one(LIFETIME_SCOPE, hold_id, hold_id, events, events_json, None)
+        else:
+            self.cancel(LIFETIME_SCOPE, hold_id)
+        return result
+
+    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> ChargeResult:
+        """Hold the maximum cost ``events`` before running a mechanism whose final cost is known only after.
+
+        The hold counts against the cap until :meth:`settle` (or :meth:`cancel`). Idempotent per
+        reservation id (a repeat returns the first result; if already settled, the settled charge).
+        """
+        self._check_id("reservation_id", reservation_id)
+        events, events_json = self._events(events)
+        if self.lifetime_cap is None or scope == LIFETIME_SCOPE:
+            return self._reserve_one(scope, reservation_id, events, events_json)
+        hold_id = self._lifetime_id(scope, reservation_id)
+        life = self._reserve_one(LIFETIME_SCOPE, hold_id, events, events_json)
+        if not life.accepted:
+            return self._refused_by_lifetime(scope, life)
+        result = self._reserve_one(scope, reservation_id, events, events_json)
+        if not result.accepted:
+            self.cancel(LIFETIME_SCOPE, hold_id)
+        return result
+
+    def settle(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
+               payload: str | None = None) -> ChargeResult:
+        """Replace reservation ``reservation_id`` by the actual cost ``events``, charged as ``release_id``,
+        and store ``payload`` -- one atomic step. Refused with ``unknown_reservation`` if there is no such
+        hold; a repeat returns the first result and payload."""
+        self._check_id("reservation_id", reservation_id)
+        self._check_id("release_id", release_id)
+        events, events_json = self._events(events)
+        if payload is not None and not isinstance(payload, str):
+            raise ValueError("payload must be a string (the serialised release record) or None")
+        if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
+            hold_id = self._lifetime_id(scope, reservation_id)
+            # lifetime first: it then counts the actual cost, while the period still holds the maximum
+            self._settle_one(LIFETIME_SCOPE, hold_id, hold_id, events, events_json, None)
+        return self._settle_one(scope, reservation_id, release_id, events, events_json, payload)
+
+    def stored(self, scope: str, release_id: str) -> str | None:
+        """The payload stored with release ``release_id`` (None if never charged with one)."""
+        value = self.redis.hget(self.keys.ledger(scope, "outbox"), release_id)
+        return None if value is None else _decode(value)
+
+    def mark_published(self, scope: str, release_id: str) -> None:
+        """Record that the stored release was published (removes it from :meth:`unpublished`)."""
+        self.redis.zrem(self.keys.ledger(scope, "unpublished"), release_id)
+
+    def unpublished(self, scope: str) -> list[str]:
+        """Release ids charged with a payload and not yet marked published, in charge order."""
+        return [_decode(v) for v in self.redis.zrange(self.keys.ledger(scope, "unpublished"), 0, -1)]
+
+    def scopes(self) -> list[str]:
+        """Every scope that has been charged or reserved in (sorted)."""
+        return sorted(_decode(v) for v in self.redis.smembers(self._index_key()))
+
+    def remaining(self, scope: str) -> ChargeResult:
+        """The scope's current state as a :class:`ChargeResult` (committed + open reservations)."""
+        keys = self._scope_keys(scope)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(keys[0])
+        pipe.hgetall(keys[5])
+        totals, holds = pipe.execute()
+        data = {k: _decode(totals.get(k.encode(), b"0")) for k in ("rho", "zd", "beps", "bd", "binf")}
+        total = Cost.from_fields(data)
+        for rid in sorted(holds, key=_decode):  # the scripts' order: sorted reservation ids
+            total = total + _cost_from_string(_decode(holds[rid]))
+        return self._result(scope, False, {**total.__dict__, "accepted": True, "reason": "ok"}, None)
+
+    def history(self, scope: str, *, count: int | None = None) -> list[HistoryEntry]:
+        """The scope's event log, oldest first (``count``: at most that many entries)."""
+        entries = self.redis.xrange(self.keys.ledger(scope, "log"), count=count)
+        return [_history_entry(entry_id, fields) for entry_id, fields in entries]
+
+    def verify(self, scope: str) -> VerifyReport:
+        """Recompute the committed totals and the open reservations from the event log; compare.
+
+        Sums are recomputed in log order with the same float additions the scripts made, so a consistent
+        ledger matches exactly. Also re-derives each entry's cost from its logged DP events.
+        """
+        keys = self._scope_keys(scope)
+        pipe = self.redis.pipeline(transaction=True)  # one consistent snapshot
+        pipe.xrange(keys[1])
+        pipe.hgetall(keys[0])
+        pipe.hkeys(keys[2])
+        pipe.hkeys(keys[5])
+        log, totals, charged, holds = pipe.execute()
+        problems: list[str] = []
+        total = Cost()
+        open_holds: set[str] = set()
+        charged_in_log: list[str] = []
+        for entry_id, fields in log:
+            entry = _history_entry(entry_id, fields)
+            if entry.type in ("charge", "settle", "reserve") and Cost.of(entry.events) != entry.cost:
+                problems.append(f"log entry {entry.entry_id}: logged cost differs from its DP events")
+            if entry.type in ("charge", "settle"):
+                total = total + entry.cost
+                charged_in_log.append(entry.id)
+            if entry.type == "reserve":
+                open_holds.add(entry.id)
+            elif entry.type in ("settle", "cancel") and entry.reservation:
+                open_holds.discard(entry.reservation)
+        stored_fields = {k: _decode(totals.get(k.encode(), b"0")) for k in ("rho", "zd", "beps", "bd", "binf")}
+        stored = Cost.from_fields(stored_fields)
+        if stored != total:
+            problems.append(f"stored totals {stored} differ from the log's {total}")
+        if len(charged_in_log) != len(set(charged_in_log)):
+            problems.append("a release id was charged more than once in the log")
+        if set(charged_in_log) != {_decode(c) for c in charged}:
+            problems.append("release ids in the log differ from the recorded first results")
+        if int(_decode(totals.get(b"n", b"0"))) != len(charged_in_log):
+            problems.append("stored charge count differs from the log")
+        if open_holds != {_decode(h) for h in holds}:
+            problems.append("open reservations differ from the log's reserve/settle/cancel entries")
+        return VerifyReport(scope, not problems, tuple(problems), total.spent(), stored.spent(),
+                            len(charged_in_log), len(open_holds))
+
+
+def _cost_from_string(value: str) -> Cost:
+    rho, zd, beps, bd, binf = value.split()
+    return Cost(float(rho), float(zd), float(beps), float(bd), int(binf))
+
+
+def _history_entry(entry_id: Any, fields: dict[Any, Any]) -> HistoryEntry:
+    f = {_decode(k): _decode(v) for k, v in fields.items()}
+    events = tuple(event_from_dict(d) for d in json.loads(f.get("events", "[]")))
+    return HistoryEntry(entry_id=_decode(entry_id), type=f["type"], id=f["id"], reservation=f.get("reservation", ""),
+                        cost=Cost.from_fields(f), events=events, time=float(f.get("time", "0")))

@@ -1,0 +1,120 @@
+-- Shared prelude of the ledger scripts (stream_dp/accounting/ledger.py prepends it to each operation).
+--
+-- KEYS (all share the hash tag {ledger:<scope>}, so one scope lives in one cluster slot):
+--   1 totals        HASH  committed sums: rho, zd, beps, bd, binf (count of charges with basic eps = inf), n
+--   2 log           STREAM append-only: one entry per charge / reserve / settle / cancel
+--   3 charges       HASH  release_id -> first result (JSON)
+--   4 outbox        HASH  release_id -> stored release payload
+--   5 unpublished   ZSET  release_id (score: charge number), stored but not yet published
+--   6 reservations  HASH  reservation_id -> "rho zd beps bd binf" (open holds)
+--   7 res_results   HASH  reservation_id -> first reserve result (JSON)
+--   8 settled       HASH  reservation_id -> release_id it was settled as
+-- ARGV[1..3] = cap epsilon, cap delta, delta_prime; the operation's own arguments follow.
+--
+-- Floating point: every sum and the cap rule below are the same IEEE-754 operations, in the same order,
+-- as stream_dp.accounting.budget.decide / Ledger._projected in Python. Numbers cross the boundary as
+-- '%.17g' strings, which round-trip doubles exactly.
+
+local CAP_EPS = tonumber(ARGV[1])
+local CAP_DELTA = tonumber(ARGV[2])
+local DELTA_PRIME = tonumber(ARGV[3])
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function zero()
+  return {rho = 0, zd = 0, beps = 0, bd = 0, binf = 0}
+end
+
+local function add(a, b)
+  return {rho = a.rho + b.rho, zd = a.zd + b.zd, beps = a.beps + b.beps, bd = a.bd + b.bd, binf = a.binf + b.binf}
+end
+
+local function cost_from_argv(i)
+  return {rho = tonumber(ARGV[i]), zd = tonumber(ARGV[i + 1]), beps = tonumber(ARGV[i + 2]),
+          bd = tonumber(ARGV[i + 3]), binf = tonumber(ARGV[i + 4])}
+end
+
+local function encode_cost(c)
+  return fmt(c.rho) .. ' ' .. fmt(c.zd) .. ' ' .. fmt(c.beps) .. ' ' .. fmt(c.bd) .. ' ' .. string.format('%d', c.binf)
+end
+
+local function decode_cost(s)
+  local v = {}
+  for part in string.gmatch(s, '%S+') do v[#v + 1] = tonumber(part) end
+  return {rho = v[1], zd = v[2], beps = v[3], bd = v[4], binf = v[5]}
+end
+
+local function committed()
+  local t = redis.call('HMGET', KEYS[1], 'rho', 'zd', 'beps', 'bd', 'binf')
+  return {rho = tonumber(t[1]) or 0, zd = tonumber(t[2]) or 0, beps = tonumber(t[3]) or 0,
+          bd = tonumber(t[4]) or 0, binf = tonumber(t[5]) or 0}
+end
+
+-- base + every open reservation except `skip`, added in sorted reservation-id order
+local function with_reservations(base, skip)
+  local flat = redis.call('HGETALL', KEYS[6])
+  local ids, costs = {}, {}
+  for i = 1, #flat, 2 do
+    if flat[i] ~= skip then
+      ids[#ids + 1] = flat[i]
+      costs[flat[i]] = flat[i + 1]
+    end
+  end
+  table.sort(ids)
+  local total = base
+  for _, id in ipairs(ids) do total = add(total, decode_cost(costs[id])) end
+  return total
+end
+
+-- the cap rule: smaller valid epsilon of zCDP conversion and basic composition; delta incl. delta_prime
+local function decide(t)
+  local eps = t.rho + 2 * math.sqrt(t.rho * math.log(1 / DELTA_PRIME))
+  if t.binf == 0 and t.beps < eps then eps = t.beps end
+  if not (eps <= CAP_EPS) then return 'epsilon_cap' end
+  local d = t.zd
+  if t.bd > d then d = t.bd end
+  d = d + DELTA_PRIME
+  if not (d <= CAP_DELTA) then return 'delta_cap' end
+  return 'ok'
+end
+
+local function result_json(accepted, reason, t)
+  return string.format('{"accepted":%s,"reason":"%s","rho":%s,"zd":%s,"beps":%s,"bd":%s,"binf":%d}',
+    accepted and 'true' or 'false', reason, fmt(t.rho), fmt(t.zd), fmt(t.beps), fmt(t.bd), t.binf)
+end
+
+local function store_committed(t)
+  redis.call('HSET', KEYS[1], 'rho', fmt(t.rho), 'zd', fmt(t.zd), 'beps', fmt(t.beps), 'bd', fmt(t.bd),
+             'binf', string.format('%d', t.binf))
+  return redis.call('HINCRBY', KEYS[1], 'n', 1)
+end
+
+local function log_entry(kind, id, reservation, c, events, now)
+  redis.call('XADD', KEYS[2], '*', 'type', kind, 'id', id, 'reservation', reservation, 'rho', fmt(c.rho),
+             'zd', fmt(c.zd), 'beps', fmt(c.beps), 'bd', fmt(c.bd), 'binf', string.format('%d', c.binf),
+             'events', events, 'time', now)
+end
+
+-- commit a cost as release `release_id` (the caller has checked the cap); store the payload if any
+local function commit(release_id, reservation, c, events, now, has_payload, payload, kind)
+  local total = add(committed(), c)
+  local n = store_committed(total)
+  log_entry(kind, release_id, reservation, c, events, now)
+  if has_payload == '1' then
+    redis.call('HSET', KEYS[4], release_id, payload)
+    redis.call('ZADD', KEYS[5], n, release_id)
+  end
+  local result = result_json(true, 'ok', with_reservations(total, nil))
+  redis.call('HSET', KEYS[3], release_id, result)
+  return result
+end
+
+local function duplicate_charge(release_id)
+  local first = redis.call('HGET', KEYS[3], release_id)
+  if first then
+    return {1, first, redis.call('HGET', KEYS[4], release_id)}
+  end
+  return nil
+end
