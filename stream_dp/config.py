@@ -230,15 +230,41 @@ def _build(path: str, cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def _parse_env_value(raw: str) -> Any:
+def _setting_type(parts: list[str]) -> Any:
+    """The declared type of the setting at ``parts`` (e.g. ``["kafka", "client_id"]``), or None if unknown."""
+    typ: Any = Config
+    for part in parts:
+        if not dataclasses.is_dataclass(typ):
+            return None
+        hints = get_type_hints(typ)
+        if part not in hints:
+            return None
+        typ = hints[part]
+    return typ
+
+
+def _parse_env_value(raw: str, typ: Any = None) -> Any:
+    """An environment value: TOML syntax where it parses; string settings keep the raw text.
+
+    A string setting takes the text as is (so ``STREAM_DP_REDIS__PASSWORD=12345`` stays ``"12345"``), or
+    the string a quoted TOML string denotes.
+
+    >>> _parse_env_value("20"), _parse_env_value("12345", str), _parse_env_value('"a b"', str)
+    (20, '12345', 'a b')
+    """
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
+        parsed = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
+    if typ is str and not isinstance(parsed, str):
+        return raw
+    return parsed
 
 
-def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> None:
-    for name, raw in environ.items():
+def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """Apply ``STREAM_DP_*`` overrides to ``data``; returns dotted setting → environment variable name."""
+    applied: dict[str, str] = {}
+    for name, raw in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX):
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
@@ -249,7 +275,9 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> None:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"environment variable {name} overrides a value, not a table")
-        node[parts[-1]] = _parse_env_value(raw)
+        node[parts[-1]] = _parse_env_value(raw, _setting_type(parts))
+        applied[".".join(parts)] = name
+    return applied
 
 
 # --------------------------------------------------------------------------------------------------
@@ -279,10 +307,24 @@ def validate(config: Config) -> Config:
              "kafka.sasl_mechanism", "empty or one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", k.sasl_mechanism)
     for name in ("events_topic", "releases_topic", "dead_letter_topic", "ingest_group_id"):
         _require(bool(getattr(k, name)), f"kafka.{name}", "a non-empty string", getattr(k, name))
+    _require(len({k.events_topic, k.releases_topic, k.dead_letter_topic}) == 3, "kafka.releases_topic",
+             "different from kafka.events_topic and kafka.dead_letter_topic", k.releases_topic)
     _require(k.max_poll_records >= 1, "kafka.max_poll_records", ">= 1", k.max_poll_records)
+    _require(k.session_timeout_ms >= 1, "kafka.session_timeout_ms", ">= 1", k.session_timeout_ms)
+    _require(1 <= k.heartbeat_interval_ms < k.session_timeout_ms, "kafka.heartbeat_interval_ms",
+             f">= 1 and < kafka.session_timeout_ms ({k.session_timeout_ms})", k.heartbeat_interval_ms)
+    _require(config.redis.url == "" or config.redis.url.startswith(("redis://", "rediss://", "unix://")),
+             "redis.url", "empty or a redis://, rediss:// or unix:// URL", config.redis.url)
+    _positive("redis.socket_timeout_seconds", config.redis.socket_timeout_seconds)
+    ev = config.events
+    for name in ("user_field", "key_field", "time_field"):
+        _require(bool(getattr(ev, name)), f"events.{name}", "a non-empty string", getattr(ev, name))
+    _require(len({ev.user_field, ev.key_field, ev.time_field}) == 3, "events.key_field",
+             "different from events.user_field and events.time_field", ev.key_field)
+    _require(ev.max_user_bytes >= 1, "events.max_user_bytes", ">= 1", ev.max_user_bytes)
     _require(bool(config.redis.key_prefix) and "{" not in config.redis.key_prefix,
              "redis.key_prefix", "a non-empty string without braces", config.redis.key_prefix)
-    _require(config.events.max_key_bytes >= 1, "events.max_key_bytes", ">= 1", config.events.max_key_bytes)
+    _require(ev.max_key_bytes >= 1, "events.max_key_bytes", ">= 1", ev.max_key_bytes)
     _require(w.size_seconds >= 1, "windows.size_seconds", ">= 1", w.size_seconds)
     _require(w.allowed_lateness_seconds >= 0, "windows.allowed_lateness_seconds", ">= 0", w.allowed_lateness_seconds)
     _require(w.idle_partition_timeout_seconds > 0, "windows.idle_partition_timeout_seconds", "> 0",
@@ -304,6 +346,8 @@ def validate(config: Config) -> Config:
     if r.alerts.enabled:
         _require(r.alerts.k >= 1, "releases.alerts.k", ">= 1", r.alerts.k)
         _positive("releases.alerts.epsilon", r.alerts.epsilon)
+        _require(math.isfinite(r.alerts.threshold), "releases.alerts.threshold", "a finite number",
+                 r.alerts.threshold)
         _require(r.alerts.noise in {"laplace", "exponential", "geometric"}, "releases.alerts.noise",
                  "one of laplace, exponential, geometric", r.alerts.noise)
         _require(0 <= r.alerts.theta < 1, "releases.alerts.theta", "in [0, 1) (0: the seed's optimum)",
@@ -326,6 +370,7 @@ def validate(config: Config) -> Config:
         _require(r.watch_topk.noise in {"laplace", "exponential"}, "releases.watch_topk.noise",
                  "'laplace' or 'exponential'", r.watch_topk.noise)
     _require(0 <= config.metrics.port <= 65535, "metrics.port", "in [0, 65535]", config.metrics.port)
+    _require(bool(config.metrics.host), "metrics.host", "a non-empty address", config.metrics.host)
     return config
 
 
@@ -333,7 +378,9 @@ def validate(config: Config) -> Config:
 # Entry points
 # --------------------------------------------------------------------------------------------------
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "stream-dp.toml"
+# The default file ships inside the package (stream_dp/defaults/stream-dp.toml is a symlink to
+# config/stream-dp.toml in the source tree; wheels carry a copy), so a non-editable install finds it too.
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "defaults" / "stream-dp.toml"
 
 
 def config_from_mapping(data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> Config:
@@ -344,13 +391,28 @@ def config_from_mapping(data: Mapping[str, Any], *, environ: Mapping[str, str] |
     (5, 50)
     """
     merged = _deep_copy(data)
-    _apply_env(merged, os.environ if environ is None else environ)
-    return validate(_build("", Config, merged))
+    applied = _apply_env(merged, os.environ if environ is None else environ)
+    try:
+        return validate(_build("", Config, merged))
+    except ConfigError as exc:
+        message = str(exc)
+        culprits = [env for setting, env in applied.items()
+                    if message.startswith(setting + " ") or _names_unknown(message, setting)]
+        if culprits:
+            raise ConfigError(f"{message} (set by environment variable {', '.join(culprits)})") from None
+        raise
+
+
+def _names_unknown(message: str, setting: str) -> bool:
+    """Whether an 'unknown setting' message is about ``setting`` (e.g. ``kafka.bootstrap``)."""
+    section, _, name = setting.rpartition(".")
+    where = f"in [{section}]" if section else "in the top level"
+    return message.startswith("unknown setting") and where in message and f" {name}" in message.split(where)[0]
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *,
                 environ: Mapping[str, str] | None = None) -> Config:
-    """Load a TOML config file (default: ``config/stream-dp.toml`` if present), apply env overrides, validate."""
+    """Load a TOML config file (default: the packaged ``config/stream-dp.toml``), apply env overrides, validate."""
     data: dict[str, Any] = {}
     if path is None and DEFAULT_CONFIG_PATH.exists():
         path = DEFAULT_CONFIG_PATH

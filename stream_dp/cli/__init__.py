@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 # Subcommand modules, in the order `stream-dp --help` lists them.
 COMMANDS: tuple[str, ...] = (
+    "stream_dp.cli.replay_cmd",
+    "stream_dp.cli.tail_cmd",
     "stream_dp.cli.devstack_cmd",
     "stream_dp.cli.config_cmd",
 )

@@ -1,0 +1,129 @@
+"""``stream-dp tail``: follow the releases topic and print each release as a readable table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from kafka import TopicPartition
+
+from stream_dp.config import ConfigError, KafkaConfig, load_config
+from stream_dp.tail import decode, format_release
+
+RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "status")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tail", help="follow the releases topic and print releases as tables",
+        description="Read the releases topic (no consumer group, nothing committed) and print every release "
+        "record: window, type, status, mechanism, items, cost and the budget of its period. A release "
+        "published twice (a worker restarted between publishing and marking it) is printed once.")
+    p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
+    p.add_argument("--topic", help="releases topic (default: kafka.releases_topic)")
+    p.add_argument("--type", action="append", choices=RELEASE_TYPES, dest="types",
+                   help="only this release type (repeatable)")
+    p.add_argument("--new-only", action="store_true", help="skip releases already on the topic")
+    p.add_argument("--count", type=int, help="exit after printing this many releases")
+    p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                   help="exit when no release arrived for this long")
+    p.add_argument("--json", action="store_true", help="print the raw JSON records, one per line")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.set_defaults(func=run)
+
+
+class ReleaseFollower:
+    """Reads release records from every partition of a topic, without a group, deduplicated by release id."""
+
+    def __init__(self, kafka: KafkaConfig, topic: str, *, from_beginning: bool = True) -> None:
+        from stream_dp import connections
+
+        self.topic = topic
+        self.consumer = connections.kafka_consumer(kafka, group_id=None, enable_auto_commit=False)
+        self._from_beginning = from_beginning
+        self._assigned: set[TopicPartition] = set()
+        self._seen: set[str] = set()
+
+    def _assign(self) -> None:
+        parts = self.consumer.partitions_for_topic(self.topic) or set()
+        tps = {TopicPartition(self.topic, p) for p in parts}
+        if tps and tps != self._assigned:
+            new = tps - self._assigned
+            self.consumer.assign(sorted(tps))
+            if self._from_beginning:
+                self.consumer.seek_to_beginning(*new)
+            else:
+                self.consumer.seek_to_end(*new)
+            self._assigned = tps
+
+    def poll(self, timeout_ms: int = 500) -> list[dict[str, Any]]:
+        """New, distinct release records (in partition order)."""
+        if not self._assigned:
+            self._assign()
+            if not self._assigned:
+                time.sleep(timeout_ms / 1000)  # the topic does not exist yet
+                return []
+        out = []
+        for records in self.consumer.poll(timeout_ms=timeout_ms).values():
+            for rec in records:
+                record = decode(rec.value)
+                if record is None:
+                    continue
+                rid = str(record.get("release_id", ""))
+                if rid and rid in self._seen:
+                    continue
+                self._seen.add(rid)
+                out.append(record)
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def follow(follower: ReleaseFollower, out: TextIO, *, types: list[str] | None, count: int | None,
+           idle_timeout: float | None, as_json: bool, color: bool,
+           should_stop: Callable[[], bool] = lambda: False) -> int:
+    """Print releases until ``count`` were printed, ``idle_timeout`` passed without one, or a stop."""
+    printed = 0
+    last = time.monotonic()
+    while not should_stop():
+        for record in follower.poll():
+            if types and record.get("type") not in types:
+                continue
+            print(json.dumps(record) if as_json else format_release(record, color=color) + "\n", file=out, flush=True)
+            printed += 1
+            last = time.monotonic()
+            if count is not None and printed >= count:
+                return printed
+        if idle_timeout is not None and time.monotonic() - last > idle_timeout:
+            break
+    return printed
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 1
+    if not cfg.kafka.bootstrap_servers:
+        print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS",
+              file=sys.stderr)
+        return 1
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    follower = ReleaseFollower(cfg.kafka, args.topic or cfg.kafka.releases_topic, from_beginning=not args.new_only)
+    try:
+        follow(follower, sys.stdout, types=args.types, count=args.count, idle_timeout=args.idle_timeout,
+               as_json=args.json, color=color, should_stop=stop.is_set)
+    finally:
+        follower.close()
+        signal.signal(signal.SIGINT, previous)
+    return 0

@@ -1,0 +1,404 @@
+"""Replay a file of events (CSV or JSON lines) into the input topic, optionally paced.
+
+The pieces are separate so each can be tested alone:
+
+- :func:`read_rows` reads CSV (header row) or JSON lines, plain or gzip, and tracks how many bytes it has
+  consumed (for a progress bar);
+- :class:`ColumnMapping` maps a row's columns to an :class:`Event` (user, key, event time), e.g.
+  MovieLens' ``userId``/``movieId``/``timestamp``;
+- :class:`Pacer` decides when each event may be sent: as fast as possible, at most ``rate`` events per
+  second, and/or event time sped up by a factor (``speedup=3600`` plays an hour of event time per second);
+- :func:`replay` produces each event to the topic as the JSON object ingest expects
+  (``{events.user_field: user, events.key_field: key, events.time_field: ts}``), **keyed by user** so one
+  user's events stay in one partition, with the Kafka record timestamp set to the event time.
+
+Rows without a user or key are skipped and counted, never half-sent; a column that does not exist at all
+is an error naming the column and the ones that do.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+from stream_dp.config import EventsConfig
+
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+class ReplayError(ValueError):
+    """The input file or the column mapping is unusable (the message names the file, row or column)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One input event: ``user`` (the privacy unit), ``key`` (the counted item), ``ts`` (epoch seconds or None)."""
+
+    user: str
+    key: str
+    ts: float | None
+
+    def to_json(self, fields: EventsConfig) -> bytes:
+        """The record value ingest reads, with the configured field names.
+
+        >>> Event("u1", "movie-3", 1700000000.0).to_json(EventsConfig())
+        b'{"user": "u1", "key": "movie-3", "ts": 1700000000}'
+        """
+        body: dict[str, Any] = {fields.user_field: self.user, fields.key_field: self.key}
+        if self.ts is not None:
+            body[fields.time_field] = int(self.ts) if float(self.ts).is_integer() else self.ts
+        return json.dumps(body).encode()
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------------
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """``csv`` or ``jsonl`` from the file name (``.gz`` is looked through).
+
+    >>> detect_format("ratings.csv.gz"), detect_format("events.ndjson")
+    ('csv', 'jsonl')
+    """
+    name = Path(path).name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    if name.endswith((".csv", ".tsv")):
+        return "csv"
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    raise ReplayError(f"cannot tell the format of {os.fspath(path)!r} from its name; pass --format csv or jsonl")
+
+
+class _CountingLines:
+    """Iterate decoded lines of a binary stream, counting the bytes consumed (for progress)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for raw in self._fh:
+            self.bytes_read += len(raw)
+            yield raw.decode("utf-8")
+
+
+@dataclass
+class RowSource:
+    """Rows of one input file plus what a progress bar needs (bytes read of ``size_bytes``)."""
+
+    rows: Iterator[Mapping[str, Any]]
+    columns: tuple[str, ...] | None
+    size_bytes: int | None
+    _lines: _CountingLines | None = field(default=None, repr=False)
+    _fh: BinaryIO | None = field(default=None, repr=False)
+
+    @property
+    def bytes_read(self) -> int:
+        return self._lines.bytes_read if self._lines is not None else 0
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+
+
+def read_rows(path: str | os.PathLike[str], *, fmt: str | None = None, delimiter: str | None = None) -> RowSource:
+    """Open ``path`` (CSV with a header row, or one JSON object per line; ``.gz`` allowed)."""
+    fmt = fmt or detect_format(path)
+    if fmt not in ("csv", "jsonl"):
+        raise ReplayError(f"format must be csv or jsonl, got {fmt!r}")
+    try:
+        raw: BinaryIO = gzip.open(path, "rb") if os.fspath(path).endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        raise ReplayError(f"input file {os.fspath(path)!r} does not exist") from None
+    size = None if os.fspath(path).endswith(".gz") else os.path.getsize(path)
+    lines = _CountingLines(raw)
+    if fmt == "csv":
+        if delimiter is None:
+            delimiter = "\t" if os.fspath(path).removesuffix(".gz").endswith(".tsv") else ","
+        reader = csv.DictReader(iter(lines), delimiter=delimiter)
+        columns = tuple(reader.fieldnames or ())
+        return RowSource(rows=iter(reader), columns=columns, size_bytes=size, _lines=lines, _fh=raw)
+    return RowSource(rows=_json_lines(lines, os.fspath(path)), columns=None, size_bytes=size, _lines=lines, _fh=raw)
+
+
+def _json_lines(lines: Iterable[str], name: str) -> Iterator[Mapping[str, Any]]:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ReplayError(f"{name} line {number} is not valid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise ReplayError(f"{name} line {number} is not a JSON object")
+        yield obj
+
+
+# --------------------------------------------------------------------------------------------------
+# Mapping rows to events
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_time(value: Any, unit: str = "s") -> float:
+    """Epoch seconds from a number (in ``unit``) or an ISO 8601 string (naive means UTC).
+
+    >>> parse_time("964982703"), parse_time(1700000000123, "ms"), parse_time("2026-11-29T12:00:00Z")
+    (964982703.0, 1700000000.123, 1795953600.0)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a time: {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value) * TIME_UNITS[unit]
+    else:
+        text = str(value).strip()
+        try:
+            seconds = float(text) * TIME_UNITS[unit]
+        except ValueError:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=timezone.utc)
+            seconds = parsed.timestamp()
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite time: {value!r}")
+    return round(seconds, 6)
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """Which input columns hold the user, the key and the event time (None: no event time)."""
+
+    user: str = "user"
+    key: str = "key"
+    time: str | None = "ts"
+    time_unit: str = "s"
+    time_offset_seconds: float = 0.0
+
+    def check_columns(self, columns: Iterable[str] | None, source: str) -> None:
+        """Fail early when the file's header lacks a mapped column."""
+        if columns is None:
+            return
+        have = list(columns)
+        for role, name in (("user", self.user), ("key", self.key), ("time", self.time)):
+            if name is not None and name not in have:
+                raise ReplayError(f"{source} has no column {name!r} (the --{role}-column); "
+                                  f"its columns are: {', '.join(have) or '(none)'}")
+
+    def event(self, row: Mapping[str, Any]) -> Event | None:
+        """The event of one row, or None if its user or key is missing/empty (the row is skipped).
+
+        >>> m = ColumnMapping(user="userId", key="movieId", time="timestamp")
+        >>> m.event({"userId": "7", "movieId": "318", "rating": "4.0", "timestamp": "964982703"})
+        Event(user='7', key='318', ts=964982703.0)
+        """
+        user, key = row.get(self.user), row.get(self.key)
+        if user is None or key is None or str(user) == "" or str(key) == "":
+            return None
+        ts = None
+        if self.time is not None:
+            raw = row.get(self.time)
+            if raw is None or str(raw).strip() == "":
+                return None
+            try:
+                ts = parse_time(raw, self.time_unit) + self.time_offset_seconds
+            except ValueError:
+                return None
+        return Event(user=str(user), key=str(key), ts=ts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pacing
+# --------------------------------------------------------------------------------------------------
+
+
+class Pacer:
+    """When may the next event go out? Combines an optional rate limit and an event-time speed-up.
+
+    With ``rate`` R, event i goes out no earlier than ``t0 + i / R``. With ``speedup`` S, an event at event
+    time ts goes out no earlier than ``t0 + (ts - ts0) / S`` (ts0: the first event's time), so the stream
+    plays S times faster than it happened. Neither: as fast as possible. Time goes through the injected
+    ``clock``/``sleep`` so tests can use a fake clock.
+
+    >>> fake = [0.0]
+    >>> p = Pacer(rate=2, clock=lambda: fake[0], sleep=lambda s: fake.__setitem__(0, fake[0] + s))
+    >>> for ts in (0, 0, 0): p.wait(ts)
+    >>> fake[0]
+    1.0
+    """
+
+    def __init__(self, *, rate: float | None = None, speedup: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        if rate is not None and not rate > 0:
+            raise ValueError(f"rate (events per second) must be > 0, got {rate!r}")
+        if speedup is not None and not speedup > 0:
+            raise ValueError(f"speedup must be > 0, got {speedup!r}")
+        self.rate, self.speedup = rate, speedup
+        self._clock, self._sleep = clock, sleep
+        self._t0: float | None = None
+        self._ts0: float | None = None
+        self._sent = 0
+
+    def due(self, ts: float | None) -> float:
+        """Wall-clock time (on ``clock``) at which the next event, with event time ``ts``, may go out."""
+        if self._t0 is None:
+            self._t0 = self._clock()
+        target = self._t0
+        if self.rate is not None:
+            target = max(target, self._t0 + self._sent / self.rate)
+        if self.speedup is not None and ts is not None:
+            if self._ts0 is None:
+                self._ts0 = ts
+            target = max(target, self._t0 + (ts - self._ts0) / self.speedup)
+        return target
+
+    def wait(self, ts: float | None) -> None:
+        """Sleep until the next event is due, then count it as sent."""
+        delay = self.due(ts) - self._clock()
+        if delay > 0:
+            self._sleep(delay)
+        self._sent += 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on a stream (stderr), redrawn at most every ``interval`` seconds.
+
+    On a terminal it redraws in place; elsewhere it prints a line every ``interval * 50`` seconds and a
+    final summary, so logs stay readable.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, total: int | None = None, unit: str = "events",
+                 interval: float = 0.2, enabled: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.total, self.unit, self.enabled, self._clock = total, unit, enabled, clock
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval = interval if self.tty else interval * 50
+        self._t0 = clock()
+        self._last = -math.inf
+        self._width = 0
+
+    def line(self, done: int, fraction: float | None, event_time: float | None) -> str:
+        elapsed = max(self._clock() - self._t0, 1e-9)
+        parts = []
+        if fraction is not None:
+            filled = int(round(24 * min(max(fraction, 0.0), 1.0)))
+            parts.append(f"[{'#' * filled}{'.' * (24 - filled)}] {100 * fraction:5.1f}%")
+        parts.append(f"{done:,} {self.unit}")
+        parts.append(f"{done / elapsed:,.0f}/s")
+        if event_time is not None:
+            stamp = datetime.fromtimestamp(event_time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+            parts.append(f"event time {stamp} UTC")
+        return "  ".join(parts)
+
+    def update(self, done: int, *, fraction: float | None = None, event_time: float | None = None,
+               force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = self._clock()
+        if not force and now - self._last < self.interval:
+            return
+        self._last = now
+        if fraction is None and self.total:
+            fraction = done / self.total
+        text = self.line(done, fraction, event_time)
+        if self.tty:
+            pad = " " * max(self._width - len(text), 0)
+            self.stream.write(f"\r{text}{pad}")
+            self._width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self, done: int, *, fraction: float | None = None, event_time: float | None = None) -> None:
+        if not self.enabled:
+            return
+        self.update(done, fraction=fraction, event_time=event_time, force=True)
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# Replaying
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayStats:
+    """What a replay did."""
+
+    sent: int = 0
+    skipped: int = 0
+    failed: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        span = ""
+        if self.first_ts is not None and self.last_ts is not None:
+            fmt = "%Y-%m-%d %H:%M"
+            a = datetime.fromtimestamp(self.first_ts, tz=timezone.utc).strftime(fmt)
+            b = datetime.fromtimestamp(self.last_ts, tz=timezone.utc).strftime(fmt)
+            span = f", event time {a} .. {b} UTC"
+        rate = self.sent / self.seconds if self.seconds > 0 else 0.0
+        return (f"replayed {self.sent:,} events in {self.seconds:.1f}s ({rate:,.0f}/s){span}; "
+                f"skipped {self.skipped:,} rows without user/key/time; {self.failed:,} failed to send")
+
+
+def replay(events: Iterable[Event | None], producer: Any, topic: str, fields: EventsConfig, *,
+           pacer: Pacer | None = None, progress: Progress | None = None,
+           fraction: Callable[[], float | None] | None = None, limit: int | None = None,
+           should_stop: Callable[[], bool] | None = None) -> ReplayStats:
+    """Send ``events`` to ``topic`` through a kafka-python-like ``producer`` and flush.
+
+    ``None`` items are rows that did not map to an event; they are counted as skipped. The record key is
+    the user (UTF-8) and the record timestamp the event time (ms), when known. ``limit`` stops after that
+    many sent events; ``should_stop`` is polled between events (e.g. a SIGINT flag).
+    """
+    pacer = pacer or Pacer()
+    stats = ReplayStats()
+    t0 = time.monotonic()
+
+    def failed(_exc: BaseException) -> None:
+        stats.failed += 1
+
+    for item in events:
+        if should_stop is not None and should_stop():
+            break
+        if limit is not None and stats.sent >= limit:
+            break
+        if item is None:
+            stats.skipped += 1
+            continue
+        pacer.wait(item.ts)
+        ts_ms = int(item.ts * 1000) if item.ts is not None and item.ts >= 0 else None
+        future = producer.send(topic, key=item.user.encode(), value=item.to_json(fields), timestamp_ms=ts_ms)
+        if hasattr(future, "add_errback"):
+            future.add_errback(failed)
+        stats.sent += 1
+        if item.ts is not None:
+            stats.first_ts = item.ts if stats.first_ts is None else stats.first_ts
+            stats.last_ts = item.ts
+        if progress is not None:
+            progress.update(stats.sent, fraction=fraction() if fraction else None, event_time=item.ts)
+    producer.flush()
+    stats.seconds = time.monotonic() - t0
+    if progress is not None:
+        progress.finish(stats.sent, fraction=fraction() if fraction else None, event_time=stats.last_ts)
+    return stats

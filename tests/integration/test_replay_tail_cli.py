@@ -1,0 +1,101 @@
+"""`stream-dp replay` and `stream-dp tail` as processes against the real broker."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from stream_dp.demo_data import generate_ratings, write_csv
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stream_dp.cli", *args], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, deadline_s: float = 60) -> list:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None, consumer_timeout_ms=1000)
+    out: list = []
+    deadline = time.monotonic() + deadline_s
+    while len(out) < expected and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            out.extend(batch)
+    consumer.close()
+    return out
+
+
+def test_replay_movielens_csv_keyed_by_user(tmp_path, bootstrap_servers, topic_name):
+    ratings = generate_ratings(users=200, movies=100, days=2, seed=5)[:1500]
+    path = tmp_path / "ratings.csv"
+    write_csv(ratings, path)
+    topic = topic_name("events")
+    env = {"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers}
+    res = cli("replay", str(path), "--user-column", "userId", "--key-column", "movieId", "--time-column",
+              "timestamp", "--topic", topic, "--partitions", "3", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "replayed 1,500 events" in res.stderr and "0 failed" in res.stderr
+    records = consume_all(bootstrap_servers, topic, 1500)
+    assert len(records) == 1500
+    partitions_of_user = collections.defaultdict(set)
+    for rec in records:
+        event = json.loads(rec.value)
+        assert set(event) == {"user", "key", "ts"}
+        assert rec.key.decode() == event["user"]
+        assert rec.timestamp == event["ts"] * 1000
+        partitions_of_user[event["user"]].add(rec.partition)
+    assert all(len(p) == 1 for p in partitions_of_user.values()), "one user's events stay in one partition"
+    assert len({p for ps in partitions_of_user.values() for p in ps}) == 3
+    sent = collections.Counter((str(r.user_id), str(r.movie_id)) for r in ratings)
+    got = collections.Counter((json.loads(r.value)["user"], json.loads(r.value)["key"]) for r in records)
+    assert sent == got
+
+
+def test_replay_generated_stream_with_a_limit_and_bad_columns(tmp_path, bootstrap_servers, topic_name):
+    topic = topic_name("events")
+    env = {"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers, "STREAM_DP_KAFKA__EVENTS_TOPIC": topic}
+    res = cli("replay", "--generate", "--days", "1", "--users", "300", "--limit", "200", "--no-progress", env=env)
+    assert res.returncode == 0, res.stderr
+    assert len(consume_all(bootstrap_servers, topic, 200)) == 200
+    path = tmp_path / "r.csv"
+    path.write_text("uid,item\n1,2\n")
+    res = cli("replay", str(path), "--user-column", "userId", env=env)
+    assert res.returncode == 1 and "no column 'userId'" in res.stderr and "uid, item" in res.stderr
+
+
+def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
+    topic = topic_name("releases")
+    records = [
+        {"release_id": "1793577600-1793581200.topk", "schema_version": 1, "type": "topk", "status": "released",
+         "window": {"start": 1793577600, "end": 1793581200}, "items": [{"rank": 1, "key": "318"}],
+         "hit_bottom": True, "mechanism": {"name": "limited_domain_topk", "parameters": {"k": 10}},
+         "cost": {"epsilon": 0.2, "delta": 1e-7, "events": []},
+         "budget": {"scope": "2026-11-02", "epsilon_spent": 0.2, "delta_spent": 1e-7,
+                    "epsilon_remaining": 9.8, "delta_remaining": 1e-5}},
+        {"release_id": "1793577600-1793581200.sample", "schema_version": 1, "type": "sample", "status": "released",
+         "window": {"start": 1793577600, "end": 1793581200}, "items": [{"key": "1", "token": 2, "estimate": 3.5}],
+         "hit_bottom": False, "mechanism": {"name": "private_weighted_sample", "parameters": {}},
+         "cost": {"epsilon": 0.5, "delta": 1e-6, "events": []}, "budget": {}},
+    ]
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    for rec in records + records[:1]:  # the topk release is published twice (a restart)
+        producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
+    producer.send(topic, key=b"junk", value=b"not json")
+    producer.flush()
+    producer.close()
+    env = {"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers}
+    res = cli("tail", "--topic", topic, "--idle-timeout", "4", "--color", "never", env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("· topk ·") == 1 and res.stdout.count("· sample ·") == 1
+    assert "318" in res.stdout and "⊥ stopped early" in res.stdout and "1 sampled keys" in res.stdout
+    res = cli("tail", "--topic", topic, "--type", "sample", "--count", "1", "--json", env=env)
+    assert [json.loads(line)["type"] for line in res.stdout.splitlines()] == ["sample"]

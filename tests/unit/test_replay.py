@@ -1,0 +1,183 @@
+"""Replay: reading CSV/JSONL, column mapping, pacing with a fake clock, what is produced."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+import pytest
+
+from stream_dp.config import EventsConfig
+from stream_dp.replay import (ColumnMapping, Event, Pacer, Progress, ReplayError, parse_time, read_rows, replay)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes, int | None]] = []
+        self.flushed = 0
+
+    def send(self, topic, *, key, value, timestamp_ms=None):  # noqa: ANN001
+        self.sent.append((topic, key, value, timestamp_ms))
+
+    def flush(self) -> None:
+        self.flushed += 1
+
+
+MOVIELENS = ColumnMapping(user="userId", key="movieId", time="timestamp")
+
+
+def write(tmp_path, name: str, text: str):  # noqa: ANN001
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def test_csv_rows_map_to_events_and_progress_counts_bytes(tmp_path):
+    text = "userId,movieId,rating,timestamp\n1,318,4.0,964982703\n2,296,5.0,964982800\n"
+    src = read_rows(write(tmp_path, "ratings.csv", text))
+    MOVIELENS.check_columns(src.columns, "ratings.csv")
+    events = [MOVIELENS.event(r) for r in src.rows]
+    assert events == [Event("1", "318", 964982703.0), Event("2", "296", 964982800.0)]
+    assert src.bytes_read == src.size_bytes == len(text)
+    src.close()
+
+
+def test_gzip_and_jsonl(tmp_path):
+    text = '{"u": "a", "k": "x", "t": "2026-11-29T00:00:00Z"}\n\n{"u": "b", "k": "y", "t": 1795910400}\n'
+    src = read_rows(write(tmp_path, "events.jsonl.gz", text))
+    m = ColumnMapping(user="u", key="k", time="t")
+    assert [m.event(r) for r in src.rows] == [Event("a", "x", 1795910400.0), Event("b", "y", 1795910400.0)]
+    src.close()
+
+
+def test_missing_column_is_an_error_naming_it_and_the_columns(tmp_path):
+    src = read_rows(write(tmp_path, "r.csv", "userId,itemId,timestamp\n1,2,3\n"))
+    with pytest.raises(ReplayError, match=r"no column 'movieId' \(the --key-column\); its columns are: userId, itemId"):
+        MOVIELENS.check_columns(src.columns, "r.csv")
+    src.close()
+
+
+def test_bad_inputs_are_named(tmp_path):
+    with pytest.raises(ReplayError, match="does not exist"):
+        read_rows(tmp_path / "nope.csv")
+    with pytest.raises(ReplayError, match="--format"):
+        read_rows(write(tmp_path, "data.txt", "a"))
+    src = read_rows(write(tmp_path, "e.jsonl", '{"user": 1}\nnot json\n'))
+    with pytest.raises(ReplayError, match="e.jsonl line 2 is not valid JSON"):
+        list(src.rows)
+    src.close()
+
+
+def test_rows_without_user_key_or_time_are_skipped_not_half_sent():
+    m = ColumnMapping()
+    assert m.event({"user": "", "key": "k", "ts": 1}) is None
+    assert m.event({"user": "u", "ts": 1}) is None
+    assert m.event({"user": "u", "key": "k", "ts": "yesterday"}) is None
+    assert m.event({"user": "u", "key": "k"}) is None
+    assert ColumnMapping(time=None).event({"user": 5, "key": 6}) == Event("5", "6", None)
+
+
+def test_time_units_and_offset():
+    assert parse_time("1700000000500", "ms") == 1700000000.5
+    assert ColumnMapping(time_offset_seconds=10).event({"user": "u", "key": "k", "ts": 5}) == Event("u", "k", 15.0)
+    with pytest.raises(ValueError):
+        parse_time(float("nan"))
+
+
+def test_pacer_rate_limit_spaces_events_evenly():
+    fake = FakeClock()
+    p = Pacer(rate=4, clock=fake.clock, sleep=fake.sleep)
+    for _ in range(9):
+        p.wait(None)
+    assert fake.now == pytest.approx(100.0 + 8 / 4)
+
+
+def test_pacer_speedup_follows_event_time():
+    fake = FakeClock()
+    p = Pacer(speedup=3600, clock=fake.clock, sleep=fake.sleep)
+    for ts in (1000, 1000 + 3600, 1000 + 3600, 1000 + 7 * 3600):
+        p.wait(ts)
+    assert fake.now == pytest.approx(107.0)  # seven hours of event time in seven seconds
+    assert fake.sleeps == pytest.approx([1.0, 6.0])
+
+
+def test_pacer_takes_the_slower_of_rate_and_speedup():
+    fake = FakeClock()
+    p = Pacer(rate=1, speedup=10, clock=fake.clock, sleep=fake.sleep)
+    for ts in (0, 1, 2, 100):  # rate binds for the first three, event time for the last
+        p.wait(ts)
+    assert fake.now == pytest.approx(110.0)
+
+
+def test_pacer_as_fast_as_possible_never_sleeps():
+    fake = FakeClock()
+    p = Pacer(clock=fake.clock, sleep=fake.sleep)
+    for ts in range(0, 10_000, 1000):
+        p.wait(ts)
+    assert fake.sleeps == []
+    with pytest.raises(ValueError, match="rate"):
+        Pacer(rate=0)
+    with pytest.raises(ValueError, match="speedup"):
+        Pacer(speedup=-1)
+
+
+def test_replay_produces_json_keyed_by_user_with_event_timestamps():
+    producer = FakeProducer()
+    fields = EventsConfig(user_field="uid", key_field="item", time_field="when")
+    events = [Event("u1", "a", 10.0), None, Event("u2", "b", 11.5), Event("u1", "c", None)]
+    stats = replay(events, producer, "events", fields)
+    assert (stats.sent, stats.skipped, stats.failed) == (3, 1, 0)
+    assert [(t, k) for t, k, _, _ in producer.sent] == [("events", b"u1"), ("events", b"u2"), ("events", b"u1")]
+    assert [json.loads(v) for _, _, v, _ in producer.sent] == [
+        {"uid": "u1", "item": "a", "when": 10}, {"uid": "u2", "item": "b", "when": 11.5}, {"uid": "u1", "item": "c"}]
+    assert [ts for *_, ts in producer.sent] == [10_000, 11_500, None]
+    assert producer.flushed == 1
+    assert (stats.first_ts, stats.last_ts) == (10.0, 11.5)
+    assert "replayed 3 events" in stats.summary() and "skipped 1" in stats.summary()
+
+
+def test_replay_limit_and_stop():
+    producer = FakeProducer()
+    stats = replay((Event(f"u{i}", "k", float(i)) for i in range(100)), producer, "t", EventsConfig(), limit=7)
+    assert stats.sent == 7 and len(producer.sent) == 7
+    flags = iter([False, False, True])
+    stats = replay((Event("u", "k", 1.0) for _ in range(10)), FakeProducer(), "t", EventsConfig(),
+                   should_stop=lambda: next(flags))
+    assert stats.sent == 2
+
+
+def test_progress_bar_on_a_terminal_redraws_in_place():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    fake = FakeClock()
+    out = Tty()
+    bar = Progress(out, total=200, clock=fake.clock)
+    bar.update(50, event_time=1795910400.0)
+    fake.now += 1.0
+    bar.update(100)
+    bar.finish(200)
+    text = out.getvalue()
+    assert text.count("\r") == 3 and text.endswith("\n")
+    assert " 25.0%" in text and "100.0%" in text and "2026-11-29 00:00 UTC" in text
+    silent = io.StringIO()
+    Progress(silent, enabled=False).finish(3)
+    assert silent.getvalue() == ""
