@@ -1,0 +1,187 @@
+"""Large margin mechanism for private argmax over huge universes (Chaudhuri, Hsu & Song, NIPS 2014;
+ALGORITHMS.md §2.3).
+
+``lmm(α, δ, D)`` finds, with a sparse-vector search, the smallest l such that the top score has a clear
+margin over the (l+1)-th, then runs the exponential mechanism only over the top l items. Its utility
+depends on the margin, not on the universe size K (range independence).
+
+Constants (reconstructed, ALGORITHMS.md decision 6 and §2.3 -- not read in the paper itself): budget
+α/3 + α/3 + α/3, δ/3 tails. For r = 1, 2, …
+
+- t(r) = (6/n)·(1 + ln(3r/δ)/α)
+- T(r) = (3/(αn))·ln(3/(2δ)) + (6/(αn))·ln(3/δ) + (12/(αn))·ln(3r(r+1)/δ) + t(r)
+
+1. m = f⁽¹⁾ + Z/n, Z ~ Lap(3/α).
+2. G ~ Lap(6/α); Z_1, Z_2, … ~ Lap(12/α).
+3. l = 1; while l < K: stop if m − f⁽ˡ⁺¹⁾ > (Z_l + G)/n + T(l), else l += 1.
+4. Return I drawn from the top-l items with P[i] ∝ exp(nα·f(i)/6).
+
+Privacy: (α, δ)-DP when every score f(i, ·) is (1/n)-Lipschitz in the dataset (e.g. f = share of users on
+item i, or count/n) → :func:`large_margin_events`. The universe must not depend on the data.
+
+**Implicit universe.** ``scores`` lists only some items; ``universe_size`` K (≥ len(scores)) says how many
+items exist in all, the unlisted ones having score 0 (listed scores must then be ≥ 0; unlisted items rank
+after listed zeros). Unlisted items are never enumerated: the search over their run of equal scores samples
+the first success of the independent tests directly (geometric skips with thinning over doubling blocks),
+so K = 10³⁰⁰ costs about log₂K steps. When an unlisted item is drawn the result is :data:`UNLISTED`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+
+import numpy as np
+
+from stream_dp.accounting.events import ApproxDpEvent, DpEvent
+from stream_dp.mechanisms._validation import (
+    check_delta,
+    check_epsilon,
+    check_positive_int,
+    check_scores,
+    tie_key,
+)
+from stream_dp.rng import RngLike, make_rng
+
+
+class _Unlisted:
+    """Marker for "an item of the implicit universe that ``scores`` did not list"."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNLISTED"
+
+
+UNLISTED = _Unlisted()
+"""Returned by :func:`large_margin_argmax` when the chosen item is one of the unlisted score-0 items."""
+
+_CHUNK = 256
+
+
+def margin_threshold(level: int, *, epsilon: float, delta: float, n: int) -> float:
+    """T(level) of §2.3 (computed with logs so that level may be astronomically large).
+
+    >>> round(margin_threshold(1, epsilon=1.0, delta=1e-6, n=1000), 4)
+    0.4149
+    """
+    a, ln_level = epsilon * n, math.log(level)
+    small_t = (6 / n) * (1 + (math.log(3 / delta) + ln_level) / epsilon)
+    return ((3 / a) * math.log(3 / (2 * delta)) + (6 / a) * math.log(3 / delta)
+            + (12 / a) * (math.log(3 / delta) + ln_level + math.log(level + 1)) + small_t)
+
+
+def _log_laplace_cdf(x: float, b: float) -> tuple[float, float]:
+    """(ln P[Lap(b) < x], ln(−ln P[Lap(b) ≥ x])), both accurate in the far tails."""
+    if x <= 0:
+        log_p = math.log(0.5) + x / b
+        # −ln(1 − p) ≈ p when p is tiny
+        return log_p, (log_p if log_p < -30 else math.log(-math.log1p(-math.exp(log_p))))
+    return math.log1p(-0.5 * math.exp(-x / b)), math.log(x / b - math.log(0.5))
+
+
+def _search_level(listed: np.ndarray, universe: int, *, epsilon: float, delta: float, n: int,
+                  rng: np.random.Generator) -> int:
+    """Steps 1–3: the level l ∈ [1, universe]. ``listed`` are the listed scores in decreasing order; the
+    items from position len(listed)+1 to ``universe`` have score 0."""
+    top = float(listed[0]) if len(listed) else 0.0
+    m = top + rng.laplace(0.0, 3.0 / epsilon) / n
+    g = rng.laplace(0.0, 6.0 / epsilon)
+    b = 12.0 / epsilon
+    # Listed phase: levels l = 1 .. len(listed)-1 compare against the listed score f^(l+1).
+    last_listed_level = min(len(listed) - 1, universe - 1)
+    level = 1
+    while level <= last_listed_level:
+        stop = min(level + _CHUNK - 1, last_listed_level)
+        levels = range(level, stop + 1)
+        bound = np.array([n * (m - listed[l] - margin_threshold(l, epsilon=epsilon, delta=delta, n=n)) - g
+                          for l in levels])
+        passed = np.flatnonzero(rng.laplace(0.0, b, len(bound)) < bound)
+        if len(passed):
+            return level + int(passed[0])
+        level = stop + 1
+    # Implicit phase: levels l = level .. universe-1 all compare against score 0 and the bound
+    # c_l = n(m − T(l)) − G decreases in l, so p_l = P[Z_l < c_l] does too. Sample the first success by
+    # thinning: skip geometrically with the block's largest p, accept a candidate with p_l / p_start.
+    def log_p(l: int) -> tuple[float, float]:
+        return _log_laplace_cdf(n * (m - margin_threshold(l, epsilon=epsilon, delta=delta, n=n)) - g, b)
+
+    current = level
+    while current <= universe - 1:
+        block_end = min(2 * current, universe - 1)
+        lp, log_neg_log_q = log_p(current)
+        # failures before the first success of Bernoulli(p): floor(ln U / ln(1 − p))
+        exponential = -math.log1p(-rng.random())  # −ln U, U uniform on (0, 1]
+        log_skip = (math.log(exponential) if exponential > 0 else -math.inf) - log_neg_log_q
+        if log_skip > math.log(block_end - current + 1):
+            current = block_end + 1
+            continue
+        candidate = current + int(math.floor(math.exp(log_skip)))
+        if candidate > block_end:
+            current = block_end + 1
+            continue
+        if rng.random() < math.exp(log_p(candidate)[0] - lp):
+            return candidate
+        current = candidate + 1
+    return universe
+
+
+def large_margin_argmax(scores: Mapping[Hashable, float], *, epsilon: float, delta: float, n: int,
+                        universe_size: int | None = None, rng: RngLike = None) -> Hashable:
+    """Choose an item with (nearly) the highest score, (ε, δ)-DP with ε = α of the paper (module docstring).
+
+    ``scores``: item → f(i, D), (1/n)-Lipschitz; ``n``: number of individuals; ``universe_size``: total
+    number of items when ``scores`` lists only some (the rest score 0; never enumerated), default
+    ``len(scores)``. Returns the chosen key, or :data:`UNLISTED`. Raises ``ValueError`` on ε ≤ 0,
+    δ ∉ (0, 1), n < 1, NaN/infinite scores, an empty universe, ``universe_size < len(scores)``, or a
+    negative listed score with an implicit universe.
+
+    >>> large_margin_argmax({"item1": 1.0}, epsilon=1.0, delta=1e-6, n=1000, universe_size=10**300, rng=1)
+    'item1'
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    n = check_positive_int(n, "n")
+    keys, values = check_scores(scores, name="scores", nonnegative=False)
+    if universe_size is None:
+        universe = len(keys)
+    else:
+        universe = check_positive_int(universe_size, "universe_size")
+        if universe < len(keys):
+            raise ValueError(f"universe_size must be >= the number of listed scores ({len(keys)}), "
+                             f"got {universe}")
+        if universe > len(keys) and (values < 0).any():
+            raise ValueError("scores must be >= 0 when universe_size adds unlisted score-0 items")
+    if universe < 1:
+        raise ValueError("the universe is empty: give scores or universe_size >= 1")
+    generator = make_rng(rng)
+
+    order = sorted(range(len(keys)), key=lambda i: (values[i], tie_key(keys[i])), reverse=True)
+    listed = values[order]
+    level = _search_level(listed, universe, epsilon=epsilon, delta=delta, n=n, rng=generator)
+
+    # Step 4: exponential mechanism with privacy α/3 over the top `level` items.
+    chosen = min(level, len(listed))
+    logits = list(n * epsilon * listed[:chosen] / 6.0)
+    unlisted = level - chosen
+    if unlisted > 0:
+        logits.append(math.log(unlisted))  # (level − L) unlisted items of weight exp(0) = 1 each
+    logits_arr = np.array(logits)
+    p = np.exp(logits_arr - logits_arr.max())
+    pick = int(generator.choice(len(p), p=p / p.sum()))
+    return UNLISTED if pick == chosen else keys[order[pick]]
+
+
+def large_margin_events(*, epsilon: float, delta: float) -> tuple[DpEvent, ...]:
+    """The cost of one :func:`large_margin_argmax` call: (ε, δ)-DP.
+
+    >>> large_margin_events(epsilon=1.0, delta=1e-6)[0].mechanism
+    'large_margin'
+    """
+    return (ApproxDpEvent(epsilon=check_epsilon(epsilon), delta=check_delta(delta),
+                          mechanism="large_margin"),)
