@@ -12,10 +12,20 @@ from stream_dp.mechanisms.noisy_topk_gap import (
     noisy_topk_with_gap_events,
     noisy_topk_with_measures,
 )
+from stream_dp.mechanisms.svt import AdaptiveSVT, SVTAnswer, SVTExhaustedError, SVTRun, adaptive_svt
+from stream_dp.mechanisms.svt_measures import MeasuredAnswer, SVTMeasuresResult, blue_combine, svt_with_measures
 
 __all__ = [
+    "AdaptiveSVT",
+    "MeasuredAnswer",
+    "SVTAnswer",
+    "SVTExhaustedError",
+    "SVTMeasuresResult",
+    "SVTRun",
     "TopKResult",
     "UNLISTED",
+    "adaptive_svt",
+    "blue_combine",
     "blue_estimates",
     "large_margin_argmax",
     "large_margin_events",
@@ -24,4 +34,5 @@ __all__ = [
     "noisy_topk_with_gap",
     "noisy_topk_with_gap_events",
     "noisy_topk_with_measures",
+    "svt_with_measures",
 ]
