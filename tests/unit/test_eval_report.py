@@ -1,0 +1,68 @@
+"""The evaluation harness runs end to end at tiny scale, so the committed report cannot rot."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from eval import analysis
+from eval.render import headline_rows
+from eval.report import main
+
+pytestmark = pytest.mark.slow
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("evaluation")
+    started = time.perf_counter()
+    assert main(["--out", str(out), "--scale", "tiny"]) == 0
+    elapsed = time.perf_counter() - started
+    assert elapsed < 60, f"tiny-scale harness took {elapsed:.0f} s"
+    return out
+
+
+def test_writes_csvs_figures_and_report(report_dir):
+    rows = analysis.read_csv(report_dir / "topk.csv")
+    methods = {r["method"] for r in rows}
+    assert methods == {"ldt", "full_domain_em", "laplace_threshold", "laplace_then_em", "true_topk"}
+    # the whole grid: 3 Δ × 4 ε × 2 k cells, LDT at 3 k̄ plus 4 other methods each
+    assert len(rows) == 3 * 4 * 2 * (3 + 4)
+    for r in rows:
+        assert 0 <= r["recall_mean"] <= 1
+        assert r["keys_mean"] <= r["k"]
+    ceiling = analysis.select(rows, method="true_topk")
+    assert all(r["recall_mean"] == 1.0 and r["precision_mean"] == 1.0 for r in ceiling)
+    pngs = sorted(report_dir.glob("*.png"))
+    assert len(pngs) >= 3
+    for png in pngs:
+        assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_report_quotes_the_csv(report_dir):
+    text = (report_dir / "README.md").read_text(encoding="utf-8")
+    rows = analysis.read_csv(report_dir / "topk.csv")
+    assert "python -m eval.report" in text
+    headline = headline_rows(rows, "zipf1.1")
+    assert len(headline) == 7
+    for cells in headline:
+        assert "| " + " | ".join(cells) + " |" in text
+    for png in report_dir.glob("*.png"):
+        assert f"({png.name})" in text
+
+
+def test_more_budget_does_not_hurt_on_average(report_dir):
+    # sanity of the whole pipeline: for each method, recall at ε_w = 2 is not far below recall at ε_w = 0.1
+    rows = analysis.read_csv(report_dir / "topk.csv")
+    for r in analysis.select(rows, epsilon_w=2.0):
+        if r["method"] == "true_topk":
+            continue
+        low = analysis.select(rows, dataset=r["dataset"], delta_keys=r["delta_keys"], k=r["k"],
+                              method=r["method"], epsilon_w=0.1)
+        low = [x for x in low if x["k_bar"] == r["k_bar"]][0]
+        slack = math.hypot(r["recall_ci95"], low["recall_ci95"]) + 1e-9
+        assert r["recall_mean"] >= low["recall_mean"] - slack
