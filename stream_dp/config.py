@@ -101,6 +101,7 @@ class BudgetConfig:
     delta: float = 1e-5  # δ cap per user per period (includes delta_prime)
     delta_prime: float = 1e-7  # δ′ of the zCDP → (ε, δ) conversion
     lifetime_epsilon: float = 0.0  # optional cap across all periods; 0 = no lifetime scope
+    lifetime_delta: float = 0.0  # δ cap of the lifetime scope (incl. delta_prime); 0 = budget.delta
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,8 @@ def validate(config: Config) -> Config:
     _probability("budget.delta_prime", b.delta_prime)
     _require(b.delta_prime < b.delta, "budget.delta_prime", f"< budget.delta ({b.delta})", b.delta_prime)
     _require(b.lifetime_epsilon >= 0, "budget.lifetime_epsilon", ">= 0 (0 disables it)", b.lifetime_epsilon)
+    _require(b.lifetime_delta == 0 or b.delta_prime < b.lifetime_delta < 1, "budget.lifetime_delta",
+             f"0 (= budget.delta) or in (budget.delta_prime = {b.delta_prime}, 1)", b.lifetime_delta)
     if r.topk.enabled:
         _require(r.topk.k >= 1, "releases.topk.k", ">= 1", r.topk.k)
         _require(r.topk.k_bar >= r.topk.k, "releases.topk.k_bar", f">= releases.topk.k ({r.topk.k})", r.topk.k_bar)

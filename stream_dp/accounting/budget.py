@@ -42,11 +42,17 @@ class BudgetCap:
     epsilon: float
     delta: float
     delta_prime: float
-    name: str = "budget"  # config section, for error messages
+    name: str = "budget"  # "budget" (period cap) or "budget.lifetime": for the settings named in errors
+
+    def setting(self, field: str) -> str:
+        """The config setting behind a field: ``budget.epsilon``, ``budget.lifetime_epsilon``…"""
+        if self.name == "budget.lifetime" and field != "delta_prime":
+            return f"budget.lifetime_{field}"
+        return f"budget.{field}" if self.name.startswith("budget") else f"{self.name}.{field}"
 
     def __post_init__(self) -> None:
-        def bad(setting: str, allowed: str, value: Any) -> ConfigError:
-            return ConfigError(f"{self.name}.{setting} must be {allowed}, got {value!r}")
+        def bad(field: str, allowed: str, value: Any) -> ConfigError:
+            return ConfigError(f"{self.setting(field)} must be {allowed}, got {value!r}")
 
         for setting in ("epsilon", "delta", "delta_prime"):
             value = getattr(self, setting)
@@ -58,7 +64,7 @@ class BudgetCap:
         if not 0 < self.delta < 1:
             raise bad("delta", "in (0, 1)", self.delta)
         if not 0 < self.delta_prime < self.delta:
-            raise bad("delta_prime", f"in (0, {self.name}.delta = {self.delta})", self.delta_prime)
+            raise bad("delta_prime", f"in (0, {self.setting('delta')} = {self.delta})", self.delta_prime)
 
     @classmethod
     def from_config(cls, budget: Any) -> "BudgetCap":
@@ -67,13 +73,14 @@ class BudgetCap:
 
     @classmethod
     def lifetime_from_config(cls, budget: Any) -> "BudgetCap | None":
-        """The lifetime cap (ε = budget.lifetime_epsilon, same δ and δ′), or None when it is 0 (off)."""
+        """The lifetime cap (budget.lifetime_epsilon, budget.lifetime_delta or else budget.delta, same δ′),
+        or None when budget.lifetime_epsilon is 0 (off)."""
         if budget.lifetime_epsilon == 0:
             return None
         if not budget.lifetime_epsilon > 0:
             raise ConfigError(f"budget.lifetime_epsilon must be >= 0 (0 disables it), got {budget.lifetime_epsilon!r}")
-        lifetime_delta = getattr(budget, "lifetime_delta", 0.0) or budget.delta
-        return cls(budget.lifetime_epsilon, lifetime_delta, budget.delta_prime, name="budget.lifetime")
+        return cls(budget.lifetime_epsilon, budget.lifetime_delta or budget.delta, budget.delta_prime,
+                   name="budget.lifetime")
 
     def to_dict(self) -> dict[str, float]:
         return {"epsilon": self.epsilon, "delta": self.delta, "delta_prime": self.delta_prime}
@@ -107,7 +114,7 @@ def decide(total: Spent, cap: BudgetCap) -> str:
     return REASON_OK
 
 
-def check_budget_covers(cap: BudgetCap, events: Iterable[DpEvent], *, setting: str = "budget") -> None:
+def check_budget_covers(cap: BudgetCap, events: Iterable[DpEvent]) -> None:
     """Startup check: one worst-case release (``events``) must fit into an empty scope under ``cap``.
 
     Raises :class:`ConfigError` naming the cap setting that is too small, so a misconfigured service
@@ -125,11 +132,11 @@ def check_budget_covers(cap: BudgetCap, events: Iterable[DpEvent], *, setting: s
     delta = reported_delta(spent, cap.delta_prime)
     reason = decide(spent, cap)
     if reason == REASON_EPSILON:
-        raise ConfigError(f"{setting}.epsilon = {cap.epsilon:g} is smaller than one release costs "
+        raise ConfigError(f"{cap.setting('epsilon')} = {cap.epsilon:g} is smaller than one release costs "
                           f"(epsilon {eps:.6g} for {len(events)} event(s))")
     if reason == REASON_DELTA:
-        raise ConfigError(f"{setting}.delta = {cap.delta:g} is smaller than one release costs "
-                          f"(delta {delta:.6g} incl. {setting}.delta_prime = {cap.delta_prime:g})")
+        raise ConfigError(f"{cap.setting('delta')} = {cap.delta:g} is smaller than one release costs "
+                          f"(delta {delta:.6g} incl. budget.delta_prime = {cap.delta_prime:g})")
 
 
 def scope_for(event_time_seconds: float, period_seconds: int) -> str:

@@ -175,3 +175,59 @@ def test_lua_and_python_decisions_agree_near_the_boundary(redis_client):
         assert got.reason == expected, (trial, cap, eps)
         accepted += got.accepted
     assert compared >= 100 and 0 < accepted < compared  # both sides of the boundary were exercised
+
+
+LIFETIME = BudgetCap(1.5, 1e-5, 1e-7, name="budget.lifetime")
+
+
+@pytest.fixture
+def two_scope_ledger(redis_client):
+    return Ledger(redis_client, CAP, keys=Keys("t"), lifetime_cap=LIFETIME)
+
+
+def test_lifetime_scope_caps_across_periods(two_scope_ledger):
+    ledger = two_scope_ledger
+    assert ledger.charge("2026-11-28", "a", [PureDpEvent(0.9)], payload="A").accepted
+    refused = ledger.charge("2026-11-29", "b", [PureDpEvent(0.9)], payload="B")  # fits the period, not lifetime
+    assert not refused.accepted and refused.reason == "lifetime_epsilon_cap" and refused.exhausted
+    assert ledger.stored("2026-11-29", "b") is None
+    assert ledger.remaining("2026-11-29").spent == compose([])  # the period was not touched
+    assert ledger.charge("2026-11-29", "c", [PureDpEvent(0.6)]).accepted  # 1.5 in lifetime: at the cap
+    life = ledger.remaining("lifetime")
+    assert life.epsilon_spent == pytest.approx(1.5) and ledger.verify("lifetime").open_reservations == 0
+    for scope in ("2026-11-28", "2026-11-29", "lifetime"):
+        assert ledger.verify(scope).ok
+    assert ledger.scopes() == ["2026-11-28", "2026-11-29", "lifetime"]
+
+
+def test_period_refusal_cancels_the_lifetime_hold(two_scope_ledger):
+    ledger = two_scope_ledger
+    assert ledger.charge("d", "a", [PureDpEvent(0.9)]).accepted
+    assert ledger.charge("d", "b", [PureDpEvent(0.2)]).reason == "epsilon_cap"  # period full
+    assert ledger.remaining("lifetime").spent == compose([PureDpEvent(0.9)])  # hold dropped again
+    assert ledger.verify("lifetime").ok
+
+
+def test_crash_between_lifetime_hold_and_period_charge_is_completed_by_the_retry(two_scope_ledger):
+    ledger = two_scope_ledger
+    events = [PureDpEvent(0.4)]
+    ledger.reserve("lifetime", "d/a", events)  # step 1 of charge("d", "a") ... then the process died
+    assert ledger.remaining("lifetime").spent == compose(events)  # counted while in doubt
+    retry = ledger.charge("d", "a", events, payload="A")
+    assert retry.accepted and not retry.duplicate
+    assert ledger.remaining("lifetime").spent == compose(events)  # once, not twice
+    assert ledger.charge("d", "a", events, payload="A2").payload == "A"
+    report = ledger.verify("lifetime")
+    assert report.ok and report.open_reservations == 0 and report.charges == 1
+
+
+def test_lifetime_reserve_and_settle(two_scope_ledger):
+    ledger = two_scope_ledger
+    worst = [RangeBoundedEvent(0.1, count=10, delta=1e-7)]
+    assert ledger.reserve("d", "w.topk", worst).accepted
+    assert ledger.remaining("lifetime").spent == compose(worst)
+    actual = [RangeBoundedEvent(0.1, count=2, delta=1e-7)]
+    assert ledger.settle("d", "w.topk", "w.topk", actual, payload="T").accepted
+    assert ledger.remaining("lifetime").spent == compose(actual)
+    assert ledger.remaining("d").spent == compose(actual)
+    assert ledger.verify("lifetime").ok and ledger.verify("d").ok

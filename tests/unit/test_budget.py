@@ -27,8 +27,19 @@ def test_cap_from_config_and_lifetime():
     cfg = BudgetConfig(epsilon=2.0, delta=1e-6, delta_prime=1e-8, lifetime_epsilon=20.0)
     assert BudgetCap.from_config(cfg) == BudgetCap(2.0, 1e-6, 1e-8)
     life = BudgetCap.lifetime_from_config(cfg)
-    assert life is not None and life.epsilon == 20.0 and life.delta_prime == 1e-8
+    assert life == BudgetCap(20.0, 1e-6, 1e-8, name="budget.lifetime")
+    cfg2 = BudgetConfig(epsilon=2.0, delta=1e-6, delta_prime=1e-8, lifetime_epsilon=20.0, lifetime_delta=1e-4)
+    assert BudgetCap.lifetime_from_config(cfg2).delta == 1e-4
     assert BudgetCap.lifetime_from_config(BudgetConfig()) is None
+
+
+def test_config_validation_of_lifetime_delta():
+    from stream_dp.config import config_from_mapping
+
+    with pytest.raises(ConfigError, match=r"^budget\.lifetime_delta"):
+        config_from_mapping({"budget": {"lifetime_epsilon": 5.0, "lifetime_delta": 1.5}}, environ={})
+    cfg = config_from_mapping({"budget": {"lifetime_epsilon": 5.0, "lifetime_delta": 1e-4}}, environ={})
+    assert BudgetCap.lifetime_from_config(cfg.budget).delta == 1e-4
 
 
 def test_check_budget_covers_names_the_setting():
@@ -39,8 +50,10 @@ def test_check_budget_covers_names_the_setting():
         check_budget_covers(cap, worst_topk + [PureDpEvent(0.5)])
     with pytest.raises(ConfigError, match=r"^budget\.delta = 1e-06 .*budget\.delta_prime"):
         check_budget_covers(cap, [ApproxDpEvent(0.1, 1e-6)])
-    with pytest.raises(ConfigError, match=r"^budget\.lifetime\.epsilon"):
-        check_budget_covers(BudgetCap(0.1, 1e-6, 1e-7), worst_topk, setting="budget.lifetime")
+    with pytest.raises(ConfigError, match=r"^budget\.lifetime_epsilon = 0.1 is smaller"):
+        check_budget_covers(BudgetCap(0.1, 1e-6, 1e-7, name="budget.lifetime"), worst_topk)
+    with pytest.raises(ConfigError, match=r"^budget\.lifetime_delta must be"):
+        BudgetCap(1.0, 2.0, 1e-7, name="budget.lifetime")
 
 
 def test_decide_boundary_is_inclusive():
