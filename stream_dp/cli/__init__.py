@@ -18,6 +18,7 @@ COMMANDS: tuple[str, ...] = (
     "stream_dp.cli.tail_cmd",
     "stream_dp.cli.devstack_cmd",
     "stream_dp.cli.config_cmd",
+    "stream_dp.cli.budget_cmd",
 )
 
 

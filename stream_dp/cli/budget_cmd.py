@@ -1,0 +1,110 @@
+"""``stream-dp budget``: inspect the privacy-budget ledger -- scopes, spent and remaining (ε, δ), history, verify.
+
+Read-only: it never charges, reserves or cancels anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
+from stream_dp.accounting.ledger import ChargeResult, Ledger
+from stream_dp.config import Config, ConfigError, load_config
+from stream_dp.keys import Keys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "budget", help="inspect the privacy-budget ledger (scopes, spent/remaining ε and δ, history, verify)",
+        description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user, the event log "
+        "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not).")
+    p.add_argument("action", choices=("list", "show", "history", "verify"),
+                   help="list: every scope; show/history/verify: one scope (verify without a scope: all)")
+    p.add_argument("scope", nargs="?", help="a scope such as 2026-11-29, p1795950000 or lifetime")
+    p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
+    p.add_argument("--count", type=int, help="history: at most this many entries (oldest first)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=run)
+
+
+def _ledger(cfg: Config) -> Ledger:
+    from stream_dp import connections
+
+    return Ledger(connections.redis_client(cfg.redis), BudgetCap.from_config(cfg.budget),
+                  keys=Keys(cfg.redis.key_prefix), lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
+
+
+def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int) -> dict[str, Any]:
+    return {"scope": state.scope, "epsilon_spent": state.epsilon_spent, "delta_spent": state.delta_spent,
+            "epsilon_remaining": state.epsilon_remaining, "delta_remaining": state.delta_remaining,
+            "epsilon_cap": cap.epsilon, "delta_cap": cap.delta, "rho": state.spent.rho,
+            "basic_epsilon": state.spent.basic_epsilon, "open_reservations": open_reservations}
+
+
+def _cap(ledger: Ledger, scope: str) -> BudgetCap:
+    return ledger.lifetime_cap if scope == LIFETIME_SCOPE and ledger.lifetime_cap else ledger.cap
+
+
+def _print_states(rows: list[dict[str, Any]], out: TextIO) -> None:
+    header = f"{'scope':<14} {'ε spent':>10} {'ε left':>10} {'ε cap':>8} {'δ spent':>10} {'δ left':>10} {'holds':>5}"
+    print(header, file=out)
+    for r in rows:
+        print(f"{r['scope']:<14} {r['epsilon_spent']:>10.4f} {r['epsilon_remaining']:>10.4f} {r['epsilon_cap']:>8g} "
+              f"{r['delta_spent']:>10.3g} {r['delta_remaining']:>10.3g} {r['open_reservations']:>5}", file=out)
+
+
+def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 1
+    if args.action in ("show", "history") and not args.scope:
+        print(f"budget {args.action} needs a scope (see: stream-dp budget list)", file=sys.stderr)
+        return 2
+    try:
+        ledger = _ledger(cfg)
+    except ValueError as exc:
+        print(f"cannot reach the ledger: {exc}", file=sys.stderr)
+        return 1
+    if args.action in ("list", "show"):
+        scopes = ledger.scopes() if args.action == "list" else [args.scope]
+        rows = []
+        for scope in scopes:
+            report = ledger.verify(scope)
+            rows.append(_state_dict(ledger.remaining(scope), _cap(ledger, scope), report.open_reservations))
+        if args.json:
+            print(json.dumps(rows, indent=2), file=out)
+        else:
+            _print_states(rows, out)
+        return 0
+    if args.action == "history":
+        entries = ledger.history(args.scope, count=args.count)
+        if args.json:
+            print(json.dumps([e.to_dict() for e in entries], indent=2), file=out)
+            return 0
+        print(f"{'time (UTC)':<20} {'type':<8} {'id':<36} {'ρ':>10} {'Σε':>8} {'δ':>9}  mechanisms", file=out)
+        for e in entries:
+            spent = e.cost.spent()
+            when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+            mechanisms = ",".join(sorted({ev.mechanism or ev.kind for ev in e.events}))
+            print(f"{when:<20} {e.type:<8} {e.id:<36} {spent.rho:>10.5f} {spent.basic_epsilon:>8.4g} "
+                  f"{spent.zcdp_delta:>9.3g}  {mechanisms}", file=out)
+        return 0
+    scopes = [args.scope] if args.scope else ledger.scopes()
+    reports = [ledger.verify(scope) for scope in scopes]
+    if args.json:
+        print(json.dumps([{"scope": r.scope, "ok": r.ok, "problems": list(r.problems), "charges": r.charges,
+                           "open_reservations": r.open_reservations} for r in reports], indent=2), file=out)
+    else:
+        for r in reports:
+            status = "OK" if r.ok else "MISMATCH"
+            print(f"{r.scope}: {status} ({r.charges} charges, {r.open_reservations} open reservations)", file=out)
+            for problem in r.problems:
+                print(f"  - {problem}", file=out)
+    return 0 if all(r.ok for r in reports) else 1
