@@ -223,9 +223,9 @@ class Ledger:
             raise ValueError(f"{name} must be a non-empty string, got {value!r}")
 
     @staticmethod
-    def _events(events: Iterable[DpEvent]) -> tuple[list[DpEvent], str]:
+    def _events(events: Iterable[DpEvent], *, allow_empty: bool = False) -> tuple[list[DpEvent], str]:
         events = list(events)
-        if not events:
+        if not events and not allow_empty:
             raise ValueError("a charge needs at least one DP event")
         for e in events:
             if not isinstance(e, DpEvent):
@@ -274,9 +274,12 @@ class Ledger:
 
         Refused (``accepted=False``, ``reason`` says which cap) when the cost does not fit: nothing is
         written. Idempotent: a repeat returns the first result and the first payload (``duplicate=True``).
+        With a ``payload``, ``events`` may be empty: a zero-cost record (a budget-exhausted status record, or
+        an alerts release whose sparse-vector instance was charged when it opened) is stored and published
+        through the same idempotent outbox, so a release id never gets two different records.
         """
         self._check_id("release_id", release_id)
-        events, events_json = self._events(events)
+        events, events_json = self._events(events, allow_empty=payload is not None)
         if payload is not None and not isinstance(payload, str):
             raise ValueError("payload must be a string (the serialised release record) or None")
         if self.lifetime_cap is None or scope == LIFETIME_SCOPE:
