@@ -282,7 +282,7 @@ class Ledger:
         events, events_json = self._events(events, allow_empty=payload is not None)
         if payload is not None and not isinstance(payload, str):
             raise ValueError("payload must be a string (the serialised release record) or None")
-        if self.lifetime_cap is None or scope == LIFETIME_SCOPE:
+        if self.lifetime_cap is None or scope == LIFETIME_SCOPE or not events:  # zero cost: no lifetime hold
             return self._charge_one(scope, release_id, events, events_json, payload)
         hold_id = self._lifetime_id(scope, release_id)
         life = self._reserve_one(LIFETIME_SCOPE, hold_id, events, events_json)

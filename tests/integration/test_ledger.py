@@ -231,3 +231,14 @@ def test_lifetime_reserve_and_settle(two_scope_ledger):
     assert ledger.remaining("lifetime").spent == compose(actual)
     assert ledger.remaining("d").spent == compose(actual)
     assert ledger.verify("lifetime").ok and ledger.verify("d").ok
+
+
+def test_zero_cost_record_goes_through_the_idempotent_outbox(two_scope_ledger):
+    ledger = two_scope_ledger
+    first = ledger.charge("d", "w.status", [], payload='{"status": "budget_exhausted"}')
+    assert first.accepted and first.spent == compose([])
+    assert ledger.charge("d", "w.status", [], payload="other").payload == '{"status": "budget_exhausted"}'
+    assert ledger.unpublished("d") == ["w.status"]
+    assert ledger.verify("d").ok and ledger.history("lifetime") == []
+    with pytest.raises(ValueError):
+        ledger.charge("d", "w.none", [])  # no events and nothing to store: a caller bug

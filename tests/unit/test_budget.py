@@ -76,3 +76,23 @@ def test_scope_for(t, period, scope):
 def test_scope_for_rejects_bad_input(t, period):
     with pytest.raises(ValueError):
         scope_for(t, period)
+
+
+def test_default_config_budget_plan_of_docs_privacy_md():
+    """docs/privacy.md §5: the default config fits 6 worst-case hourly windows (top-k + sample) per day,
+    after one alert instance; top-k alone fits 56."""
+    from stream_dp.config import Config
+
+    cfg = Config()
+    cap = BudgetCap.from_config(cfg.budget)
+    r = cfg.releases
+
+    def windows_that_fit(window):
+        spent, n = [PureDpEvent(r.alerts.epsilon)], 0
+        while decide(compose(spent + window), cap) == "ok":
+            spent, n = spent + window, n + 1
+        return n
+
+    topk = [RangeBoundedEvent(r.topk.epsilon, count=r.topk.k, delta=r.topk.delta)]
+    assert windows_that_fit(topk + [ApproxDpEvent(r.sample.epsilon, r.sample.delta)]) == 6
+    assert windows_that_fit(topk) == 56
