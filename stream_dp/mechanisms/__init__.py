@@ -14,6 +14,21 @@ from stream_dp.mechanisms.noisy_topk_gap import (
 )
 from stream_dp.mechanisms.svt import AdaptiveSVT, SVTAnswer, SVTExhaustedError, SVTRun, adaptive_svt
 from stream_dp.mechanisms.svt_measures import MeasuredAnswer, SVTMeasuresResult, blue_combine, svt_with_measures
+from stream_dp.mechanisms.pws import (
+    SampleResult,
+    SampleRow,
+    private_weighted_sample,
+    private_weighted_sample_events,
+    pws_token_estimates,
+)
+from stream_dp.mechanisms.pws_estimators import TokenEstimator, estimate_sum
+from stream_dp.mechanisms.pws_sbh import sbh_reporting_probabilities, sbh_sample
+from stream_dp.mechanisms.pws_tables import (
+    SamplingScheme,
+    SanitizerTable,
+    pws_reporting_probabilities,
+    pws_sanitizer_probabilities,
+)
 
 __all__ = [
     "AdaptiveSVT",
@@ -35,4 +50,18 @@ __all__ = [
     "noisy_topk_with_gap_events",
     "noisy_topk_with_measures",
     "svt_with_measures",
+    # private weighted sampling (seed 002)
+    "SampleResult",
+    "SampleRow",
+    "SamplingScheme",
+    "SanitizerTable",
+    "TokenEstimator",
+    "estimate_sum",
+    "private_weighted_sample",
+    "private_weighted_sample_events",
+    "pws_reporting_probabilities",
+    "pws_sanitizer_probabilities",
+    "pws_token_estimates",
+    "sbh_reporting_probabilities",
+    "sbh_sample",
 ]
