@@ -340,7 +340,11 @@ class Ledger:
         if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
             hold_id = self._lifetime_id(scope, reservation_id)
             # lifetime first: it then counts the actual cost, while the period still holds the maximum
-            self._settle_one(LIFETIME_SCOPE, hold_id, hold_id, events, events_json, None)
+            life = self._settle_one(LIFETIME_SCOPE, hold_id, hold_id, events, events_json, None)
+            if life.reason == "unknown_reservation":  # e.g. reserved before the lifetime scope was enabled
+                life = self._charge_one(LIFETIME_SCOPE, hold_id, events, events_json, None)
+            if not life.accepted:  # the actual cost exceeds the hold and does not fit: nothing may be stored
+                return self._refused_by_lifetime(scope, life)
         return self._settle_one(scope, reservation_id, release_id, events, events_json, payload)
 
     def stored(self, scope: str, release_id: str) -> str | None:
