@@ -42,6 +42,10 @@ class Keys:
         """Hash: window metadata (start, end, events applied, users bounded, state)."""
         return f"{self.prefix}:{{w:{start}}}:meta"
 
+    def window_claim(self, start: int) -> str:
+        """String: the release worker's claim on the window (fencing token, with an expiry)."""
+        return f"{self.prefix}:{{w:{start}}}:claim"
+
     # --- ingest progress -------------------------------------------------------------------------
     def windows_index(self) -> str:
         """Sorted set of window starts seen by ingest (member and score = start)."""

@@ -1,0 +1,5 @@
+"""The release worker's logic: window reader, claims, release builders, records, outbox, alerts, metrics.
+
+Thin wiring lives in ``workers/release.py`` (``python -m workers.release``) and the ``stream-dp release``
+CLI subcommand; both call :func:`stream_dp.release.service.build_worker`.
+"""

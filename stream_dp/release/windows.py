@@ -1,0 +1,173 @@
+"""Reading closed windows from Redis (the window contract of notes/INTERFACES.md, written by ingest).
+
+A window ``[start, end)`` is *closable* when ``end <= watermarks.global``: ingest guarantees that no
+further event is counted into it. The reader returns only what each release type needs:
+
+- :meth:`WindowReader.top_counts` -- the top ``n`` counts (``ZREVRANGE``), for limited-domain top-k, which
+  reads only the top k̄+1 (DR19 Algorithm 1);
+- :meth:`WindowReader.counts_of` -- the counts of given (public, watched) keys (``ZMSCORE``), missing = 0;
+- :meth:`WindowReader.all_counts` -- the whole window as numpy arrays, read in ``ZRANGE`` chunks, for
+  weighted sampling and the large-margin mechanism.
+
+Counts are raw, per-key, and private: they stay in this process and go only into mechanisms.
+
+After its releases are published, :meth:`WindowReader.mark_released` sets the retention TTL on every key of
+the window, sets ``meta.state = "released"`` and records the window in the release worker's own index
+(``Keys.release_index("released")``) -- atomically, and only while the caller still holds the window's claim
+(fencing, see :mod:`stream_dp.release.claim`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import redis
+
+from stream_dp.keys import Keys
+
+READ_CHUNK = 50_000  # members per ZRANGE round trip when reading a whole window
+
+
+@dataclass(frozen=True)
+class Window:
+    """One tumbling event-time window ``[start, end)`` (integer epoch seconds)."""
+
+    start: int
+    end: int
+
+    @property
+    def label(self) -> str:
+        """``"<start>-<end>"``, the prefix of every release id of this window."""
+        return f"{self.start}-{self.end}"
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """A whole window: parallel arrays of keys (str) and counts (float64, distinct bounded users)."""
+
+    keys: list[str]
+    counts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(self.keys, self.counts.tolist()))
+
+
+_MARK_RELEASED = """
+-- KEYS: claim, meta, counts, users, offsets ; ARGV: token, retention_seconds
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[2], 'state', 'released')
+local ttl = tonumber(ARGV[2])
+for i = 2, #KEYS do
+  if ttl > 0 then
+    redis.call('EXPIRE', KEYS[i], ttl)
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 1
+"""
+
+
+class WindowReader:
+    """Read-only view of ingest's windows, plus the release worker's "released" mark."""
+
+    def __init__(self, client: redis.Redis, *, keys: Keys, size_seconds: int) -> None:
+        if size_seconds < 1:
+            raise ValueError(f"windows.size_seconds must be >= 1, got {size_seconds!r}")
+        self.r = client
+        self.keys = keys
+        self.size = size_seconds
+        self._mark = client.register_script(_MARK_RELEASED)
+
+    # --- which windows ---------------------------------------------------------------------------
+    def global_watermark(self) -> float | None:
+        """Ingest's global watermark (epoch seconds), or None before ingest has set one."""
+        raw = self.r.hget(self.keys.watermarks(), "global")
+        return None if raw is None else float(raw)
+
+    def window(self, start: int) -> Window:
+        return Window(start, start + self.size)
+
+    def closable(self, *, limit: int = 100) -> list[Window]:
+        """Windows with ``end <= watermark.global`` not yet released, oldest first."""
+        wm = self.global_watermark()
+        if wm is None:
+            return []
+        starts = self.r.zrangebyscore(self.keys.windows_index(), "-inf", wm - self.size, start=0, num=limit + 200)
+        if not starts:
+            return []
+        starts = [int(s) for s in starts]
+        released = self.r.zmscore(self.keys.release_index("released"), [str(s) for s in starts])
+        out = [self.window(s) for s, done in zip(starts, released) if done is None]
+        return out[:limit]
+
+    def pending_count(self) -> int:
+        """How many closable windows are not yet released (for the windows-pending gauge)."""
+        return len(self.closable(limit=10_000))
+
+    def closed_at(self, window: Window) -> float | None:
+        """When ingest closed the window, if it recorded it (meta ``closed_at``), else None."""
+        raw = self.r.hget(self.keys.window_meta(window.start), "closed_at")
+        return None if raw is None else float(raw)
+
+    # --- what a release reads --------------------------------------------------------------------
+    def top_counts(self, window: Window, n: int) -> dict[str, float]:
+        """The ``n`` largest counts, key → count, best first (ties: Redis' reverse lexicographic order)."""
+        rows = self.r.zrevrange(self.keys.window_counts(window.start), 0, n - 1, withscores=True)
+        return {k.decode(): float(v) for k, v in rows}
+
+    def counts_of(self, window: Window, watched: list[str]) -> dict[str, float]:
+        """Counts of the given public keys (0 for a key with no events)."""
+        if not watched:
+            return {}
+        scores = self.r.zmscore(self.keys.window_counts(window.start), watched)
+        return {k: (0.0 if s is None else float(s)) for k, s in zip(watched, scores)}
+
+    def all_counts(self, window: Window, *, chunk: int = READ_CHUNK) -> WindowCounts:
+        """Every key of the window, read in ``ZRANGE`` chunks (bounded replies, no server-side blocking)."""
+        name = self.keys.window_counts(window.start)
+        keys: list[str] = []
+        parts: list[np.ndarray] = []
+        offset = 0
+        while True:
+            rows = self.r.zrange(name, offset, offset + chunk - 1, withscores=True)
+            if not rows:
+                break
+            keys.extend(k.decode() for k, _ in rows)
+            parts.append(np.fromiter((v for _, v in rows), dtype=np.float64, count=len(rows)))
+            if len(rows) < chunk:
+                break
+            offset += chunk
+        counts = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+        return WindowCounts(keys, counts)
+
+    def size_of(self, window: Window) -> int:
+        """Number of distinct keys in the window."""
+        return int(self.r.zcard(self.keys.window_counts(window.start)))
+
+    # --- after publishing ------------------------------------------------------------------------
+    def mark_released(self, window: Window, *, claim_key: str, token: str, retention_seconds: int) -> bool:
+        """Set retention TTLs and ``state = released`` if ``token`` still holds the claim; record it.
+
+        Returns False (and changes nothing) when the claim was lost -- another worker owns the window now.
+        """
+        k = self.keys
+        ok = self._mark(
+            keys=[claim_key, k.window_meta(window.start), k.window_counts(window.start),
+                  k.window_users(window.start), k.window_offsets(window.start)],
+            args=[token, int(retention_seconds)],
+        )
+        if not ok:
+            return False
+        # The worker's own index lives in another slot; adding to it after the fenced step is idempotent.
+        self.r.zadd(k.release_index("released"), {str(window.start): window.start})
+        return True
+
+    def is_released(self, window: Window) -> bool:
+        return self.r.zscore(self.keys.release_index("released"), str(window.start)) is not None

@@ -1,0 +1,215 @@
+"""The release worker: close windows, run the configured releases, charge, publish -- once and only once.
+
+One pass (:meth:`ReleaseWorker.run_once`):
+
+1. find the closable windows (``end <= watermarks.global``, not yet released), oldest first;
+2. claim the **oldest** one (lock with fencing token and expiry, :mod:`stream_dp.release.claim`). Windows are
+   released in order because the online alerts state moves window by window; several workers give
+   failover, not parallel windows;
+3. for each enabled type, in order (``topk`` first): if the ledger already stores this release id, publish
+   the stored record (no re-roll). Otherwise reserve the worst-case cost; if the budget refuses it, commit a
+   small ``budget_exhausted`` status record instead (the mechanism does not run); else read what the
+   mechanism needs, run it, and settle the actual cost together with the record (one atomic ledger step).
+   Then publish, mark published (:mod:`stream_dp.release.outbox`) and apply the type's after-commit step
+   (top-k: add its released keys to the watchlist; alerts: move the SVT state forward);
+4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
+
+:meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start it publishes every
+stored-but-unpublished release first (:meth:`Outbox.recover`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+import redis
+
+from stream_dp.config import Config
+from stream_dp.keys import Keys
+from stream_dp.release import testhooks
+from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
+from stream_dp.release.builders import BUILDERS, Builder, enabled_types
+from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
+from stream_dp.release.metrics import ReleaseMetrics
+from stream_dp.release.outbox import Committed, Outbox
+from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, release_id
+from stream_dp.release.windows import Window, WindowReader
+from stream_dp.rng import make_rng
+
+log = logging.getLogger(__name__)
+
+BACKOFF_MAX_SECONDS = 10.0
+
+
+def default_scope_for(cfg: Config) -> Callable[[float], str]:
+    from stream_dp.accounting.ledger import scope_for
+
+    return lambda t: scope_for(t, cfg.budget.period_seconds)
+
+
+class ReleaseWorker:
+    """Releases closed windows. Dependencies are injected (Redis client, ledger, publisher, metrics)."""
+
+    def __init__(self, cfg: Config, client: redis.Redis, ledger: Any, outbox: Outbox, metrics: ReleaseMetrics, *,
+                 worker_id: str, claim_ttl_seconds: float = 30.0, poll_seconds: float = 0.5,
+                 rng: Any = None, scope_for: Callable[[float], str] | None = None) -> None:
+        self.cfg = cfg
+        self.keys = Keys(cfg.redis.key_prefix)
+        self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
+        self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds)
+        self.ledger = ledger
+        self.outbox = outbox
+        self.metrics = metrics
+        self.watchlist = Watchlist(client, keys=self.keys, config=cfg.releases.alerts)
+        self.alerts_store = AlertsStore(client, keys=self.keys)
+        self.types = enabled_types(cfg)
+        self.builders: dict[str, Builder] = {t: BUILDERS[t](cfg) for t in self.types if t in BUILDERS}
+        self.poll_seconds = poll_seconds
+        self.rng = make_rng(rng)
+        self.scope_for = scope_for or default_scope_for(cfg)
+        self.recovered = False
+        self._first_seen: dict[int, float] = {}
+
+    # --- one pass --------------------------------------------------------------------------------
+    def run_once(self) -> Window | None:
+        """Recover (first call), then release the oldest closable window if one can be claimed."""
+        if not self.recovered:
+            self.outbox.recover()
+            self.recovered = True
+        with self.metrics.phase("redis"):
+            pending = self.reader.closable()
+        self.metrics.windows_pending.set(len(pending))
+        now = time.time()
+        for w in pending:
+            self._first_seen.setdefault(w.start, now)
+        if not pending:
+            return None
+        window = pending[0]
+        with self.metrics.phase("redis"):
+            claim = self.claims.acquire(window.start)
+        if claim is None:
+            return None
+        try:
+            self.release_window(window, claim)
+        except ClaimLost:
+            self.metrics.errors.labels("claim_lost").inc()
+            log.warning("lost the claim on window %s while releasing it; another worker continues", window.label)
+            return None
+        finally:
+            self.claims.drop(claim)
+        return window
+
+    def release_window(self, window: Window, claim: Claim) -> None:
+        scope = self.scope_for(window.start)
+        watch = self.watchlist.for_window(window) if ("alerts" in self.types or "watch_topk" in self.types) else []
+        for rtype in self.types:
+            self.claims.renew(claim)
+            committed = self.release_type(window, rtype, scope, watch)
+            self.outbox.publish(committed)
+            self._after_commit(rtype, window, committed)
+        testhooks.crashpoint("before_release_window")
+        with self.metrics.phase("redis"):
+            ok = self.reader.mark_released(window, claim_key=claim.key, token=claim.token,
+                                           retention_seconds=self.cfg.windows.retention_seconds)
+        if not ok:
+            raise ClaimLost(f"claim on window {window.label} lost before marking it released")
+        self.metrics.windows_released.inc()
+        closed = self.reader_closed_at(window)
+        self.metrics.latency.observe(max(0.0, time.time() - closed))
+        self.metrics.windows_pending.dec()
+        log.info("window %s released (%s)", window.label, ", ".join(self.types))
+
+    def reader_closed_at(self, window: Window) -> float:
+        """When the window closed: ingest's ``closed_at`` if recorded, else when this worker first saw it."""
+        at = self.reader.closed_at(window)
+        return at if at is not None else self._first_seen.pop(window.start, time.time())
+
+    # --- one release -----------------------------------------------------------------------------
+    def release_type(self, window: Window, rtype: str, scope: str, watch: list[str]) -> Committed:
+        """The committed (stored) release of ``rtype`` for ``window``: the stored one, or a new one."""
+        rid = release_id(window, rtype)
+        existing = self.outbox.stored(scope, rid)
+        if existing is not None:
+            return existing
+        if rtype == "alerts":
+            return self._release_alerts(window, scope, rid, watch)
+        return self._release_batch(window, self.builders[rtype], scope, rid, watch)
+
+    def _release_batch(self, window: Window, builder: Builder, scope: str, rid: str, watch: list[str]) -> Committed:
+        skip = builder.skip_reason(watch)  # decided from public facts only (config, watchlist)
+        if skip is not None:
+            draft = RecordDraft(window, builder.type, builder.mechanism, builder.parameters(), info={"skipped": skip})
+            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), ())
+        hold = self.outbox.reserve(scope, rid, builder.reserve_events())
+        if hold.duplicate and hold.payload is not None:  # another worker settled it meanwhile
+            return self.outbox.stored(scope, rid)  # type: ignore[return-value]
+        if not hold.accepted:
+            draft = exhausted_draft(window, builder.type, builder.mechanism, builder.parameters(), hold.reason)
+            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), ())
+        with self.metrics.phase("redis"):
+            data = builder.read(self.reader, window, watch)
+        with self.metrics.phase("mechanism"):
+            draft = builder.run(window, data, self.rng)
+        del data
+        return self.outbox.settle(scope, rid, Envelope(draft.to_record()), draft.events)
+
+    def _release_alerts(self, window: Window, scope: str, rid: str, watch: list[str]) -> Committed:
+        cfg = self.cfg.releases.alerts
+        with self.metrics.phase("redis"):
+            current = self.alerts_store.load()
+        run = AlertsRun(cfg, window, scope, current, watch, rng=self.rng)
+        if run.open_events:
+            hold = self.outbox.reserve(scope, rid, run.open_events)
+            if hold.duplicate and hold.payload is not None:
+                return self.outbox.stored(scope, rid)  # type: ignore[return-value]
+            if not hold.accepted:
+                draft, state = run.exhausted(hold.reason)
+                return self.outbox.charge(scope, rid, Envelope(draft.to_record(), state), ())
+        with self.metrics.phase("redis"):
+            counts = self.reader.counts_of(window, run.watchlist)
+        with self.metrics.phase("mechanism"):
+            draft, state = run.answer(counts)
+        del counts
+        env = Envelope(draft.to_record(), state)
+        if run.open_events:
+            return self.outbox.settle(scope, rid, env, draft.events)
+        return self.outbox.charge(scope, rid, env, ())
+
+    def _after_commit(self, rtype: str, window: Window, committed: Committed) -> None:
+        """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired)."""
+        record = committed.envelope.record
+        if rtype == "topk" and record["status"] == "released":
+            with self.metrics.phase("redis"):
+                self.watchlist.add_released(window, [item["key"] for item in record["items"]])
+        elif rtype == "alerts" and committed.envelope.state is not None:
+            with self.metrics.phase("redis"):
+                self.alerts_store.advance(InstanceState.from_dict(committed.envelope.state))
+
+    # --- the loop --------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Release windows until ``stop`` is set; bounded waits, capped exponential backoff on errors."""
+        backoff = 0.0
+        log.info("release worker %s started (types: %s)", self.claims.worker_id, ", ".join(self.types))
+        while not stop.is_set():
+            try:
+                released = self.run_once()
+                backoff = 0.0
+            except (redis.RedisError, OSError) as exc:
+                self.metrics.errors.labels("redis").inc()
+                backoff = min(BACKOFF_MAX_SECONDS, max(0.2, backoff * 2))
+                log.warning("release pass failed (%s); retrying in %.1fs", type(exc).__name__, backoff)
+                stop.wait(backoff)
+                continue
+            except Exception as exc:  # noqa: BLE001 - the loop survives anything one window throws
+                kind = "kafka" if type(exc).__module__.startswith("kafka") else "other"
+                self.metrics.errors.labels(kind).inc()
+                backoff = min(BACKOFF_MAX_SECONDS, max(0.2, backoff * 2))
+                log.exception("release pass failed (%s); retrying in %.1fs", type(exc).__name__, backoff)
+                stop.wait(backoff)
+                continue
+            if released is None:
+                stop.wait(self.poll_seconds)
+        log.info("release worker %s stopped: stop requested", self.claims.worker_id)

@@ -1,0 +1,34 @@
+"""Write window state into Redis the way ingest does (the window contract of notes/INTERFACES.md).
+
+For the release worker's own tests and the release benchmark: a legitimate fixture, because the contract
+(counts ZSET, meta HASH, windows index, global watermark) is all the release worker reads. Not used by any
+production path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import redis
+
+from stream_dp.keys import Keys
+
+CHUNK = 20_000
+
+
+def write_window(client: redis.Redis, keys: Keys, start: int, size: int, counts: Mapping[str, float]) -> None:
+    """Store one window's counts, meta and index entry (does not move the watermark)."""
+    name = keys.window_counts(start)
+    items = list(counts.items())
+    for i in range(0, len(items), CHUNK):
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(name, dict(items[i:i + CHUNK]))
+        pipe.execute()
+    client.hset(keys.window_meta(start), mapping={"start": start, "end": start + size,
+                                                  "events_applied": int(sum(counts.values()))})
+    client.zadd(keys.windows_index(), {str(start): start})
+
+
+def set_watermark(client: redis.Redis, keys: Keys, watermark: float) -> None:
+    """Set ingest's global watermark: every window with ``end <= watermark`` is closed."""
+    client.hset(keys.watermarks(), "global", repr(float(watermark)))
