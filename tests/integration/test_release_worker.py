@@ -1,0 +1,348 @@
+"""The release worker in-process: real redis-server and real ledger, records collected instead of produced.
+
+Window state is written into Redis directly following the window contract (what ingest writes), which is
+all the release worker reads. Kafka delivery is covered by test_release_e2e.py / test_release_crash.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from stream_dp.accounting.composition import compose
+from stream_dp.accounting.ledger import BudgetCap, Ledger
+from stream_dp.config import Config, config_from_mapping
+from stream_dp.keys import Keys
+from stream_dp.release.metrics import ReleaseMetrics
+from stream_dp.release.outbox import Outbox
+from stream_dp.release.records import events_of, validate_record
+from stream_dp.release.worker import ReleaseWorker
+from stream_dp.testing.windows import set_watermark, write_window
+
+pytestmark = pytest.mark.integration
+SIZE = 60
+
+
+class ListPublisher:
+    """Collects records; ``fail_after`` makes it raise (a broker outage) after that many sends."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.fail_after = fail_after
+
+    def publish(self, record: dict[str, Any]) -> None:
+        if self.fail_after is not None and len(self.records) >= self.fail_after:
+            raise ConnectionError("broker unavailable")
+        self.records.append(json.loads(json.dumps(record)))
+
+    def close(self) -> None:
+        pass
+
+
+def make_cfg(**releases: Any) -> Config:
+    base: dict[str, Any] = {
+        "topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+        "alerts": {"enabled": False},
+        "sample": {"enabled": False},
+    }
+    for name, over in releases.items():
+        base[name] = {**base.get(name, {}), **over}
+    return config_from_mapping({
+        "redis": {"key_prefix": "t"},
+        "windows": {"size_seconds": SIZE, "retention_seconds": 600},
+        "budget": {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400},
+        "releases": base,
+    }, environ={})
+
+
+def make_worker(redis_client, cfg: Config, publisher: ListPublisher | None = None, *, worker_id: str = "w1",
+                seed: int = 1) -> tuple[ReleaseWorker, ListPublisher, Ledger]:
+    publisher = publisher or ListPublisher()
+    ledger = Ledger(redis_client, BudgetCap.from_config(cfg.budget), keys=Keys(cfg.redis.key_prefix))
+    metrics = ReleaseMetrics(CollectorRegistry())
+    outbox = Outbox(ledger, publisher, metrics)  # type: ignore[arg-type]
+    worker = ReleaseWorker(cfg, redis_client, ledger, outbox, metrics, worker_id=worker_id, rng=seed)
+    return worker, publisher, ledger
+
+
+def drain(worker: ReleaseWorker, limit: int = 50) -> int:
+    n = 0
+    while worker.run_once() is not None:
+        n += 1
+        assert n < limit
+    return n
+
+
+def window_counts(i: int) -> dict[str, float]:
+    # distinct, well separated counts: with a huge ε the released top-k is the true top-k
+    return {f"key-{i}-{j}": float(100 * (j + 1)) for j in range(20)}
+
+
+def test_each_closed_window_is_released_once_per_type_and_schema_valid(redis_client) -> None:
+    cfg = make_cfg()
+    keys = Keys("t")
+    for i in range(3):
+        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+    set_watermark(redis_client, keys, 2 * SIZE)  # windows 0 and 1 closed, 2 still open
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 2
+    assert [r["release_id"] for r in pub.records] == ["0-60.topk", "60-120.topk"]
+    for rec in pub.records:
+        validate_record(rec)
+        assert rec["status"] == "released"
+    # huge ε: exactly the true top-3 in order
+    assert [it["key"] for it in pub.records[0]["items"]] == ["key-0-19", "key-0-18", "key-0-17"]
+    assert pub.records[0]["hit_bottom"] is False
+    # released windows have retention TTLs, are marked, and are not released again
+    assert redis_client.hget(keys.window_meta(0), "state") == b"released"
+    assert 0 < redis_client.ttl(keys.window_counts(0)) <= 600
+    assert redis_client.ttl(keys.window_counts(2 * SIZE)) == -1
+    assert drain(worker) == 0
+    set_watermark(redis_client, keys, 3 * SIZE)
+    assert drain(worker) == 1 and len(pub.records) == 3
+    # the ledger's spent equals the sum of the published costs
+    scope = pub.records[0]["budget"]["scope"]
+    spent = ledger.remaining(scope).spent
+    assert spent.rho == pytest.approx(compose(e for r in pub.records for e in events_of(r)).rho, rel=1e-12)
+
+
+def test_pay_what_you_get_charges_the_outcomes_returned(redis_client) -> None:
+    # all counts equal and small ε: ⊥ tends to win early; whatever happened, the charge is per outcome
+    cfg = make_cfg(topk={"k": 5, "k_bar": 10, "epsilon": 0.05, "delta": 1e-6})
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, {f"k{j}": 3.0 for j in range(30)})
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg, seed=3)
+    drain(worker)
+    (rec,) = pub.records
+    validate_record(rec)
+    (event,) = events_of(rec)
+    assert event.count == len(rec["items"]) + int(rec["hit_bottom"])
+    assert rec["hit_bottom"]  # a flat histogram far below the ⊥ offset stops early
+    scope = rec["budget"]["scope"]
+    assert ledger.remaining(scope).spent.rho == pytest.approx(event.count * 0.05**2 / 8)
+    assert ledger.history(scope)  # reservation and settlement are in the event log
+
+
+def test_a_tiny_budget_runs_out_status_records_appear_and_the_cap_holds(redis_client) -> None:
+    cfg = make_cfg(topk={"k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6})
+    cfg = cfg.replace(budget=type(cfg.budget)(period_seconds=86400, epsilon=7.0, delta=1e-5, delta_prime=1e-7))
+    keys = Keys("t")
+    for i in range(6):
+        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+    set_watermark(redis_client, keys, 6 * SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    ran = []
+    builder = worker.builders["topk"]
+    original = builder.run
+    builder.run = lambda *a, **kw: ran.append(1) or original(*a, **kw)  # type: ignore[method-assign]
+    assert drain(worker) == 6
+    statuses = [r["status"] for r in pub.records]
+    assert len(pub.records) == 6 and len({r["release_id"] for r in pub.records}) == 6
+    assert "budget_exhausted" in statuses and statuses[0] == "released"
+    # once exhausted, stays exhausted; the mechanism ran only for the released ones
+    first_out = statuses.index("budget_exhausted")
+    assert all(s == "budget_exhausted" for s in statuses[first_out:])
+    assert len(ran) == statuses.count("released")
+    for rec in pub.records:
+        validate_record(rec)
+        assert rec["budget"]["epsilon_spent"] <= cfg.budget.epsilon
+    scope = pub.records[0]["budget"]["scope"]
+    state = ledger.remaining(scope)
+    assert state.epsilon_spent <= cfg.budget.epsilon and state.delta_spent <= cfg.budget.delta
+    assert worker.metrics.releases.labels("topk", "budget_exhausted")._value.get() == statuses.count(
+        "budget_exhausted")
+
+
+def test_stored_but_unpublished_releases_are_published_first_and_never_recomputed(redis_client) -> None:
+    cfg = make_cfg()
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, window_counts(0))
+    set_watermark(redis_client, keys, SIZE)
+    broken = ListPublisher(fail_after=0)
+    worker, _, ledger = make_worker(redis_client, cfg, broken)
+    with pytest.raises(ConnectionError):
+        worker.run_once()  # charged and stored, the publish failed
+    scope = "1970-01-01"
+    assert ledger.unpublished(scope) == ["0-60.topk"]
+    stored = json.loads(ledger.stored(scope, "0-60.topk"))["record"]
+    # a new worker (different seed: fresh noise would differ) publishes the stored record first
+    worker2, pub2, _ = make_worker(redis_client, cfg, seed=99)
+    worker2.run_once()
+    assert pub2.records[0] == {**stored, "budget": pub2.records[0]["budget"]}
+    assert ledger.unpublished(scope) == []
+    drain(worker2)
+    assert [r["release_id"] for r in pub2.records] == ["0-60.topk", "0-60.topk"]  # identical duplicate
+    assert pub2.records[0] == pub2.records[1]
+
+
+def test_a_release_id_already_charged_by_another_worker_is_published_as_stored(redis_client) -> None:
+    cfg = make_cfg(topk={"k": 3, "k_bar": 10, "epsilon": 0.01, "delta": 1e-6})  # small ε: noise matters
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, window_counts(0))
+    set_watermark(redis_client, keys, SIZE)
+    a, pub_a, _ = make_worker(redis_client, cfg, seed=5, worker_id="a")
+    b, pub_b, _ = make_worker(redis_client, cfg, seed=6, worker_id="b")
+    # a commits but "crashes" before publishing; b takes over the window
+    a.outbox.publisher = ListPublisher(fail_after=0)  # type: ignore[assignment]
+    with pytest.raises(ConnectionError):
+        a.run_once()
+    b.recovered = True  # skip start-up recovery: b must find the stored release through the window itself
+    assert b.run_once() is not None
+    assert len(pub_b.records) == 1
+    stored = json.loads(a.ledger.stored("1970-01-01", "0-60.topk"))["record"]
+    assert pub_b.records[0]["items"] == stored["items"] and pub_b.records[0]["created_at"] == stored["created_at"]
+    assert b.metrics.releases.labels("topk", "republished")._value.get() == 1
+
+
+def alerts_cfg(**over: Any) -> Config:
+    alerts = {"enabled": True, "watchlist": ["w1", "w2"], "threshold": 50.0, "k": 3, "epsilon": 1000.0}
+    cfg = make_cfg(topk={"k": 2}, alerts={**alerts, **over.pop("alerts", {})})
+    if "period_seconds" in over:
+        cfg = cfg.replace(budget=type(cfg.budget)(period_seconds=over["period_seconds"], epsilon=1e9, delta=1e-3,
+                                                  delta_prime=1e-7))
+    return cfg
+
+
+def alerts_window(i: int) -> dict[str, float]:
+    return {**window_counts(i), "w1": 500.0, "w2": 5.0}
+
+
+def test_alerts_watch_config_keys_and_earlier_topk_keys_with_one_persistent_instance(redis_client) -> None:
+    cfg = alerts_cfg(alerts={"k": 2})
+    keys = Keys("t")
+    for i in range(4):
+        write_window(redis_client, keys, i * SIZE, SIZE, alerts_window(i))
+    set_watermark(redis_client, keys, 2 * SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 2
+    set_watermark(redis_client, keys, 4 * SIZE)
+    worker2, pub2, _ = make_worker(redis_client, cfg, seed=2)  # a restarted worker continues the instance
+    assert drain(worker2) == 2
+    records = pub.records + pub2.records
+    alerts = [r for r in records if r["type"] == "alerts"]
+    assert [r["release_id"] for r in alerts] == [f"{i * SIZE}-{(i + 1) * SIZE}.alerts" for i in range(4)]
+    for rec in records:
+        validate_record(rec)
+    # window 0 watches only the config keys; window 1 also the keys top-k released in window 0, never
+    # keys of its own window (its top-k ran first but is not "earlier")
+    watched = [{it["key"] for it in r["items"]} | set() for r in alerts]
+    assert alerts[0]["info"]["watchlist_size"] == 2
+    assert alerts[1]["info"]["watchlist_size"] == 4
+    assert "key-1-19" not in watched[1] and not any(k.startswith("key-1-") for k in watched[1])
+    # huge ε: answers are right, estimates close, lower bounds below the estimate
+    for i, r in enumerate(alerts):
+        for it in r["items"]:
+            truth = alerts_window(i).get(it["key"], 0.0)
+            assert it["above"] == (truth > 50)
+            if it["above"]:
+                assert it["estimate"] == pytest.approx(truth, abs=1.0)
+                assert it["lower_bound"] <= it["estimate"]
+    # one instance at a time; each opened instance is charged once (its full ε), in the window it opened
+    opened = [r for r in alerts if r["info"]["opened"]]
+    assert opened[0] is alerts[0]
+    for r in alerts:
+        assert len(r["cost"]["events"]) == (1 if r["info"]["opened"] else 0)
+        if r["info"]["opened"]:
+            assert r["cost"]["events"][0]["epsilon"] == 1000.0
+    instances = [r["info"]["instance"] for r in alerts]
+    assert instances == sorted(instances) and instances[-1] == len(opened)
+    # an exhausted instance answers nothing more: the rest of its window is unanswered, the next window
+    # opens a new instance
+    assert any(r["info"]["instance_exhausted"] for r in alerts)
+    for prev, nxt in zip(alerts, alerts[1:]):
+        if prev["info"]["instance_exhausted"]:
+            assert nxt["info"]["opened"]
+            assert len(prev["items"]) + prev["info"]["unanswered"] == prev["info"]["watchlist_size"]
+    state = json.loads(redis_client.hget(keys.svt("alerts", "state"), "state"))
+    assert state["window"] == 3 * SIZE
+    scope = alerts[0]["budget"]["scope"]
+    assert ledger.remaining(scope).spent.rho == pytest.approx(
+        compose(e for r in records for e in events_of(r)).rho, rel=1e-12)
+
+
+def test_alerts_open_a_new_instance_at_a_budget_period_boundary(redis_client) -> None:
+    cfg = alerts_cfg(period_seconds=2 * SIZE, alerts={"threshold": 1e6})  # nothing is ever above
+    keys = Keys("t")
+    for i in range(4):
+        write_window(redis_client, keys, i * SIZE, SIZE, alerts_window(i))
+    set_watermark(redis_client, keys, 4 * SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 4
+    alerts = [r for r in pub.records if r["type"] == "alerts"]
+    assert [r["info"]["opened"] for r in alerts] == [True, False, True, False]
+    assert [r["budget"]["scope"] for r in alerts] == ["p0", "p0", "p120", "p120"]
+    assert all(not it["above"] for r in alerts for it in r["items"])
+    # each period's ledger holds the instance that answered about its windows
+    for scope in ("p0", "p120"):
+        hist = [e for e in ledger.history(scope) if e.type in ("charge", "settle")]
+        svt = [ev for e in hist for ev in e.events if ev.mechanism == "adaptive_svt"]
+        assert len(svt) == 1
+
+
+def test_alerts_status_when_the_budget_cannot_open_an_instance(redis_client) -> None:
+    cfg = alerts_cfg(alerts={"epsilon": 5.0})
+    cfg = cfg.replace(budget=type(cfg.budget)(period_seconds=86400, epsilon=4.0, delta=1e-3, delta_prime=1e-7),
+                      releases=type(cfg.releases)(topk=type(cfg.releases.topk)(enabled=False),
+                                                  alerts=cfg.releases.alerts,
+                                                  sample=cfg.releases.sample))
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, alerts_window(0))
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, _ = make_worker(redis_client, cfg)
+    drain(worker)
+    (rec,) = pub.records
+    validate_record(rec)
+    assert rec["status"] == "budget_exhausted" and rec["items"] == [] and rec["cost"]["events"] == []
+
+
+def test_argmax_and_watch_topk_release_public_answers(redis_client) -> None:
+    cfg = make_cfg(argmax={"enabled": True, "epsilon": 50.0, "delta": 1e-6},
+                   watch_topk={"enabled": True, "k": 2, "epsilon": 500.0},
+                   alerts={"enabled": False, "watchlist": ["w1", "w2", "w3"]})
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, {**window_counts(0), "key-0-19": 100000.0, "w1": 900.0,
+                                              "w2": 30.0, "w3": 500.0})
+    write_window(redis_client, keys, SIZE, SIZE, {"w1": 1.0})
+    set_watermark(redis_client, keys, 2 * SIZE)
+    worker, pub, _ = make_worker(redis_client, cfg)
+    assert drain(worker) == 2
+    for rec in pub.records:
+        validate_record(rec)
+    by_id = {r["release_id"]: r for r in pub.records}
+    # a clear winner (margin far above the large-margin thresholds) is found over the public universe
+    assert by_id["0-60.argmax"]["items"] == [{"key": "key-0-19", "rank": 1}]
+    # no margin in a window with one small count: the universe of unseen keys wins, nothing is named
+    assert by_id["60-120.argmax"]["items"] == [] and by_id["60-120.argmax"]["info"]["no_clear_winner"]
+    wt = by_id["0-60.watch_topk"]
+    assert [it["key"] for it in wt["items"]] == ["w1", "w3"]
+    assert wt["items"][0]["gap"] == pytest.approx(400.0, abs=5.0)
+    assert [e["mechanism"] for e in wt["cost"]["events"]] == ["noisy_topk_with_gap"]
+
+
+def test_the_schema_rejects_malformed_records(redis_client) -> None:
+    import jsonschema
+
+    cfg = make_cfg()
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, window_counts(0))
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, _ = make_worker(redis_client, cfg)
+    drain(worker)
+    (good,) = pub.records
+    validate_record(good)
+    broken = [
+        {k: v for k, v in good.items() if k != "budget"},
+        {**good, "schema_version": 2},
+        {**good, "release_id": "0-60.unknown"},
+        {**good, "items": [{"rank": 1}]},  # no key
+        {**good, "hit_bottom": None},  # a released top-k must say whether it stopped at ⊥
+        {**good, "status": "budget_exhausted"},  # a status record carries no items or cost
+        {**good, "count": 5},  # no room for extra (e.g. raw) fields
+    ]
+    for rec in broken:
+        with pytest.raises(jsonschema.ValidationError):
+            validate_record(rec)

@@ -1,0 +1,87 @@
+"""Window reader and claims against a real redis-server (the window contract written directly)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from stream_dp.keys import Keys
+from stream_dp.release.claim import ClaimLost, WindowClaims
+from stream_dp.release.windows import Window, WindowReader
+from stream_dp.testing.windows import set_watermark, write_window
+
+pytestmark = pytest.mark.integration
+KEYS = Keys("t")
+
+
+def test_closable_windows_follow_the_global_watermark(redis_client) -> None:
+    reader = WindowReader(redis_client, keys=KEYS, size_seconds=60)
+    for start in (0, 60, 120):
+        write_window(redis_client, KEYS, start, 60, {"a": 1})
+    assert reader.closable() == []  # no watermark yet
+    set_watermark(redis_client, KEYS, 119.9)
+    assert reader.closable() == [Window(0, 60)]  # [60, 120) ends after the watermark
+    set_watermark(redis_client, KEYS, 120)
+    assert reader.closable() == [Window(0, 60), Window(60, 120)]
+
+
+def test_reads_only_what_each_release_needs(redis_client) -> None:
+    reader = WindowReader(redis_client, keys=KEYS, size_seconds=60)
+    counts = {f"k{i}": float(i) for i in range(1, 1001)}
+    write_window(redis_client, KEYS, 0, 60, counts)
+    w = Window(0, 60)
+    top = reader.top_counts(w, 3)
+    assert list(top.items()) == [("k1000", 1000.0), ("k999", 999.0), ("k998", 998.0)]
+    assert reader.counts_of(w, ["k5", "absent", "k7"]) == {"k5": 5.0, "absent": 0.0, "k7": 7.0}
+    whole = reader.all_counts(w, chunk=64)  # many chunks, last one partial
+    assert len(whole) == 1000 and whole.as_dict() == counts
+    assert whole.counts.dtype == np.float64
+
+
+def test_mark_released_needs_the_claim_and_sets_retention(redis_client) -> None:
+    reader = WindowReader(redis_client, keys=KEYS, size_seconds=60)
+    claims = WindowClaims(redis_client, keys=KEYS, worker_id="w1", ttl_seconds=30)
+    write_window(redis_client, KEYS, 0, 60, {"a": 2})
+    set_watermark(redis_client, KEYS, 60)
+    claim = claims.acquire(0)
+    assert claim is not None
+    assert not reader.mark_released(Window(0, 60), claim_key=claim.key, token="other:99", retention_seconds=100)
+    assert redis_client.ttl(KEYS.window_counts(0)) == -1
+    assert reader.mark_released(Window(0, 60), claim_key=claim.key, token=claim.token, retention_seconds=100)
+    assert 0 < redis_client.ttl(KEYS.window_counts(0)) <= 100
+    assert 0 < redis_client.ttl(KEYS.window_meta(0)) <= 100
+    assert redis_client.hget(KEYS.window_meta(0), "state") == b"released"
+    assert reader.closable() == [] and reader.is_released(Window(0, 60))
+
+
+def test_claims_exclude_each_other_and_carry_increasing_fencing_tokens(redis_client) -> None:
+    a = WindowClaims(redis_client, keys=KEYS, worker_id="a", ttl_seconds=30)
+    b = WindowClaims(redis_client, keys=KEYS, worker_id="b", ttl_seconds=30)
+    ca = a.acquire(0)
+    assert ca is not None and b.acquire(0) is None
+    assert a.drop(ca)
+    cb = b.acquire(0)
+    assert cb is not None and cb.fence > ca.fence
+    assert not a.drop(ca)  # not ours any more: nothing happens
+    assert b.held(cb)
+
+
+def test_an_expired_claim_is_taken_over_and_the_old_holder_is_fenced_off(redis_client) -> None:
+    a = WindowClaims(redis_client, keys=KEYS, worker_id="a", ttl_seconds=30)
+    b = WindowClaims(redis_client, keys=KEYS, worker_id="b", ttl_seconds=30)
+    reader = WindowReader(redis_client, keys=KEYS, size_seconds=60)
+    write_window(redis_client, KEYS, 0, 60, {"a": 1})
+    ca = a.acquire(0)
+    redis_client.pexpire(ca.key, 1)  # a's claim expires (a paused, e.g. a long GC or a network partition)
+    deadline = time.monotonic() + 5
+    while redis_client.exists(ca.key) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not redis_client.exists(ca.key)
+    cb = b.acquire(0)
+    assert cb is not None and cb.fence > ca.fence
+    with pytest.raises(ClaimLost):
+        a.renew(ca)
+    assert not reader.mark_released(Window(0, 60), claim_key=ca.key, token=ca.token, retention_seconds=10)
+    assert reader.mark_released(Window(0, 60), claim_key=cb.key, token=cb.token, retention_seconds=10)
