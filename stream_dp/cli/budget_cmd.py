@@ -11,6 +11,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+import redis
+
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
 from stream_dp.config import Config, ConfigError, load_config
@@ -69,9 +71,13 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         return 2
     try:
         ledger = _ledger(cfg)
-    except ValueError as exc:
-        print(f"cannot reach the ledger: {exc}", file=sys.stderr)
+        return _act(args, ledger, out)
+    except (ValueError, redis.RedisError) as exc:
+        print(f"cannot read the ledger: {exc}", file=sys.stderr)
         return 1
+
+
+def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
     if args.action in ("list", "show"):
         scopes = ledger.scopes() if args.action == "list" else [args.scope]
         rows = []

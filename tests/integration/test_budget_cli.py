@@ -64,3 +64,14 @@ def test_list_show_history_verify(config_file, ledger, redis_client, capsys):
 def test_show_needs_a_scope(config_file, capsys):
     assert main(["budget", "show", "--config", config_file]) == 2
     assert "needs a scope" in capsys.readouterr().err
+
+
+def test_unreachable_redis_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    from stream_dp.devstack import free_port
+
+    for name in [n for n in __import__("os").environ if n.startswith("STREAM_DP_")]:
+        monkeypatch.delenv(name)
+    path = tmp_path / "c.toml"
+    path.write_text(f'[redis]\nurl = "redis://127.0.0.1:{free_port()}/0"\nsocket_timeout_seconds = 1.0\n')
+    assert main(["budget", "list", "--config", str(path)]) == 1
+    assert "cannot read the ledger" in capsys.readouterr().err
