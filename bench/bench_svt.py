@@ -10,8 +10,8 @@ Datasets: MovieLens-small movie counts (number of distinct users who rated each 
 heavy-tailed synthetic histogram on the scale of the paper's datasets (Zipf, 2000 items, top count
 300 000). When the MovieLens file is missing the script says so and runs on the synthetic data only.
 
-    python bench/bench_svt.py --runs 1000            # both datasets, markdown table to stdout
-    python bench/bench_svt.py --dataset synthetic --runs 200 --json out.json
+    python -m bench.bench_svt --runs 1000            # both datasets, markdown table to stdout
+    python -m bench.bench_svt --dataset synthetic --runs 200 --json out.json
 """
 
 from __future__ import annotations
