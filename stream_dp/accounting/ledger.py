@@ -26,6 +26,7 @@ idempotently. No order of crashes lets a release be stored without being counted
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -160,8 +161,20 @@ class HistoryEntry:
     def to_dict(self) -> dict[str, Any]:
         spent = self.cost.spent()
         return {"entry_id": self.entry_id, "type": self.type, "id": self.id, "reservation": self.reservation,
-                "rho": spent.rho, "delta": spent.zcdp_delta, "basic_epsilon": spent.basic_epsilon,
+                "rho": spent.rho, "delta": spent.zcdp_delta, "basic_epsilon": _finite_or_none(spent.basic_epsilon),
                 "events": [e.to_dict() for e in self.events], "time": self.time}
+
+
+def _finite_or_none(value: float) -> float | None:
+    """JSON has no infinity: an unavailable basic-composition ε (zCDP events) is reported as null."""
+    return value if math.isfinite(value) else None
+
+
+def _as_dict(value: Any) -> dict[Any, Any]:
+    """A hash / stream-entry reply as a dict (cluster transactions return some replies unparsed, as flat lists)."""
+    if isinstance(value, dict):
+        return value
+    return dict(zip(value[::2], value[1::2]))
 
 
 def _decode(value: Any) -> str:
@@ -327,7 +340,11 @@ class Ledger:
         if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
             hold_id = self._lifetime_id(scope, reservation_id)
             # lifetime first: it then counts the actual cost, while the period still holds the maximum
-            self._settle_one(LIFETIME_SCOPE, hold_id, hold_id, events, events_json, None)
+            life = self._settle_one(LIFETIME_SCOPE, hold_id, hold_id, events, events_json, None)
+            if life.reason == "unknown_reservation":  # e.g. reserved before the lifetime scope was enabled
+                life = self._charge_one(LIFETIME_SCOPE, hold_id, events, events_json, None)
+            if not life.accepted:  # the actual cost exceeds the hold and does not fit: nothing may be stored
+                return self._refused_by_lifetime(scope, life)
         return self._settle_one(scope, reservation_id, release_id, events, events_json, payload)
 
     def stored(self, scope: str, release_id: str) -> str | None:
@@ -353,12 +370,16 @@ class Ledger:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hgetall(keys[0])
         pipe.hgetall(keys[5])
-        totals, holds = pipe.execute()
+        totals, holds = (_as_dict(reply) for reply in pipe.execute())
         data = {k: _decode(totals.get(k.encode(), b"0")) for k in ("rho", "zd", "beps", "bd", "binf")}
         total = Cost.from_fields(data)
         for rid in sorted(holds, key=_decode):  # the scripts' order: sorted reservation ids
             total = total + _cost_from_string(_decode(holds[rid]))
         return self._result(scope, False, {**total.__dict__, "accepted": True, "reason": "ok"}, None)
+
+    def open_reservations(self, scope: str) -> int:
+        """Number of reservations of the scope not yet settled or cancelled."""
+        return int(self.redis.hlen(self._scope_keys(scope)[5]))
 
     def history(self, scope: str, *, count: int | None = None) -> list[HistoryEntry]:
         """The scope's event log, oldest first (``count``: at most that many entries)."""
@@ -378,6 +399,7 @@ class Ledger:
         pipe.hkeys(keys[2])
         pipe.hkeys(keys[5])
         log, totals, charged, holds = pipe.execute()
+        totals = _as_dict(totals)
         problems: list[str] = []
         total = Cost()
         open_holds: set[str] = set()
@@ -415,7 +437,7 @@ def _cost_from_string(value: str) -> Cost:
 
 
 def _history_entry(entry_id: Any, fields: dict[Any, Any]) -> HistoryEntry:
-    f = {_decode(k): _decode(v) for k, v in fields.items()}
+    f = {_decode(k): _decode(v) for k, v in _as_dict(fields).items()}
     events = tuple(event_from_dict(d) for d in json.loads(f.get("events", "[]")))
     return HistoryEntry(entry_id=_decode(entry_id), type=f["type"], id=f["id"], reservation=f.get("reservation", ""),
                         cost=Cost.from_fields(f), events=events, time=float(f.get("time", "0")))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
@@ -44,7 +45,8 @@ def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int) -> 
     return {"scope": state.scope, "epsilon_spent": state.epsilon_spent, "delta_spent": state.delta_spent,
             "epsilon_remaining": state.epsilon_remaining, "delta_remaining": state.delta_remaining,
             "epsilon_cap": cap.epsilon, "delta_cap": cap.delta, "rho": state.spent.rho,
-            "basic_epsilon": state.spent.basic_epsilon, "open_reservations": open_reservations}
+            "basic_epsilon": state.spent.basic_epsilon if math.isfinite(state.spent.basic_epsilon) else None,
+            "open_reservations": open_reservations}
 
 
 def _cap(ledger: Ledger, scope: str) -> BudgetCap:
@@ -82,8 +84,7 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         scopes = ledger.scopes() if args.action == "list" else [args.scope]
         rows = []
         for scope in scopes:
-            report = ledger.verify(scope)
-            rows.append(_state_dict(ledger.remaining(scope), _cap(ledger, scope), report.open_reservations))
+            rows.append(_state_dict(ledger.remaining(scope), _cap(ledger, scope), ledger.open_reservations(scope)))
         if args.json:
             print(json.dumps(rows, indent=2), file=out)
         else:

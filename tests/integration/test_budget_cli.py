@@ -7,7 +7,7 @@ import json
 import pytest
 
 from stream_dp.accounting.budget import BudgetCap
-from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent
+from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent, ZCdpEvent
 from stream_dp.accounting.ledger import Ledger
 from stream_dp.cli import main
 from stream_dp.keys import Keys
@@ -44,6 +44,13 @@ def test_list_show_history_verify(config_file, ledger, redis_client, capsys):
     assert day["epsilon_spent"] == state.epsilon_spent and day["open_reservations"] == 1
     assert day["epsilon_remaining"] == pytest.approx(2.0 - state.epsilon_spent)
     assert rows["lifetime"]["epsilon_cap"] == 5.0
+
+    ledger.charge("2026-11-30", "z", [ZCdpEvent(0.01)])  # basic ε is infinite: JSON says null
+    capsys.readouterr()
+    assert main(["budget", "show", "2026-11-30", "--config", config_file, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["basic_epsilon"] is None
+    assert main(["budget", "history", "2026-11-30", "--config", config_file, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["basic_epsilon"] is None
 
     assert main(["budget", "show", "2026-11-29", "--config", config_file]) == 0
     assert "2026-11-29" in capsys.readouterr().out

@@ -242,3 +242,19 @@ def test_zero_cost_record_goes_through_the_idempotent_outbox(two_scope_ledger):
     assert ledger.verify("d").ok and ledger.history("lifetime") == []
     with pytest.raises(ValueError):
         ledger.charge("d", "w.none", [])  # no events and nothing to store: a caller bug
+
+
+def test_settle_never_stores_a_release_the_lifetime_scope_did_not_count(redis_client):
+    # reserved while the lifetime scope was off: settling charges the lifetime directly
+    Ledger(redis_client, CAP, keys=Keys("t")).reserve("d", "h", [PureDpEvent(0.2)])
+    ledger = Ledger(redis_client, CAP, keys=Keys("t"), lifetime_cap=LIFETIME)
+    assert ledger.settle("d", "h", "r", [PureDpEvent(0.2)], payload="R").accepted
+    assert ledger.remaining("lifetime").spent == compose([PureDpEvent(0.2)])
+    # an actual cost above the hold that the lifetime cannot cover: refused, nothing stored
+    assert ledger.charge("d2", "x", [PureDpEvent(0.9)]).accepted  # lifetime 1.1 of 1.5
+    assert ledger.reserve("d3", "h2", [PureDpEvent(0.1)]).accepted
+    refused = ledger.settle("d3", "h2", "r2", [PureDpEvent(0.5)], payload="R2")
+    assert not refused.accepted and refused.reason == "lifetime_epsilon_cap"
+    assert ledger.stored("d3", "r2") is None
+    for scope in ("d", "d2", "d3", "lifetime"):
+        assert ledger.verify(scope).ok
