@@ -63,6 +63,10 @@ class SampleRow:
     token: int | float
     estimate: float
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form for release records."""
+        return {"key": self.key, "token": self.token, "estimate": self.estimate}
+
 
 @dataclass(frozen=True)
 class SampleResult:
@@ -76,6 +80,7 @@ class SampleResult:
     max_keys_per_user: int
     estimator: str = "mle"
     mechanism: str = MECHANISM
+    weight: str = "identity"
 
     @property
     def key_epsilon(self) -> float:
@@ -95,7 +100,7 @@ class SampleResult:
     def parameters(self) -> dict[str, Any]:
         """The public parameters a subscriber needs to recompute the token → estimate table."""
         return {"scheme": self.scheme, "tau": self.tau, "epsilon": self.epsilon, "delta": self.delta,
-                "max_keys_per_user": self.max_keys_per_user, "estimator": self.estimator,
+                "max_keys_per_user": self.max_keys_per_user, "weight": self.weight, "estimator": self.estimator,
                 "statistic": "frequency"}
 
     def estimate_sum(self, coefficient: Callable[[Hashable], float] | Mapping[Hashable, float] | None
@@ -129,7 +134,7 @@ def sanitizer_table(*, scheme: str, tau: float | None, epsilon: float, delta: fl
 
 def private_weighted_sample(counts: Mapping[Hashable, int], *, scheme: str, tau: float | None,
                             epsilon: float, delta: float, max_keys_per_user: int,
-                            rng: RngLike = None, weight: Weight | None = None, estimator: str = "mle",
+                            rng: RngLike = None, weight: Weight | None = None,
                             max_frequency: int = DEFAULT_MAX_FREQUENCY,
                             cache: SanitizerTableCache | None = None) -> SampleResult:
     """Release a private weighted sample of ``counts`` (key → number of distinct users).
@@ -137,7 +142,8 @@ def private_weighted_sample(counts: Mapping[Hashable, int], *, scheme: str, tau:
     (ε, δ)-DP at the user level for users touching at most ``max_keys_per_user`` keys (module docstring):
     each key runs the late Algorithm 4 at (ε/Δ, δ/Δ). ``scheme`` ∈ {"pps", "ppswor", "none"}; ``tau`` is
     the sampling threshold (ignored for "none"); ``weight`` the sampling weight f (default identity).
-    The estimate in each row is ĝ(token) for g = identity with the chosen ``estimator``.
+    The estimate in each row is the MLE ĝ(token) for g = identity (O(1) per token beyond saturation); other
+    statistics g and the biased-down estimator are post-processing (:func:`pws_token_estimates`).
 
     >>> res = private_weighted_sample({"a": 400, "b": 2}, scheme="pps", tau=0.1, epsilon=1.0,
     ...                               delta=1e-6, max_keys_per_user=1, rng=7)
@@ -149,7 +155,7 @@ def private_weighted_sample(counts: Mapping[Hashable, int], *, scheme: str, tau:
     table = sanitizer_table(scheme=scheme, tau=tau, epsilon=epsilon, delta=delta,
                             max_keys_per_user=max_keys_per_user, weight=weight,
                             max_frequency=max_frequency, cache=cache)
-    estimates = estimator_for(table, kind=estimator)
+    estimates = estimator_for(table, kind="mle")
     keys, values = check_scores(counts, name="counts")
     if np.any(values != np.floor(values)):
         raise ValueError("counts must be integers (numbers of distinct users)")
@@ -162,7 +168,8 @@ def private_weighted_sample(counts: Mapping[Hashable, int], *, scheme: str, tau:
             for n, tok in zip(present.tolist(), tokens.tolist()) if tok > 0]
     rows.sort(key=lambda r: (-r.token, tie_key(r.key)))
     return SampleResult(rows=rows, scheme=scheme, tau=table.scheme.tau, epsilon=float(epsilon),
-                        delta=float(delta), max_keys_per_user=int(max_keys_per_user), estimator=estimator)
+                        delta=float(delta), max_keys_per_user=int(max_keys_per_user), estimator="mle",
+                        weight="identity" if weight is None else getattr(weight, "__name__", repr(weight)))
 
 
 def pws_token_estimates(tokens: Any, *, scheme: str, tau: float | None, epsilon: float, delta: float,

@@ -100,3 +100,17 @@ def test_pws_reports_more_keys_than_sbh_without_sampling():
     pws = table.reporting_probabilities(freqs)
     sbh = sbh_reporting_probabilities(freqs, scheme="none", tau=None, epsilon=0.5, delta=1e-3)
     assert np.all(pws >= sbh - 1e-12) and pws.sum() > sbh.sum()
+
+
+def test_biased_down_is_limited_to_moderate_tokens_and_rows_serialise():
+    import json
+
+    from stream_dp.mechanisms.pws_estimators import BIASED_DOWN_MAX_TOKEN
+
+    table = SanitizerTable(SamplingScheme("none"), epsilon=1.0, delta=1e-3)
+    with pytest.raises(ValueError, match="biased_down"):
+        TokenEstimator(table, kind="biased_down").estimate(BIASED_DOWN_MAX_TOKEN + 1)
+    res = private_weighted_sample({"a": 300}, scheme="none", tau=None, epsilon=1.0, delta=1e-3,
+                                  max_keys_per_user=1, rng=2)
+    assert json.loads(json.dumps([r.to_dict() for r in res.rows]))[0]["key"] == "a"
+    assert json.loads(json.dumps(res.parameters()))["weight"] == "identity"
