@@ -1,7 +1,8 @@
 """A MovieLens-style ratings stream, generated in-tree so the demo needs no download.
 
 The shape follows MovieLens' ``ratings.csv`` (columns ``userId,movieId,rating,timestamp``, one row per
-rating, timestamps in epoch seconds) and the traits that matter for heavy hitters:
+rating, timestamps in epoch seconds; plus a ``title`` column, made-up titles that read better in the demo
+than ids) and the traits that matter for heavy hitters:
 
 - **heavy-tailed movie popularity**: a Zipf law over movie ranks (exponent ``zipf_exponent``), so a few
   movies collect most ratings and the long tail is rated by a handful of users;
@@ -32,7 +33,7 @@ from typing import TextIO
 
 import numpy as np
 
-CSV_COLUMNS = ("userId", "movieId", "rating", "timestamp")
+CSV_COLUMNS = ("userId", "movieId", "rating", "timestamp", "title")
 DEFAULT_START = 1_793_577_600  # 2026-11-02 00:00:00 UTC, a Monday; fixed so a seed pins the whole stream
 DAY = 86_400
 
@@ -45,16 +46,47 @@ class Rating:
     user_id: int
     movie_id: int
     rating: float
+    title: str = ""
 
     def as_row(self) -> dict[str, str]:
-        """The MovieLens ``ratings.csv`` row."""
+        """The MovieLens ``ratings.csv`` row (plus ``title``)."""
         return {"userId": str(self.user_id), "movieId": str(self.movie_id),
-                "rating": f"{self.rating:.1f}", "timestamp": str(self.timestamp)}
+                "rating": f"{self.rating:.1f}", "timestamp": str(self.timestamp), "title": self.title}
 
 
 def _check(name: str, value: float, low: float) -> None:
     if not value >= low:
         raise ValueError(f"{name} must be >= {low}, got {value!r}")
+
+
+_ADJECTIVES = ("Silent", "Crimson", "Last", "Hidden", "Broken", "Golden", "Midnight", "Lost", "Electric", "Wild",
+               "Frozen", "Distant", "Burning", "Secret", "Quiet", "Hollow", "Restless", "Paper", "Iron", "Velvet")
+_NOUNS = ("River", "Harbor", "Empire", "Garden", "Signal", "Orchard", "Machine", "Kingdom", "Summer", "Mirror",
+          "Horizon", "Station", "Letter", "Circus", "Forest", "Island", "Winter", "Lighthouse", "Archive", "Echo")
+_NAMES = ("Ada", "Oscar", "Mira", "Jonah", "Lena", "Felix", "Nora", "Hugo", "Iris", "Theo")
+
+
+def movie_titles(movies: int, seed: int) -> list[str]:
+    """Made-up, unique titles "The Silent River (1994)" for movie ids 1..movies, fixed by ``seed``.
+
+    >>> movie_titles(3, seed=1) == movie_titles(3, seed=1)
+    True
+    """
+    rng = np.random.default_rng([seed, 0x7117E])
+    titles: list[str] = []
+    used: set[str] = set()
+    for _ in range(movies):
+        a, n, m = (_ADJECTIVES[rng.integers(len(_ADJECTIVES))], _NOUNS[rng.integers(len(_NOUNS))],
+                   _NAMES[rng.integers(len(_NAMES))])
+        form = rng.integers(4)
+        base = (f"The {a} {n}" if form == 0 else f"{n} of the {a} {_NOUNS[rng.integers(len(_NOUNS))]}" if form == 1
+                else f"{m}'s {n}" if form == 2 else f"{a} {n}")
+        title = f"{base} ({rng.integers(1950, 2027)})"
+        while title in used:
+            title = f"{base} ({rng.integers(1950, 2027)})"
+        used.add(title)
+        titles.append(title)
+    return titles
 
 
 def daily_popularity(movies: int, days: int, *, zipf_exponent: float, trending_share: float,
@@ -103,7 +135,8 @@ def generate_ratings(*, users: int = 6000, movies: int = 3000, days: int = 28, s
     cdf[:, -1] = 1.0
     quality = np.clip(rng.normal(3.5, 0.5, size=movies), 1.0, 4.8)  # each movie's mean rating
 
-    sessions_per_user = 1 + np.floor(rng.lognormal(mean_log_sessions, 1.0, size=users)).astype(int)
+    # sessions scale with the length of the stream (the defaults are calibrated on four weeks)
+    sessions_per_user = 1 + np.floor(rng.lognormal(mean_log_sessions, 1.0, size=users) * days / 28).astype(int)
     session_user = np.repeat(np.arange(1, users + 1), np.minimum(sessions_per_user, 40 * days))
     n_sessions = session_user.size
     session_day = rng.integers(0, days, size=n_sessions)
@@ -127,13 +160,14 @@ def generate_ratings(*, users: int = 6000, movies: int = 3000, days: int = 28, s
     times = np.minimum(session_start[event_session] + offsets, start + days * DAY - 1).astype(np.int64)
     stars = np.clip(np.round(rng.normal(quality[movie_index], 0.9) * 2) / 2, 0.5, 5.0)
 
+    titles = movie_titles(movies, seed)
     seen: set[tuple[int, int]] = set()
     out: list[Rating] = []
     for s, m, t, r in zip(event_session.tolist(), movie_index.tolist(), times.tolist(), stars.tolist()):
         if (s, m) in seen:  # one rating per movie per session
             continue
         seen.add((s, m))
-        out.append(Rating(timestamp=t, user_id=int(session_user[s]), movie_id=m + 1, rating=r))
+        out.append(Rating(timestamp=t, user_id=int(session_user[s]), movie_id=m + 1, rating=r, title=titles[m]))
     out.sort()
     return out
 
@@ -161,9 +195,9 @@ def rows(ratings: Iterable[Rating]) -> Iterator[dict[str, str]]:
 def to_csv_text(ratings: Iterable[Rating]) -> str:
     """The CSV as a string (small streams, tests).
 
-    >>> print(to_csv_text([Rating(timestamp=1, user_id=2, movie_id=3, rating=4.5)]), end="")
-    userId,movieId,rating,timestamp
-    2,3,4.5,1
+    >>> print(to_csv_text([Rating(timestamp=1, user_id=2, movie_id=3, rating=4.5, title="Echo, Again (1999)")]), end="")
+    userId,movieId,rating,timestamp,title
+    2,3,4.5,1,"Echo, Again (1999)"
     """
     buf = io.StringIO()
     write_csv(ratings, buf)

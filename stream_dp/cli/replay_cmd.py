@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("csv", "jsonl"), help="input format (default: from the file name)")
     p.add_argument("--user-column", help="column holding the user id (default: events.user_field; "
                    "userId with --generate)")
-    p.add_argument("--key-column", help="column holding the key (default: events.key_field; movieId with --generate)")
+    p.add_argument("--key-column", help="column holding the key (default: events.key_field; title with --generate)")
     p.add_argument("--time-column", help="column holding the event time (default: events.time_field; "
                    "timestamp with --generate); 'none': use the broker's record time")
     p.add_argument("--time-unit", choices=("s", "ms", "us", "ns"), default="s",
@@ -65,7 +65,7 @@ def mapping_from_args(args: argparse.Namespace, fields_user: str, fields_key: st
     time_col = args.time_column or ("timestamp" if generated else fields_time)
     return ColumnMapping(
         user=args.user_column or ("userId" if generated else fields_user),
-        key=args.key_column or ("movieId" if generated else fields_key),
+        key=args.key_column or ("title" if generated else fields_key),
         time=None if time_col.lower() == "none" else time_col,
         time_unit=args.time_unit,
         time_offset_seconds=args.time_offset,

@@ -35,7 +35,7 @@ def consume_all(bootstrap: str, topic: str, expected: int, deadline_s: float = 6
 
 
 def test_replay_movielens_csv_keyed_by_user(tmp_path, bootstrap_servers, topic_name):
-    ratings = generate_ratings(users=200, movies=100, days=2, seed=5)[:1500]
+    ratings = generate_ratings(users=1000, movies=100, days=2, seed=5)[:1500]
     path = tmp_path / "ratings.csv"
     write_csv(ratings, path)
     topic = topic_name("events")
