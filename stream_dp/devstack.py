@@ -143,6 +143,7 @@ class Service:
     log_path: Path
     host: str = "127.0.0.1"
     detached: bool = False
+    own_process_group: bool = False  # not signalled by a Ctrl-C at the terminal (the owner stops it in order)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> float:
@@ -158,6 +159,7 @@ class Service:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 start_new_session=self.detached,
+                process_group=0 if self.own_process_group and not self.detached else None,
                 preexec_fn=None if self.detached else _die_with_parent,
             )
         finally:
@@ -196,10 +198,12 @@ class DevStack:
 
     ``kafka=False`` or ``redis=False`` skips a component. ``redis_persistence=True`` makes redis-server keep
     an append-only file in the stack's directory, so a restart of Redis keeps its data (outage tests).
+    ``own_process_group=True`` puts each child in a process group of its own, so a Ctrl-C at the terminal
+    reaches only the owner, which can then stop its workers before the broker and Redis (``stream-dp demo``).
     """
 
     def __init__(self, *, kafka: bool = True, redis: bool = True, workdir: str | os.PathLike[str] | None = None,
-                 redis_persistence: bool = False, detached: bool = False) -> None:
+                 redis_persistence: bool = False, detached: bool = False, own_process_group: bool = False) -> None:
         self._own_dir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="stream-dp-devstack-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -217,13 +221,15 @@ class DevStack:
                 port,
                 self.workdir / "broker.log",
                 detached=detached,
+                own_process_group=own_process_group,
             )
         if redis:
             port = free_port()
             argv = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
                     "--save", "", "--daemonize", "no", "--protected-mode", "no", "--databases", str(REDIS_DATABASES),
                     "--appendonly", "yes" if redis_persistence else "no", "--appendfsync", "always"]
-            self.redis = Service("redis", argv, port, self.workdir / "redis.log", detached=detached)
+            self.redis = Service("redis", argv, port, self.workdir / "redis.log", detached=detached,
+                                 own_process_group=own_process_group)
 
     @property
     def bootstrap_servers(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 # Subcommand modules, in the order `stream-dp --help` lists them.
 COMMANDS: tuple[str, ...] = (
+    "stream_dp.cli.demo_cmd",
     "stream_dp.cli.replay_cmd",
     "stream_dp.cli.tail_cmd",
     "stream_dp.cli.devstack_cmd",
@@ -39,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kafka-python narrates every connection at INFO; a command-line user needs its warnings only
+    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
