@@ -90,10 +90,10 @@ class SampleBuilder:
                 "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
 
     def reserve_events(self) -> tuple[DpEvent, ...]:
-        from stream_dp.accounting.events import ApproxDpEvent
+        from stream_dp.mechanisms import private_weighted_sample_events
 
         s = self.cfg.releases.sample
-        return (ApproxDpEvent(s.epsilon, s.delta, mechanism=self.mechanism),)
+        return tuple(private_weighted_sample_events(epsilon=s.epsilon, delta=s.delta))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -109,8 +109,9 @@ class SampleBuilder:
                                       delta=p["delta"], max_keys_per_user=p["max_keys_per_user"], rng=rng)
         items = [{"key": str(row.key), "token": float(row.token), "estimate": float(row.estimate)}
                  for row in res.rows]
-        return RecordDraft(window, self.type, self.mechanism, p, items=items, events=tuple(res.events),
-                           info={"sampled": len(items)})
+        # the mechanism's own public parameters (incl. the estimator) let subscribers recompute estimates
+        return RecordDraft(window, self.type, self.mechanism, {**p, **res.parameters()}, items=items,
+                           events=tuple(res.events), info={"sampled": len(items)})
 
 
 def sample_input(data: Any) -> Any:

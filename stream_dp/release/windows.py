@@ -77,9 +77,10 @@ return 1
 class WindowReader:
     """Read-only view of ingest's windows, plus the release worker's "released" mark."""
 
-    def __init__(self, client: redis.Redis, *, keys: Keys, size_seconds: int) -> None:
+    def __init__(self, client: redis.Redis, *, keys: Keys, size_seconds: int, read_chunk: int = READ_CHUNK) -> None:
         if size_seconds < 1:
             raise ValueError(f"windows.size_seconds must be >= 1, got {size_seconds!r}")
+        self.read_chunk = read_chunk
         self.r = client
         self.keys = keys
         self.size = size_seconds
@@ -129,8 +130,9 @@ class WindowReader:
         scores = self.r.zmscore(self.keys.window_counts(window.start), watched)
         return {k: (0.0 if s is None else float(s)) for k, s in zip(watched, scores)}
 
-    def all_counts(self, window: Window, *, chunk: int = READ_CHUNK) -> WindowCounts:
+    def all_counts(self, window: Window, *, chunk: int | None = None) -> WindowCounts:
         """Every key of the window, read in ``ZRANGE`` chunks (bounded replies, no server-side blocking)."""
+        chunk = chunk or self.read_chunk
         name = self.keys.window_counts(window.start)
         keys: list[str] = []
         parts: list[np.ndarray] = []

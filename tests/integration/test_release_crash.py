@@ -28,7 +28,7 @@ from stream_dp.testing.windows import set_watermark, write_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = 60
-TYPES = ("topk",)
+TYPES = ("topk", "alerts", "sample")
 
 
 def config_for(tmp_path, bootstrap: str, redis_url: str, topic: str, *, budget_epsilon: float):
@@ -38,8 +38,8 @@ def config_for(tmp_path, bootstrap: str, redis_url: str, topic: str, *, budget_e
         "windows": {"size_seconds": SIZE, "retention_seconds": 3600},
         "budget": {"epsilon": budget_epsilon, "delta": 1e-4, "delta_prime": 1e-7},
         "releases.topk": {"k": 3, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6},
-        "releases.alerts": {"enabled": False},
-        "releases.sample": {"enabled": False},
+        "releases.alerts": {"watchlist": ["k1", "k2", "k3"], "threshold": 100.0, "k": 2, "epsilon": 0.5},
+        "releases.sample": {"scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
         "metrics": {"port": 0},
     })
 
@@ -141,8 +141,8 @@ def test_two_workers_never_both_release_one_window(tmp_path, bootstrap_servers, 
     # published exactly once (no window was released by both workers)
     assert len(messages) == n_windows * len(TYPES)
     log = Ledger(client, BudgetCap(1e6, 1e-4, 1e-7), keys=Keys("t")).history(records[0]["budget"]["scope"])
-    settles = [e for e in log if e.type == "settle"]
-    assert len(settles) == n_windows * len(TYPES)
+    commits = [e.id for e in log if e.type in ("charge", "settle")]
+    assert sorted(commits) == sorted(f"{i * SIZE}-{(i + 1) * SIZE}.{t}" for i in range(n_windows) for t in TYPES)
     # and each window was released by exactly one of the two workers (their logs)
     done = [re.findall(rb"window (\d+-\d+) released", (tmp_path / f"w{j}.log").read_bytes()) for j in range(2)]
     assert sorted(done[0] + done[1]) == sorted(f"{i * SIZE}-{(i + 1) * SIZE}".encode() for i in range(n_windows))

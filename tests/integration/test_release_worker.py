@@ -346,3 +346,26 @@ def test_the_schema_rejects_malformed_records(redis_client) -> None:
     for rec in broken:
         with pytest.raises(jsonschema.ValidationError):
             validate_record(rec)
+
+
+def test_sample_releases_tokens_and_estimates_from_the_whole_window(redis_client) -> None:
+    cfg = make_cfg(topk={"enabled": False}, sample={"enabled": True, "scheme": "pps", "tau": 0.05,
+                                                    "epsilon": 2.0, "delta": 1e-6})
+    keys = Keys("t")
+    counts = {f"k{j}": float(j) for j in range(1, 3001)}  # more keys than one read chunk of the test
+    write_window(redis_client, keys, 0, SIZE, counts)
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    worker.reader.read_chunk = 1000  # the window is read in several chunks
+    drain(worker)
+    (rec,) = pub.records
+    validate_record(rec)
+    assert rec["cost"]["events"][0]["mechanism"] == "private_weighted_sample"
+    assert rec["cost"]["events"][0]["epsilon"] == 2.0
+    assert rec["mechanism"]["parameters"]["estimator"] == "mle"
+    sampled = {it["key"]: it for it in rec["items"]}
+    # PPS with τ = 0.05: keys with count ≥ 1/τ = 20 are sampled with probability 1 unless the sanitizer
+    # drops them; the largest keys are far above the sanitizer's reporting threshold at ε/Δ = 0.4
+    assert all(f"k{j}" in sampled for j in range(2900, 3001))
+    for key, it in sampled.items():
+        assert 1 <= it["token"] <= counts[key]
