@@ -102,21 +102,16 @@ class SampleBuilder:
         return reader.all_counts(window)
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
-        from stream_dp.mechanisms import private_weighted_sample
+        from stream_dp.release.sampling import sample_arrays
 
         p = self.parameters()
-        res = private_weighted_sample(sample_input(data), scheme=p["scheme"], tau=p["tau"], epsilon=p["epsilon"],
-                                      delta=p["delta"], max_keys_per_user=p["max_keys_per_user"], rng=rng)
+        res = sample_arrays(data.keys, data.counts, scheme=p["scheme"], tau=p["tau"], epsilon=p["epsilon"],
+                            delta=p["delta"], max_keys_per_user=p["max_keys_per_user"], rng=rng)
         items = [{"key": str(row.key), "token": float(row.token), "estimate": float(row.estimate)}
                  for row in res.rows]
         # the mechanism's own public parameters (incl. the estimator) let subscribers recompute estimates
         return RecordDraft(window, self.type, self.mechanism, {**p, **res.parameters()}, items=items,
                            events=tuple(res.events), info={"sampled": len(items)})
-
-
-def sample_input(data: Any) -> Any:
-    """The counts in the form private_weighted_sample takes (a mapping key → count)."""
-    return data.as_dict()
 
 
 @dataclass

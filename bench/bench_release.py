@@ -1,0 +1,192 @@
+"""Window close → releases published: latency of the release worker on a large window, and where it goes.
+
+A window of ``--keys`` distinct keys (Zipf counts, default 10⁶) is closed (the global watermark passes its
+end) and the release worker releases it with top-k (k̄ = ``--k-bar``, default 1000), alerts (a watchlist of
+``--watch`` config keys plus the released top-k keys) and PPS weighted sampling, all charged to the ledger
+and produced to a real broker (the embedded dev stack: Tansu + redis-server). Repeated for ``--windows``
+windows (each a server-side COPY of one template sorted set).
+
+Reported: p50 / p99 of close → last record acknowledged by the broker (the worker is driven directly, so
+its idle poll interval -- 0.5 s by default -- is not included), per-type publish latency, and the share of
+the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka produce (from the worker's
+``stream_dp_release_phase_seconds_total``). Baselines measured in the same run: one full chunked read of
+the window (the floor for sampling) and one acks=all produce of a record-sized message.
+
+    python -m bench.bench_release                       # 10⁶ keys, 5 windows (~1-2 min on 2 cores)
+    python -m bench.bench_release --keys 100000 --windows 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import redis
+from prometheus_client import CollectorRegistry
+
+from stream_dp.accounting.ledger import BudgetCap, Ledger
+from stream_dp.config import config_from_mapping
+from stream_dp.connections import ensure_topics, kafka_producer
+from stream_dp.devstack import DevStack
+from stream_dp.keys import Keys
+from stream_dp.release.metrics import PHASES, ReleaseMetrics
+from stream_dp.release.outbox import Outbox, Publisher
+from stream_dp.release.windows import Window
+from stream_dp.release.worker import ReleaseWorker
+from stream_dp.testing.windows import set_watermark
+
+SIZE = 3600
+TEMPLATE = "bench:template"
+
+
+class TimedPublisher(Publisher):
+    """Remembers when each record was acknowledged."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.acked: dict[str, float] = {}
+
+    def publish(self, record: dict[str, Any]) -> None:
+        super().publish(record)
+        self.acked[record["release_id"]] = time.perf_counter()
+
+
+def zipf_counts(n: int, a: float, top: float) -> np.ndarray:
+    i = np.arange(1, n + 1, dtype=np.float64)
+    return np.maximum(1, np.floor(top / i**a))
+
+
+def load_template(client: redis.Redis, n: int, a: float, top: float) -> None:
+    counts = zipf_counts(n, a, top)
+    chunk = 20_000
+    for s in range(0, n, chunk):
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(TEMPLATE, {f"item-{j}": float(counts[j]) for j in range(s, min(n, s + chunk))})
+        pipe.execute()
+
+
+def open_window(client: redis.Redis, keys: Keys, start: int) -> None:
+    client.copy(TEMPLATE, keys.window_counts(start), replace=True)
+    client.hset(keys.window_meta(start), mapping={"start": start, "end": start + SIZE})
+    client.zadd(keys.windows_index(), {str(start): start})
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q))
+
+
+def run(args: argparse.Namespace) -> None:
+    with DevStack() as stack:
+        cfg = config_from_mapping({
+            "kafka": {"bootstrap_servers": stack.bootstrap_servers, "releases_topic": "releases"},
+            "redis": {"url": stack.redis_url, "key_prefix": "bench"},
+            "windows": {"size_seconds": SIZE, "retention_seconds": 600},
+            "budget": {"epsilon": 1e6, "delta": 1e-2, "delta_prime": 1e-7},
+            "releases": {
+                "topk": {"k": 10, "k_bar": args.k_bar, "epsilon": 0.1, "delta": 1e-7},
+                "alerts": {"watchlist": [f"item-{j}" for j in range(0, 10 * args.watch, 10)], "threshold": 1000.0,
+                           "k": 10, "epsilon": 1.0},
+                "sample": {"scheme": "pps", "tau": args.tau, "epsilon": 0.5, "delta": 1e-6},
+            },
+            "metrics": {"port": 0},
+        }, environ={})
+        client = redis.Redis.from_url(stack.redis_url)
+        keys = Keys("bench")
+        t = time.perf_counter()
+        load_template(client, args.keys, args.a, args.top)
+        print(f"template window: {args.keys} distinct keys, Zipf a={args.a}, top count {args.top:g} "
+              f"(loaded in {time.perf_counter() - t:.1f}s)")
+
+        ensure_topics(cfg.kafka, {"releases": 1})
+        producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all")
+        publisher = TimedPublisher(producer, "releases")
+        registry = CollectorRegistry()
+        metrics = ReleaseMetrics(registry)
+        ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys)
+        worker = ReleaseWorker(cfg, client, ledger, Outbox(ledger, publisher, metrics), metrics,
+                               worker_id="bench", rng=args.seed)
+
+        # baselines, same run: one chunked full read of a window; one acks=all produce of ~1 KB
+        open_window(client, keys, 0)
+        base_read = []
+        for _ in range(3):
+            t = time.perf_counter()
+            worker.reader.all_counts(Window(0, SIZE))
+            base_read.append(time.perf_counter() - t)
+        base_produce = []
+        for _ in range(20):
+            t = time.perf_counter()
+            producer.send("releases", key=b"baseline", value=b"x" * 1024).get(timeout=30)
+            base_produce.append(time.perf_counter() - t)
+        client.delete(keys.window_counts(0), keys.window_meta(0))
+        client.zrem(keys.windows_index(), "0")
+        read_ms, produce_ms = statistics.median(base_read) * 1e3, statistics.median(base_produce) * 1e3
+
+        latencies: list[float] = []
+        per_type: dict[str, list[float]] = {t: [] for t in worker.types}
+        phase_totals = {p: 0.0 for p in PHASES}
+        items = {t: [] for t in worker.types}
+        for w in range(1, args.windows + 1):
+            start = w * SIZE
+            open_window(client, keys, start)
+            before = {p: metrics.phase_seconds.labels(p)._value.get() for p in PHASES}
+            t0 = time.perf_counter()
+            set_watermark(client, keys, start + SIZE)  # the window closes now
+            released = worker.run_once()
+            assert released is not None and released.start == start, "the window was not released"
+            done = max(publisher.acked[f"{start}-{start + SIZE}.{t}"] for t in worker.types)
+            latencies.append(done - t0)
+            for t in worker.types:
+                per_type[t].append(publisher.acked[f"{start}-{start + SIZE}.{t}"] - t0)
+            for p in PHASES:
+                phase_totals[p] += metrics.phase_seconds.labels(p)._value.get() - before[p]
+            for t in worker.types:
+                stored = ledger.stored(worker.scope_for(start), f"{start}-{start + SIZE}.{t}")
+                items[t].append(stored.count('"key"') if stored else 0)
+            print(f"window {w}: close → all published {latencies[-1]:.3f}s")
+        publisher.close()
+        client.close()
+
+    total = sum(latencies)
+    other = total - sum(phase_totals.values())
+    warm = latencies[1:] if len(latencies) > 1 else latencies
+    print()
+    print(f"### Release latency, {args.keys:,} distinct keys, k̄ = {args.k_bar}, topk + alerts + sample, "
+          f"{args.windows} windows\n")
+    print("| measure | p50 | p99 | ratio to baseline |")
+    print("|---|---|---|---|")
+    print(f"| close → all 3 records published (all windows) | {pct(latencies, 50):.3f} s | {pct(latencies, 99):.3f} s "
+          f"| {pct(latencies, 50) * 1e3 / (read_ms + 3 * produce_ms):.1f}× (read window + 3 produces) |")
+    print(f"| same, warm windows (2nd onwards) | {pct(warm, 50):.3f} s | {pct(warm, 99):.3f} s | |")
+    for t, v in per_type.items():
+        print(f"| close → `{t}` published | {pct(v, 50):.3f} s | {pct(v, 99):.3f} s | |")
+    print(f"| baseline: chunked read of the whole window | {read_ms / 1e3:.3f} s | | 1× |")
+    print(f"| baseline: one acks=all produce (1 KB) | {produce_ms / 1e3:.4f} s | | |")
+    print()
+    print("| share of release time | seconds (all windows) | share |")
+    print("|---|---|---|")
+    for p in PHASES:
+        print(f"| {p} | {phase_totals[p]:.2f} | {phase_totals[p] / total:.0%} |")
+    print(f"| other (record building, JSON, claims) | {other:.2f} | {other / total:.0%} |")
+    print()
+    print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--windows", type=int, default=5)
+    p.add_argument("--k-bar", type=int, default=1000)
+    p.add_argument("--watch", type=int, default=50, help="config watchlist size")
+    p.add_argument("--tau", type=float, default=0.01, help="PPS sampling threshold")
+    p.add_argument("--a", type=float, default=1.0, help="Zipf exponent")
+    p.add_argument("--top", type=float, default=100_000.0, help="count of the most frequent key")
+    p.add_argument("--seed", type=int, default=1)
+    run(p.parse_args())
+
+
+if __name__ == "__main__":
+    main()
