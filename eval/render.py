@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval import analysis, plots
+from eval import analysis, plots, render_more
 
 METHOD_NAMES = plots.LABELS
 
@@ -159,10 +159,6 @@ def _section_figures(out: Path, rows: Sequence[dict[str, Any]], names: Sequence[
     return "\n".join(lines)
 
 
-SectionRenderer = Callable[[Path, dict[str, Any]], str]
-EXTRA_SECTIONS: list[SectionRenderer] = []  # experiments 2 and 3 register their renderers here
-
-
 def render_report(out: Path) -> Path:
     """Write ``out/README.md`` (and the figures) from ``out/meta.json`` and the CSVs next to it."""
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
@@ -181,7 +177,7 @@ read from the CSVs in this directory; do not edit by hand — rerun the command.
         _section_verdicts(rows),
         _section_figures(out, rows, names),
     ]
-    sections += [render(out, meta) for render in EXTRA_SECTIONS]
+    sections += [render_more.section_continual(out), render_more.section_seeds(out)]
     path = out / "README.md"
     path.write_text("\n".join(sections), encoding="utf-8")
     return path

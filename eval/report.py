@@ -13,15 +13,15 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from eval import analysis
+from eval import analysis, seeds
 from eval.calibration import calibrate
-from eval.data import Stream, load_movielens, zipf_stream
+from eval.data import Stream, bounded_histogram, load_movielens, zipf_stream
 from eval.render import render_report
 from eval.topk import Grid, run_topk_experiment
 
@@ -37,17 +37,20 @@ class Scale:
     zipf_exponent: float
     use_movielens: bool
     continual_runs: int
-    seed_runs: int
-    extra: dict[str, Any] = field(default_factory=dict)
+    continual_users: int  # synthetic continual stream: users over one year
+    seed_runs: int  # Monte-Carlo runs per k of the seed-003 experiments
+    svt_runs: int  # runs per k of the (slower, query-at-a-time) sparse-vector experiments
+    seed_ks: tuple[int, ...] = (2, 4, 8, 12, 16, 24)
 
 
 SCALES = {
     # the test runs this: synthetic data only (no /work/shared), the whole grid, few runs
     "tiny": Scale("tiny", topk_runs=20, zipf_users=2000, zipf_universe=1000, zipf_exponent=1.1,
-                  use_movielens=False, continual_runs=2, seed_runs=200),
+                  use_movielens=False, continual_runs=2, continual_users=1500, seed_runs=30, svt_runs=10,
+                  seed_ks=(2, 8)),
     # the committed report: ~10 minutes on 2 cores
     "full": Scale("full", topk_runs=1000, zipf_users=20000, zipf_universe=10000, zipf_exponent=1.0,
-                  use_movielens=True, continual_runs=20, seed_runs=2000),
+                  use_movielens=True, continual_runs=20, continual_users=20000, seed_runs=1000, svt_runs=200),
 }
 
 
@@ -86,7 +89,88 @@ def git_commit() -> str:
         return "unknown"
 
 
-def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = None) -> dict[str, Any]:
+CONTINUAL_PERIOD = 365 * 86400  # budget period of the continual setups (aligned to the epoch, as the ledger does)
+
+
+def continual_setups(scale: Scale) -> list[tuple[Any, str]]:
+    """(setup, which stream) pairs of experiment 2: the default config except window, period and the
+    synthetic setup's per-outcome ε."""
+    from eval import continual
+
+    return [
+        (continual.ContinualSetup("movielens-30d-windows", 30 * 86400, CONTINUAL_PERIOD), "movielens"),
+        (continual.ContinualSetup("synthetic-weekly-windows", 7 * 86400, CONTINUAL_PERIOD,
+                                  {"STREAM_DP_RELEASES__TOPK__EPSILON": "0.25"}), "synthetic"),
+    ]
+
+
+def continual_stream(scale: Scale) -> Stream:
+    """One year of a synthetic Zipf stream starting at a budget-period boundary."""
+    start = 54 * CONTINUAL_PERIOD  # 2023-12-19, a multiple of the period: the year is one budget scope
+    events = 30 if scale.name == "full" else 10
+    return zipf_stream(n_users=scale.continual_users, universe=scale.zipf_universe, exponent=scale.zipf_exponent,
+                       events_per_user=events, seed=2, start=start, span_seconds=CONTINUAL_PERIOD - 1)
+
+
+def continual_available() -> bool:
+    """Experiment 2 needs the ingest and release packages (the production code path it replays through)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("stream_dp.ingest", "stream_dp.release"))
+
+
+def run_continual_setups(scale: Scale, movielens: Stream | None, redis_url: str | None, *, seed: int
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Experiment 2 against ``redis_url``, or against an embedded redis-server started (and stopped) here."""
+    if redis_url is None:
+        from stream_dp.devstack import DevStack
+
+        with DevStack(kafka=False, redis=True) as stack:
+            return run_continual_setups(scale, movielens, stack.redis_url, seed=seed)
+    from eval import continual
+
+    window_rows: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    for setup, which in continual_setups(scale):
+        stream = movielens if which == "movielens" else continual_stream(scale)
+        if stream is None:
+            continue
+        rows, summary = continual.run_continual(stream, setup, redis_url, runs=scale.continual_runs, seed=seed)
+        summary["dataset"] = stream.name
+        window_rows += rows
+        summaries.append(summary)
+    return window_rows, summaries
+
+
+def run_seed_experiments(scale: Scale, movielens: Stream | None, *, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """Experiment 3: seed 002 key-reporting gain, seed 003 BLUE / measures and adaptivity."""
+    from bench.bench_pws import zipf_frequencies
+    from bench.bench_svt import synthetic_counts
+
+    frequencies = {"zipf_n1e4_a1": zipf_frequencies(10_000, 1.0), "zipf_n1e4_a2": zipf_frequencies(10_000, 2.0)}
+    # on the scale of the seed-003 datasets: 2000 items, Poisson around 300000/rank (bench/bench_svt.py)
+    histograms = {"synthetic_paper_scale": synthetic_counts()}
+    if movielens is not None:
+        ml_counts = bounded_histogram(movielens, None).counts
+        frequencies["movielens_movies"] = ml_counts
+        histograms["movielens_movies"] = ml_counts
+    out: dict[str, list[dict[str, Any]]] = {"seed002_pws_gain": seeds.pws_gain_rows(frequencies)}
+    blue: list[dict[str, Any]] = []
+    for name, counts in histograms.items():
+        blue += seeds.blue_topk_rows(counts, ks=scale.seed_ks, epsilon=0.7, runs=scale.seed_runs, seed=seed,
+                                     dataset=name)
+        blue += seeds.blue_svt_rows(counts, ks=scale.seed_ks, epsilon=0.7, runs=scale.svt_runs, seed=seed,
+                                    dataset=name)
+    out["seed003_blue"] = blue
+    adaptivity = seeds.adaptivity_rows(histograms, ks=list(scale.seed_ks), epsilon=0.7, runs=scale.svt_runs,
+                                       seed=seed)
+    if adaptivity is not None:
+        out["seed003_adaptivity"] = adaptivity
+    return out
+
+
+def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = None,
+            redis_url: str | None = None) -> dict[str, Any]:
     """Run every experiment at ``scale``, write CSVs and ``meta.json`` into ``out``; return the meta."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -99,6 +183,21 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
     rows = run_topk_experiment(streams, grid, seed=seed)
     analysis.write_csv(out / "topk.csv", rows)
     timings["topk"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    movielens = next((s for s in streams if s.name == "movielens"), None)
+    for stale in ("continual_windows.csv", "continual_summary.csv"):
+        (out / stale).unlink(missing_ok=True)
+    if continual_available():
+        window_rows, summaries = run_continual_setups(scale, movielens, redis_url, seed=seed)
+        analysis.write_csv(out / "continual_windows.csv", window_rows)
+        analysis.write_csv(out / "continual_summary.csv", summaries)
+    timings["continual"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    for name, seed_rows in run_seed_experiments(scale, movielens, seed=seed).items():
+        analysis.write_csv(out / f"{name}.csv", seed_rows)
+    timings["seeds"] = time.perf_counter() - t
 
     meta = {
         "command": f"python -m eval.report --out {out} --scale {scale.name}",
@@ -121,10 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20261129, help="base seed of every Monte-Carlo run")
     parser.add_argument("--movielens", type=Path, default=None,
                         help="directory with ratings.csv (default $STREAM_DP_MOVIELENS or /work/shared/...)")
+    parser.add_argument("--redis-url", default=None,
+                        help="redis-server for the continual-release replay (default: start an embedded one)")
     parser.add_argument("--render-only", action="store_true", help="re-render README.md and figures from CSVs")
     args = parser.parse_args(argv)
     if not args.render_only:
-        meta = run_all(args.out, SCALES[args.scale], seed=args.seed, movielens_dir=args.movielens)
+        meta = run_all(args.out, SCALES[args.scale], seed=args.seed, movielens_dir=args.movielens,
+                       redis_url=args.redis_url)
         print(f"experiments done in {meta['total_seconds']} s", file=sys.stderr)
     path = render_report(args.out)
     print(path)
