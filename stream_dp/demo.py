@@ -244,6 +244,7 @@ class Demo:
     # ---- setup ------------------------------------------------------------------------------------
     def prepare_config(self) -> Config:
         cfg = demo_config(self.opts.config_path)
+        self.say("stream-dp demo: differentially private heavy hitters from a live stream (Ctrl-C stops)")
         need_kafka, need_redis = not cfg.kafka.bootstrap_servers, not cfg.redis.url
         run_id = uuid.uuid4().hex[:8]
         kafka, redis_cfg = cfg.kafka, cfg.redis

@@ -139,10 +139,15 @@ def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: 
         above = [i for i in items if i.get("above")]
         lines.append(f"  {len(above)} of {len(items)} watched keys above the threshold")
         lines += table(above + [i for i in items if not i.get("above")], max_rows=max_rows)
+    elif kind == "alerts" and status == "released" and (record.get("info") or {}).get("watchlist_size") == 0:
+        lines.append("  no watched keys yet (the watchlist: configured keys plus keys top-k released earlier)")
     elif items:
         lines += table(items, max_rows=max_rows)
     elif status == "released":
         lines.append("  (no items)")
+    info = record.get("info") or {}
+    if kind == "alerts" and info.get("opened"):
+        lines.append(f"  SVT instance {info.get('instance', '?')} opened in this window: charged its whole ε up front")
     if record.get("hit_bottom"):
         lines.append("  ⊥ stopped early: the next key was not clearly above the rest")
     if status == "budget_exhausted":

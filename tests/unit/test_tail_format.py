@@ -20,6 +20,11 @@ def test_alerts_show_above_first_with_estimates_and_bounds():
     header = next(i for i, line in enumerate(lines) if "estimate" in line)
     assert "318" in lines[header + 2] and "154.2" in lines[header + 2] and "131" in lines[header + 2]
     assert "–" in lines[header + 3]  # no estimate for a below-threshold answer
+    assert "opened" not in text
+    opened = format_release({**rec, "info": {"instance": 2, "opened": True}})
+    assert "SVT instance 2 opened in this window" in opened
+    empty = format_release({**rec, "items": [], "info": {"watchlist_size": 0}})
+    assert "no watched keys yet" in empty
 
 
 def test_sample_is_summarised():
