@@ -1,4 +1,4 @@
-"""A regular (non-editable) install finds the default config: it ships in the wheel as package data."""
+"""A regular (non-editable) install finds the default config (and the release schema): wheel package data."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def test_wheel_carries_the_default_config_and_an_install_loads_it(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         packaged = zf.read("stream_dp/defaults/stream-dp.toml")
+        schema = zf.read("stream_dp/defaults/release.schema.json")
     assert packaged == (ROOT / "config" / "stream-dp.toml").read_bytes()
+    assert schema == (ROOT / "config" / "release.schema.json").read_bytes()
 
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
