@@ -398,7 +398,9 @@ class Ledger:
         pipe.hgetall(keys[0])
         pipe.hkeys(keys[2])
         pipe.hkeys(keys[5])
-        log, totals, charged, holds = pipe.execute()
+        pipe.hkeys(keys[3])
+        pipe.zrange(keys[4], 0, -1)
+        log, totals, charged, holds, outbox, unpublished = pipe.execute()
         totals = _as_dict(totals)
         problems: list[str] = []
         total = Cost()
@@ -427,6 +429,11 @@ class Ledger:
             problems.append("stored charge count differs from the log")
         if open_holds != {_decode(h) for h in holds}:
             problems.append("open reservations differ from the log's reserve/settle/cancel entries")
+        stored_ids = {_decode(r) for r in outbox}
+        if not stored_ids <= set(charged_in_log):
+            problems.append("a stored release has no charge in the log")  # the invariant that matters most
+        if not {_decode(r) for r in unpublished} <= stored_ids:
+            problems.append("an unpublished release id has no stored payload")
         return VerifyReport(scope, not problems, tuple(problems), total.spent(), stored.spent(),
                             len(charged_in_log), len(open_holds))
 

@@ -129,6 +129,14 @@ def test_verify_detects_tampered_totals(ledger, redis_client):
     assert not report.ok and any("stored totals" in p for p in report.problems)
 
 
+def test_verify_detects_a_stored_release_without_a_charge(ledger, redis_client):
+    ledger.charge("s", "a", [PureDpEvent(0.2)], payload="A")
+    assert ledger.verify("s").ok
+    redis_client.hset("t:{ledger:s}:outbox", "sneaked", "B")
+    report = ledger.verify("s")
+    assert not report.ok and "a stored release has no charge in the log" in report.problems
+
+
 def test_history_lists_every_operation(ledger):
     ledger.charge("s", "a", [PureDpEvent(0.2, mechanism="noisy_topk_with_gap")])
     ledger.reserve("s", "h", [PureDpEvent(0.1)])
