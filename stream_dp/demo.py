@@ -353,6 +353,10 @@ class Demo:
             while not self.stop_requested.is_set():
                 for record in follower.poll(timeout_ms=300):
                     start = int((record.get("window") or {}).get("start", -1))
+                    if start not in seen and self.opts.windows is not None and len(seen) >= self.opts.windows:
+                        # windows are released in order: the N windows asked for are complete
+                        self.windows_done = sorted(seen)
+                        return 0
                     if start not in seen:
                         seen[start] = set()
                         first_seen[start] = time.monotonic()
