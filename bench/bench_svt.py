@@ -32,7 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 from stream_dp.mechanisms.svt_experiments import adaptivity_experiment  # noqa: E402
 
-DEFAULT_RATINGS = ROOT.parent / "shared" / "data" / "movielens-small" / "ratings.csv"
+_RATINGS = Path("shared") / "data" / "movielens-small" / "ratings.csv"
+# ../shared next to the checkout; from a worktree under <project>/wt/<name> it is two levels up
+DEFAULT_RATINGS = next((p for p in (ROOT.parent / _RATINGS, ROOT.parent.parent / _RATINGS) if p.is_file()),
+                       ROOT.parent / _RATINGS)
 
 
 def movielens_counts(path: Path) -> np.ndarray:

@@ -16,7 +16,9 @@ opens (:meth:`AdaptiveSVT.privacy_event`, decision 5): adaptivity shows as more 
 Per query ``q`` (rates: threshold ``ε0``; top ``ε2``, middle ``ε1`` when monotone, half of them otherwise;
 see :mod:`stream_dp.mechanisms.svt_noise`):
 
-- top: ``q + ξ − T̃ ≥ 2σ`` with σ the standard deviation of ``ξ`` → ``(above, gap, "top", ε2)``;
+- top: ``q + ξ − T̃ ≥ 2σ`` with σ the standard deviation of the noise ``ξ`` actually used →
+  ``(above, gap, "top", ε2)`` (decision 5; for monotone Laplace σ = √2/ε2, where the authors' code keeps
+  the general 2·2√2/ε2 — any fixed test threshold is private, it only moves answers between branches);
 - else middle: ``q + η − T̃ ≥ 0`` → ``(above, gap, "middle", ε1)``;
 - else ``(below, None, None, 0)``.
 
