@@ -61,8 +61,9 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 
 def run_dataset(name: str, counts: np.ndarray, ks: list[int], epsilon: float, runs: int, seed: int) -> list[dict]:
     rows = []
+    order = np.random.default_rng(0).permutation(len(counts))  # one public query order for every k
     for k in ks:
-        res = adaptivity_experiment(counts, k=k, epsilon=epsilon, runs=runs, rng=seed + k)
+        res = adaptivity_experiment(counts, k=k, epsilon=epsilon, runs=runs, order=order, rng=seed + k)
         row = {"dataset": name, "k": k, "theta": res.theta, "runs": runs}
         for key, arr in (("svt", res.svt_answers), ("adaptive", res.adaptive_answers),
                          ("top", res.adaptive_top), ("middle", res.adaptive_middle),

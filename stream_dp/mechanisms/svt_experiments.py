@@ -46,8 +46,12 @@ def _precision(values: np.ndarray, above: list[bool], threshold: float) -> float
 
 
 def adaptivity_experiment(counts: np.ndarray, *, k: int, epsilon: float = 0.7, runs: int = 100,
-                          noise: str = "laplace", rng: RngLike = None) -> AdaptivityRuns:
+                          noise: str = "laplace", order: np.ndarray | None = None,
+                          rng: RngLike = None) -> AdaptivityRuns:
     """Run the §9.3 comparison ``runs`` times on ``counts`` (integers, one per item).
+
+    ``order`` is the (public, fixed) order in which the items are queried, a permutation of their
+    indices; by default one random permutation drawn from ``rng`` (the authors shuffle once, seed 0).
 
     >>> counts = np.array([1000 // r for r in range(1, 400)])
     >>> res = adaptivity_experiment(counts, k=2, runs=5, rng=0)
@@ -56,7 +60,9 @@ def adaptivity_experiment(counts: np.ndarray, *, k: int, epsilon: float = 0.7, r
     """
     generator = make_rng(rng)
     values = np.asarray(counts)
-    order = generator.permutation(len(values))
+    order = generator.permutation(len(values)) if order is None else np.asarray(order)
+    if sorted(order.tolist()) != list(range(len(values))):
+        raise ValueError("order must be a permutation of the item indices")
     stream = values[order].astype(float).tolist()
     ranked = np.sort(values)[::-1]
     theta = 1.0 / (1.0 + k ** (2.0 / 3.0))
