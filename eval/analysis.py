@@ -99,10 +99,16 @@ def comparisons(rows: Sequence[dict[str, Any]], metric: str = "recall") -> list[
 
 
 def verdict_counts(comps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (dataset, k̄ factor, baseline): how many cells LDT wins, ties, loses."""
-    table: dict[tuple[str, int, str], dict[str, int]] = {}
+    """Per (dataset, k̄ factor, baseline, Δ): in how many (ε_w, k) cells LDT wins, ties, loses.
+
+    >>> c = {"dataset": "d", "k": 10, "k_bar": 50, "baseline": "b", "delta_keys": 5}
+    >>> verdict_counts([c | {"verdict": "wins"}, c | {"verdict": "loses"}, c | {"verdict": "loses"}])
+    [{'dataset': 'd', 'k_bar_factor': 5, 'baseline': 'b', 'delta_keys': 5, 'wins': 1, 'tie': 0, 'loses': 2}]
+    """
+    table: dict[tuple[str, int, str, int], dict[str, int]] = {}
     for c in comps:
-        key = (c["dataset"], c["k_bar"] // c["k"], c["baseline"])
+        key = (c["dataset"], c["k_bar"] // c["k"], c["baseline"], c["delta_keys"])
         entry = table.setdefault(key, {"wins": 0, "tie": 0, "loses": 0})
         entry[c["verdict"]] += 1
-    return [{"dataset": d, "k_bar_factor": f, "baseline": b, **v} for (d, f, b), v in sorted(table.items())]
+    return [{"dataset": d, "k_bar_factor": f, "baseline": b, "delta_keys": dk, **v}
+            for (d, f, b, dk), v in sorted(table.items())]
