@@ -1,0 +1,152 @@
+"""Decode and validate one Kafka record into an :class:`Event`, or say exactly why it is rejected.
+
+The input is a JSON object ``{"user": str, "key": str, "ts": number, ...}`` (field names from
+``[events]`` in the config). Anything else is *rejected* with one reason from :data:`REJECT_REASONS` (a
+small, fixed set: it is a metric label and a dead-letter header). The decoder never raises on input bytes:
+every byte string maps to an event or a rejection (a hypothesis test checks this).
+
+Validation rules:
+
+- the value must be present (``empty``), valid UTF-8 (``not_utf8``), valid JSON (``bad_json``) whose top
+  level is an object (``not_object``);
+- the user and the key must be present and non-empty strings (``missing_user`` / ``missing_key`` when
+  absent, null or ``""``; ``bad_user`` / ``bad_key`` when not a string or when they contain a NUL
+  character, which the Redis bounding state uses as its separator), at most ``max_user_bytes`` /
+  ``max_key_bytes`` bytes in UTF-8 (``user_too_long`` / ``key_too_long``);
+- the event time, when present, must be a finite number of epoch seconds in ``[0, 1e11)`` (``bad_time``);
+  when absent (or null) the Kafka record timestamp is used (``bad_time`` if that is missing too).
+
+>>> d = EventDecoder()
+>>> d.decode(b'{"user": "u1", "key": "k", "ts": 7200.5}', partition=0, offset=3, timestamp_ms=None)
+Event(user='u1', key='k', ts=7200.5, partition=0, offset=3)
+>>> d.decode(b'{"user": "u1"}', partition=0, offset=4, timestamp_ms=None).reason
+'missing_key'
+>>> d.decode(b'\\xff', partition=0, offset=5, timestamp_ms=None).reason
+'not_utf8'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, NamedTuple
+
+from stream_dp.config import EventsConfig
+
+#: Every reason a record can be rejected for (metric label values, dead-letter ``reason`` header).
+REJECT_REASONS: tuple[str, ...] = (
+    "empty",
+    "not_utf8",
+    "bad_json",
+    "not_object",
+    "missing_user",
+    "bad_user",
+    "user_too_long",
+    "missing_key",
+    "bad_key",
+    "key_too_long",
+    "bad_time",
+)
+
+#: Event times at or above this (epoch seconds, ~year 5138) are treated as garbage.
+MAX_EVENT_TIME = 1e11
+
+
+class Event(NamedTuple):
+    """A valid event: who (the privacy unit), what (the counted key), when (event time, epoch seconds)
+    and where it came from (Kafka partition and offset, which order the bounding and de-duplication)."""
+
+    user: str
+    key: str
+    ts: float
+    partition: int
+    offset: int
+
+
+class Rejection(NamedTuple):
+    """A record that is not a valid event: the reason (one of :data:`REJECT_REASONS`) and its origin."""
+
+    reason: str
+    partition: int
+    offset: int
+
+
+_decode_json = json.JSONDecoder().decode
+
+
+class EventDecoder:
+    """Turns record values into events; configured by the ``[events]`` section."""
+
+    def __init__(self, cfg: EventsConfig | None = None) -> None:
+        cfg = cfg or EventsConfig()
+        self.user_field = cfg.user_field
+        self.key_field = cfg.key_field
+        self.time_field = cfg.time_field
+        self.max_user_bytes = cfg.max_user_bytes
+        self.max_key_bytes = cfg.max_key_bytes
+
+    def decode(self, value: bytes | None, *, partition: int, offset: int,
+               timestamp_ms: int | None) -> Event | Rejection:
+        """One record value → :class:`Event` or :class:`Rejection`. Never raises on any ``value``."""
+        if not value:
+            return Rejection("empty", partition, offset)
+        try:
+            text = value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else None
+        except UnicodeDecodeError:
+            return Rejection("not_utf8", partition, offset)
+        if text is None:
+            return Rejection("empty", partition, offset)
+        try:
+            obj = _decode_json(text)
+        except (ValueError, RecursionError):
+            return Rejection("bad_json", partition, offset)
+        if type(obj) is not dict:
+            return Rejection("not_object", partition, offset)
+        reason = None
+        user = self._text(obj.get(self.user_field), self.max_user_bytes)
+        if type(user) is not str:
+            reason = ("missing_user", "bad_user", "user_too_long")[user]
+        else:
+            key = self._text(obj.get(self.key_field), self.max_key_bytes)
+            if type(key) is not str:
+                reason = ("missing_key", "bad_key", "key_too_long")[key]
+            else:
+                ts = self._time(obj.get(self.time_field), timestamp_ms)
+                if ts is None:
+                    reason = "bad_time"
+                else:
+                    return Event(user, key, ts, partition, offset)
+        return Rejection(reason, partition, offset)
+
+    @staticmethod
+    def _text(raw: Any, max_bytes: int) -> str | int:
+        """The string, or 0 (missing), 1 (not a usable string), 2 (too long)."""
+        if raw is None or raw == "":
+            return 0
+        if type(raw) is not str or "\x00" in raw:
+            return 1
+        if len(raw) > max_bytes // 4 and len(raw.encode("utf-8", "surrogatepass")) > max_bytes:
+            return 2
+        if not raw.isprintable() and _has_surrogate(raw):
+            return 1  # lone surrogates (JSON "\\ud800") cannot be stored as UTF-8
+        return raw
+
+    @staticmethod
+    def _time(raw: Any, timestamp_ms: int | None) -> float | None:
+        if raw is None:
+            if timestamp_ms is None or type(timestamp_ms) is not int or timestamp_ms < 0:
+                return None
+            raw = timestamp_ms / 1000.0
+        elif type(raw) not in (int, float):
+            return None  # strings, bools, objects
+        try:
+            ts = float(raw)
+        except OverflowError:  # a huge JSON integer
+            return None
+        if not (0.0 <= ts < MAX_EVENT_TIME) or math.isnan(ts):
+            return None
+        return ts
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in text)

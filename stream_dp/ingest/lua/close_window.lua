@@ -1,0 +1,8 @@
+-- Mark a window closed (phase 2 of a watermark advance); events applied after this are late.
+-- KEYS[1] meta HASH of the window.  ARGV: start, end, watermark that closes it.
+-- A window the release worker already marked "released" keeps that state.
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'released' or state == 'closed' then return 0 end
+redis.call('HSET', KEYS[1], 'start', ARGV[1], 'end', ARGV[2], 'state', 'closed', 'closed_at_watermark', ARGV[3])
+redis.call('HSETNX', KEYS[1], 'events_applied', 0)
+return 1

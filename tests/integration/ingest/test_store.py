@@ -1,0 +1,163 @@
+"""The Redis apply step and the watermark scripts against a real redis-server."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from stream_dp.ingest.bounding import bounded_window_counts
+from stream_dp.ingest.store import Chunk, WindowStore
+from stream_dp.ingest.windowing import global_watermark, window_start
+from stream_dp.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+SIZE = 60
+
+
+def _store(redis_client, **kw) -> WindowStore:
+    return WindowStore(redis_client, keys=Keys("t"), window_size=SIZE, **kw)
+
+
+def _random_log(rnd: random.Random, n: int, partitions: int, users: int, keys: int):
+    """Events per partition in offset order; users are pinned to partitions as producers key by user."""
+    logs: dict[int, list[tuple[int, float, str, str]]] = {p: [] for p in range(partitions)}
+    for _ in range(n):
+        u = rnd.randrange(users)
+        p = u % partitions
+        key = f"k{min(int(rnd.paretovariate(1.0)), keys)}"
+        ts = rnd.uniform(0, 4 * SIZE)
+        logs[p].append((len(logs[p]), ts, f"user-{u}", key))
+    return logs
+
+
+def _apply_batches(store: WindowStore, logs, rnd: random.Random, *, replays: bool) -> None:
+    """Apply each partition's log in random batches, sometimes replaying an already applied span."""
+    pos = {p: 0 for p in logs}
+    while any(pos[p] < len(logs[p]) for p in logs):
+        chunks = []
+        for p, log in logs.items():
+            lo = pos[p]
+            if replays and lo and rnd.random() < 0.3:
+                lo = rnd.randrange(lo)  # replay from an earlier offset
+            hi = min(len(log), pos[p] + rnd.randrange(1, 200))
+            by_window: dict[int, list] = {}
+            for off, ts, user, key in log[lo:hi]:
+                by_window.setdefault(window_start(ts, SIZE), []).append((off, user, key))
+            chunks += [Chunk(w, p, evs) for w, evs in by_window.items()]
+            pos[p] = hi
+        store.register_windows({c.start for c in chunks})
+        rnd.shuffle(chunks)  # chunks of different (window, partition) are independent
+        store.apply(chunks, closed_through=None)
+
+
+@pytest.mark.parametrize("unit", ["user", "event"])
+def test_counts_equal_ground_truth_under_replays(redis_client, unit):
+    rnd = random.Random(7)
+    logs = _random_log(rnd, 6000, partitions=3, users=300, keys=80)
+    store = _store(redis_client, unit=unit, max_keys_per_user=3)
+    _apply_batches(store, logs, rnd, replays=True)
+    events = [(ts, user, key) for p in sorted(logs) for _, ts, user, key in logs[p]]
+    truth = bounded_window_counts(events, window_size=SIZE, max_keys_per_user=3, unit=unit)
+    assert store.windows() == sorted(truth)
+    for start, counts in truth.items():
+        assert store.counts(start) == counts
+        meta = store.meta(start)
+        assert (meta["start"], meta["end"], meta["state"]) == (str(start), str(start + SIZE), "open")
+        assert int(meta["events_applied"]) == sum(counts.values())
+
+
+def test_replayed_chunk_is_all_duplicates_and_bounding_outcomes_are_reported(redis_client):
+    store = _store(redis_client, max_keys_per_user=2)
+    chunk = Chunk(0, 0, [(0, "a", "x"), (1, "a", "x"), (2, "a", "y"), (3, "a", "z"), (4, "b", "z")])
+    first, = store.apply([chunk], closed_through=None)
+    assert (first.applied, first.duplicate, first.linf, first.l0, first.late) == (3, 0, 1, 1, 0)
+    again, = store.apply([chunk], closed_through=None)
+    assert (again.applied, again.duplicate) == (0, 5)
+    assert store.counts(0) == {"x": 1, "y": 1, "z": 1}
+    assert redis_client.hget(store.keys.window_offsets(0), "0") == b"4"
+
+
+def test_late_chunks_are_refused(redis_client):
+    store = _store(redis_client)
+    ev = [(0, "a", "x")]
+    res = store.apply([Chunk(0, 0, ev)], closed_through=float(SIZE))  # end <= watermark
+    assert res[0].late == 1 and store.counts(0) == {}
+    for state in ("closed", "released"):
+        redis_client.hset(store.keys.window_meta(SIZE), "state", state)
+        res = store.apply([Chunk(SIZE, 0, ev)], closed_through=None)
+        assert res[0].late == 1 and store.counts(SIZE) == {}
+
+
+def test_watermark_min_over_active_partitions_idle_exclusion_and_never_backwards(redis_client):
+    store = _store(redis_client)
+    # worker A owns partition 0, worker B partition 1; topic has partitions 0..2
+    st = store.advance_watermark({0: (500.0, True)}, known_partitions=[0, 1, 2], idle_timeout=10, now=1000)
+    assert st.global_watermark is None  # partitions 1 and 2 are known without a watermark yet
+    st = store.advance_watermark({1: (200.0, True)}, known_partitions=[0, 1, 2], idle_timeout=10, now=1001)
+    assert st.global_watermark is None  # partition 2 still holds back
+    st = store.advance_watermark({0: (510.0, True)}, idle_timeout=10, now=1010.5)  # 2 idle now
+    assert st.global_watermark == 200.0
+    st = store.advance_watermark({1: (150.0, True)}, idle_timeout=10, now=1011)  # lower: ignored
+    assert st.global_watermark == 200.0
+    assert redis_client.hget(store.keys.watermarks(), "1") == b"200.0"
+    st = store.advance_watermark({1: (260.0, True)}, idle_timeout=10, now=1012)
+    assert st.global_watermark == 260.0
+    # partition 1 goes idle: the global moves to partition 0's watermark
+    st = store.advance_watermark({0: (520.0, True)}, idle_timeout=10, now=1030)
+    assert st.global_watermark == 520.0
+    # partition 1 becomes busy again with a low watermark: the global does not move back
+    st = store.advance_watermark({1: (270.0, True)}, idle_timeout=10, now=1031)
+    assert st.global_watermark == 520.0
+    # everything idle: the highest partition watermark
+    st = store.advance_watermark({}, idle_timeout=10, now=2000)
+    assert st.global_watermark == 520.0
+    assert store.global_watermark() == 520.0
+
+
+def test_advance_closes_windows_before_publishing_the_global(redis_client):
+    store = _store(redis_client)
+    assert store.register_windows([0, 60, 120]) == {0: True, 60: True, 120: True}
+    store.apply([Chunk(0, 0, [(0, "a", "x")]), Chunk(120, 0, [(1, "a", "x")])], closed_through=None)
+    st = store.advance_watermark({0: (125.0, True)}, known_partitions=[0], idle_timeout=10, now=1)
+    assert st.global_watermark == 125.0 and st.windows_closed == (0, 60)
+    assert st.windows_open == 1
+    assert store.meta(0)["state"] == "closed" and store.meta(60)["state"] == "closed"
+    assert store.meta(60)["events_applied"] == "0"
+    assert store.meta(120)["state"] == "open"
+    # a stale worker that still believes nothing is closed cannot add to a closed window
+    res = store.apply([Chunk(0, 1, [(0, "b", "y")])], closed_through=None)
+    assert res[0].late == 1 and store.counts(0) == {"x": 1}
+    # nor register a window the global already covers
+    assert store.register_windows([0, 60, 180]) == {0: False, 60: False, 180: True}
+    # a pending "closing" (a crash between the phases) already refuses registrations, and completes
+    redis_client.hset(store.keys.watermarks(), "closing", "300.0")
+    assert store.register_windows([240]) == {240: False}
+    st = store.advance_watermark({}, idle_timeout=10, now=2)
+    assert st.global_watermark == 300.0 and st.windows_closed == (120, 180)
+
+
+def test_lua_watermark_rule_matches_python_rule(redis_client):
+    rnd = random.Random(3)
+    for trial in range(40):
+        redis_client.flushdb()
+        store = _store(redis_client)
+        marks: dict[int, float | None] = {}
+        seen: dict[int, float] = {}
+        n = rnd.randrange(1, 5)
+        for p in range(n):
+            t = rnd.uniform(0, 20)
+            w = None if rnd.random() < 0.2 else rnd.uniform(0, 1000)
+            marks[p], seen[p] = w, t
+            store.advance_watermark({p: (w, True)}, idle_timeout=5, now=t)
+        now = rnd.uniform(15, 30)
+        got = store.advance_watermark({}, idle_timeout=5, now=now).closing_through
+        expect = global_watermark(marks, last_seen=seen, now=now, idle_timeout=5)
+        # the stored global is the max of every candidate so far, so compare with the running max
+        assert got is None or expect is None or got >= expect, trial
+        if expect is not None and got is not None:
+            running = [global_watermark({q: marks[q] for q in range(k + 1)},
+                                        last_seen={q: seen[q] for q in range(k + 1)}, now=seen[k], idle_timeout=5)
+                       for k in range(n)]
+            assert got == max([expect] + [r for r in running if r is not None]), trial
