@@ -95,6 +95,15 @@ class ContributionConfig:
 
 
 @dataclass(frozen=True)
+class IngestConfig:
+    poll_timeout_ms: int = 500  # longest a poll blocks (bounds how fast a stop request is noticed)
+    watermark_interval_seconds: float = 1.0  # recompute the global watermark at least this often when idle
+    backoff_initial_seconds: float = 0.1  # first retry delay after Redis or the broker failed
+    backoff_max_seconds: float = 5.0  # cap of the exponential retry delay
+    dead_letter_timeout_seconds: float = 30.0  # wait this long for the dead-letter topic before retrying a batch
+
+
+@dataclass(frozen=True)
 class BudgetConfig:
     period_seconds: int = 86400  # length of a budget period (scope); 86400 = one UTC day
     epsilon: float = 10.0  # ε cap per user per period
@@ -172,6 +181,7 @@ class Config:
     events: EventsConfig = field(default_factory=EventsConfig)
     windows: WindowsConfig = field(default_factory=WindowsConfig)
     contribution: ContributionConfig = field(default_factory=ContributionConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     releases: ReleasesConfig = field(default_factory=ReleasesConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -331,6 +341,13 @@ def validate(config: Config) -> Config:
     _require(w.idle_partition_timeout_seconds > 0, "windows.idle_partition_timeout_seconds", "> 0",
              w.idle_partition_timeout_seconds)
     _require(w.retention_seconds >= 0, "windows.retention_seconds", ">= 0", w.retention_seconds)
+    i = config.ingest
+    _require(i.poll_timeout_ms >= 1, "ingest.poll_timeout_ms", ">= 1", i.poll_timeout_ms)
+    _positive("ingest.watermark_interval_seconds", i.watermark_interval_seconds)
+    _positive("ingest.backoff_initial_seconds", i.backoff_initial_seconds)
+    _require(i.backoff_max_seconds >= i.backoff_initial_seconds, "ingest.backoff_max_seconds",
+             f">= ingest.backoff_initial_seconds ({i.backoff_initial_seconds})", i.backoff_max_seconds)
+    _positive("ingest.dead_letter_timeout_seconds", i.dead_letter_timeout_seconds)
     _require(c.unit in {"user", "event"}, "contribution.unit", "'user' or 'event'", c.unit)
     _require(c.max_keys_per_user >= 1, "contribution.max_keys_per_user", ">= 1", c.max_keys_per_user)
     _require(b.period_seconds >= 1, "budget.period_seconds", ">= 1", b.period_seconds)

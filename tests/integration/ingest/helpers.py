@@ -1,0 +1,128 @@
+"""Shared pieces of the ingest tests: event logs with a ground truth, config files, worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from stream_dp.ingest.bounding import bounded_window_counts
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
+
+
+def make_events(seed: int, n: int, *, users: int, keys: int, windows: int, size: int, t0: int = 1_800_000_000,
+                ) -> list[dict[str, Any]]:
+    """Events over ``windows`` windows in event-time order (with jitter), Zipf-ish keys, random users."""
+    rnd = random.Random(seed)
+    out = []
+    span = windows * size
+    for i in range(n):
+        ts = t0 + span * i / n + rnd.uniform(-size / 10, size / 10)
+        ts = min(max(ts, t0), t0 + span - 0.001)
+        out.append({"user": f"user-{rnd.randrange(users)}", "key": f"item-{min(int(rnd.paretovariate(0.8)), keys)}",
+                    "ts": round(ts, 3)})
+    return out
+
+
+def produce(bootstrap: str, topic: str, events: list[Any], *, raw: bool = False) -> None:
+    """Produce keyed by user (one partition per user), in list order."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
+    for ev in events:
+        if raw:
+            producer.send(topic, key=b"raw", value=ev)
+        else:
+            producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode())
+    producer.flush()
+    producer.close()
+
+
+def ground_truth(events: list[dict[str, Any]], *, size: int, max_keys: int, unit: str = "user"
+                 ) -> dict[int, dict[str, int]]:
+    """Per-user order is the production order (one user → one partition → offset order)."""
+    return bounded_window_counts(((e["ts"], e["user"], e["key"]) for e in events), window_size=size,
+                                 max_keys_per_user=max_keys, unit=unit)
+
+
+def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, size: int, max_keys: int,
+                   lateness: int = 10**6, idle: float = 120.0, prefix: str = "sdp", **sections: Any
+                   ) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "kafka": {"bootstrap_servers": bootstrap, "events_topic": topic, "dead_letter_topic": f"{topic}-dlq",
+                  "ingest_group_id": group, "max_poll_records": 2000},
+        "redis": {"url": redis_url, "key_prefix": prefix},
+        "windows": {"size_seconds": size, "allowed_lateness_seconds": lateness,
+                    "idle_partition_timeout_seconds": idle},
+        "contribution": {"max_keys_per_user": max_keys},
+        "ingest": {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 1.0, "poll_timeout_ms": 200},
+        "metrics": {"port": 0},
+    }
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return data
+
+
+def write_toml(path: Path, data: dict[str, Any]) -> Path:
+    lines = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        for k, v in values.items():
+            lines.append(f"{k} = {json.dumps(v)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start_worker(config_file: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("STREAM_DP_LOG_LEVEL", None)
+    logf = open(log_path, "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(config_file)],
+                                cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT)
+    finally:
+        logf.close()
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return proc.returncode
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
+    """Poll ``condition`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def redis_counts(store, truth: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
+    return {start: store.counts(start) for start in sorted(set(store.windows()) | set(truth))}

@@ -1,0 +1,141 @@
+"""The ingest loop in-process against the real broker and Redis: exact counts, dead letters, lateness."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from stream_dp.config import config_from_mapping
+from stream_dp.ingest.store import WindowStore
+from stream_dp.keys import Keys
+from workers.ingest import build_worker
+
+from .helpers import config_mapping, create_topic, ground_truth, make_events, produce, redis_counts, wait_for
+
+pytestmark = pytest.mark.integration
+
+SIZE = 600
+MAX_KEYS = 3
+
+
+class Running:
+    """An IngestWorker on a thread, stopped (gracefully) on exit."""
+
+    def __init__(self, cfg) -> None:
+        self.registry = CollectorRegistry()
+        self.worker = build_worker(cfg, self.registry)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.reason = self.worker.run()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
+            self.error = exc
+
+    def __enter__(self) -> "Running":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "worker did not stop within 30 s"
+
+    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
+        return self.registry.get_sample_value(f"stream_dp_ingest_{name}", labels or {}) or 0.0
+
+
+def _store(redis_client, cfg) -> WindowStore:
+    return WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=cfg.windows.size_seconds,
+                       unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user)
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return sum(c.committed(TopicPartition(topic, p)) or 0 for p in range(partitions))
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("unit", ["user", "event"])
+def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers, redis_client, redis_url,
+                                                               topic_name, unit):
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 4)
+    events = make_events(11, 20_000, users=1500, keys=200, windows=5, size=SIZE)
+    produce(bootstrap_servers, topic, events)
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS, unit=unit)
+    assert len(truth) == 5
+    group = topic_name("group")
+    cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=group, size=SIZE,
+                                             max_keys=MAX_KEYS, contribution={"unit": unit}), environ={})
+    store = _store(redis_client, cfg)
+    with Running(cfg) as run:
+        wait_for(lambda: run.metric("events_consumed_total") >= len(events) and
+                 _committed(bootstrap_servers, group, topic, 4) == len(events), timeout=90, what="all consumed")
+    assert run.error is None and run.reason == "stop requested"
+    assert redis_counts(store, truth) == truth
+    applied = sum(sum(c.values()) for c in truth.values())
+    assert run.metric("events_applied_total") == applied
+    bounded = run.metric("events_bounded_total", {"rule": "linf"}) + run.metric("events_bounded_total", {"rule": "l0"})
+    assert applied + bounded == len(events)
+    if unit == "user":
+        assert run.metric("events_bounded_total", {"rule": "l0"}) > 0
+    assert run.metric("events_late_total") == 0
+    assert run.metric("consumer_lag_records") == 0
+    assert run.metric("up") == 0  # after the stop
+
+
+def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_servers, redis_client, redis_url,
+                                                                   topic_name):
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 1)
+    good = {"user": "u", "key": "k", "ts": 1_800_000_000}
+    bad = [b"\xff\xfe", b"{not json", b"[1,2]", json.dumps({"key": "k"}).encode(),
+           json.dumps({"user": "u", "key": "k" * 300}).encode(), json.dumps({"user": "u", "key": "k", "ts": "x"}).encode(),
+           b"[" * 100_000]
+    produce(bootstrap_servers, topic, [json.dumps(good).encode(), *bad], raw=True)
+    cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
+                                             max_keys=MAX_KEYS), environ={})
+    with Running(cfg) as run:
+        wait_for(lambda: run.metric("dead_letters_produced_total") == len(bad), timeout=60, what="dead letters")
+    assert run.error is None
+    reasons = {"not_utf8": 1, "bad_json": 2, "not_object": 1, "missing_user": 1, "key_too_long": 1, "bad_time": 1}
+    for reason, n in reasons.items():
+        assert run.metric("events_rejected_total", {"reason": reason}) == n, reason
+    dlq = KafkaConsumer(cfg.kafka.dead_letter_topic, bootstrap_servers=bootstrap_servers, auto_offset_reset="earliest",
+                        consumer_timeout_ms=5000)
+    got = {rec.value: dict(rec.headers) for rec in dlq}
+    dlq.close()
+    assert set(got) == set(bad)
+    assert got[b"{not json"]["reason"] == b"bad_json"
+    assert got[b"\xff\xfe"]["source_offset"] == b"1"
+    assert _store(redis_client, cfg).counts(1_800_000_000 // SIZE * SIZE) == {"k": 1}
+
+
+def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers, redis_client, redis_url, topic_name):
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 2)
+    t0 = 1_800_000_000 // SIZE * SIZE
+    cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
+                                             max_keys=MAX_KEYS, lateness=30, idle=2.0), environ={})
+    store = _store(redis_client, cfg)
+    early = [{"user": f"u{i}", "key": "a", "ts": t0 + i} for i in range(20)]
+    later = [{"user": f"u{i}", "key": "b", "ts": t0 + 3 * SIZE + i} for i in range(20)]
+    with Running(cfg) as run:
+        produce(bootstrap_servers, topic, early + later)
+        # both partitions busy then idle: the global reaches the max watermark, closing windows 0..2
+        wait_for(lambda: (store.global_watermark() or 0) >= t0 + 3 * SIZE + 19 - 30, timeout=60, what="watermark")
+        assert store.meta(t0)["state"] == "closed"
+        assert run.metric("windows_open") == 1
+        produce(bootstrap_servers, topic, [{"user": "late", "key": "a", "ts": t0 + 5}])
+        wait_for(lambda: run.metric("events_late_total") == 1, timeout=30, what="late event counted")
+    assert store.counts(t0) == {"a": 20}
+    assert store.counts(t0 + 3 * SIZE) == {"b": 20}
+    assert run.metric("watermark_seconds") == store.global_watermark()

@@ -1,0 +1,81 @@
+"""Decoder/validator: every rule, and arbitrary bytes never raise (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream_dp.config import EventsConfig
+from stream_dp.ingest.decode import REJECT_REASONS, Event, EventDecoder, Rejection
+
+DEC = EventDecoder(EventsConfig(max_key_bytes=8, max_user_bytes=8))
+
+
+def _reason(value: bytes | None, timestamp_ms: int | None = None) -> str:
+    out = DEC.decode(value, partition=0, offset=0, timestamp_ms=timestamp_ms)
+    return "ok" if isinstance(out, Event) else out.reason
+
+
+def _j(obj) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def test_each_rule_has_its_reason():
+    cases = {
+        None: "empty", b"": "empty", b"\xc3\x28": "not_utf8", b"{": "bad_json", b"NaNx": "bad_json",
+        b"[" * 50_000: "bad_json", _j([1]): "not_object", _j("s"): "not_object",
+        _j({"key": "k"}): "missing_user", _j({"user": "", "key": "k"}): "missing_user",
+        _j({"user": None, "key": "k"}): "missing_user", _j({"user": 5, "key": "k"}): "bad_user",
+        _j({"user": "a\x00b", "key": "k"}): "bad_user", b'{"user": "\\ud800", "key": "k"}': "bad_user",
+        _j({"user": "u" * 9, "key": "k"}): "user_too_long", _j({"user": "u"}): "missing_key",
+        _j({"user": "u", "key": ["k"]}): "bad_key", _j({"user": "u", "key": "é" * 5}): "key_too_long",
+        _j({"user": "u", "key": "k", "ts": "1"}): "bad_time", _j({"user": "u", "key": "k", "ts": True}): "bad_time",
+        _j({"user": "u", "key": "k", "ts": -1}): "bad_time", b'{"user": "u", "key": "k", "ts": NaN}': "bad_time",
+        b'{"user": "u", "key": "k", "ts": Infinity}': "bad_time", _j({"user": "u", "key": "k", "ts": 10**400}): "bad_time",
+        _j({"user": "u", "key": "k"}): "bad_time",  # no ts and no record timestamp
+    }
+    for value, reason in cases.items():
+        assert _reason(value) == reason, value
+    assert set(cases.values()) == set(REJECT_REASONS)
+
+
+def test_valid_events_and_fallback_to_the_record_timestamp():
+    ev = DEC.decode(_j({"user": "ü", "key": "k", "ts": 12}), partition=3, offset=9, timestamp_ms=None)
+    assert ev == Event("ü", "k", 12.0, 3, 9)
+    ev = DEC.decode(_j({"user": "u", "key": "k", "extra": [1]}), partition=0, offset=0, timestamp_ms=1500)
+    assert ev.ts == 1.5
+    assert _reason(_j({"user": "u", "key": "é" * 4})) == "bad_time"  # 8 bytes is within the limit
+
+
+def test_field_names_come_from_the_config():
+    dec = EventDecoder(EventsConfig(user_field="uid", key_field="movie", time_field="t"))
+    ev = dec.decode(_j({"uid": "1", "movie": "m", "t": 5}), partition=0, offset=0, timestamp_ms=None)
+    assert (ev.user, ev.key, ev.ts) == ("1", "m", 5.0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.binary(max_size=300), st.none()), st.one_of(st.none(), st.integers(-2**70, 2**70)))
+def test_arbitrary_bytes_never_raise(value, timestamp_ms):
+    out = DEC.decode(value, partition=0, offset=0, timestamp_ms=timestamp_ms)
+    assert isinstance(out, (Event, Rejection))
+    if isinstance(out, Rejection):
+        assert out.reason in REJECT_REASONS
+
+
+_json = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=12),
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                     max_leaves=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.fixed_dictionaries({}, optional={"user": _json, "key": _json, "ts": _json}))
+def test_arbitrary_json_objects_are_classified(obj):
+    out = DEC.decode(json.dumps(obj).encode("utf-8", "surrogatepass"), partition=0, offset=0, timestamp_ms=None)
+    if isinstance(out, Event):
+        assert out.user == obj["user"] and out.key == obj["key"] and float(obj["ts"]) == out.ts
+        assert "\x00" not in out.user + out.key
+        assert len(out.key.encode()) <= 8 and len(out.user.encode()) <= 8
+    else:
+        assert out.reason in REJECT_REASONS
