@@ -18,7 +18,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from stream_dp.ingest.bounding import bounded_window_counts
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

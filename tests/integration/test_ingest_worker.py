@@ -14,7 +14,7 @@ from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 from workers.ingest import build_worker
 
-from .helpers import config_mapping, create_topic, ground_truth, make_events, produce, redis_counts, wait_for
+from ingest_helpers import config_mapping, create_topic, ground_truth, make_events, produce, redis_counts, wait_for
 
 pytestmark = pytest.mark.integration
 
