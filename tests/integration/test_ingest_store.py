@@ -125,6 +125,7 @@ def test_advance_closes_windows_before_publishing_the_global(redis_client):
     assert st.windows_open == 1
     assert store.meta(0)["state"] == "closed" and store.meta(60)["state"] == "closed"
     assert store.meta(60)["events_applied"] == "0"
+    assert abs(float(store.meta(60)["closed_at"]) - float(redis_client.time()[0])) < 60
     assert store.meta(120)["state"] == "open"
     # a stale worker that still believes nothing is closed cannot add to a closed window
     res = store.apply([Chunk(0, 1, [(0, "b", "y")])], closed_through=None)
