@@ -44,6 +44,7 @@ class Chunk:
     start: int
     partition: int
     events: Sequence[tuple[int, str, str]]
+    closed: bool = False  # known closed (registration refused): only sort duplicates from late events
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class WindowStore:
         pipe = self.client.pipeline(transaction=False)
         for ch in chunks:
             args: list[object] = [ch.start, ch.start + self.window_size, ch.partition, self.unit,
-                                  self.max_keys_per_user, closed]
+                                  self.max_keys_per_user, "1e308" if ch.closed else closed]
             for off, user, key in ch.events:
                 args += (off, user, key)
             self._apply(keys=self.window_keys(ch.start), args=args, client=pipe)

@@ -255,12 +255,8 @@ class IngestWorker:
             flags = self.store.register_windows(new)
             self._registered.update(s for s, ok in flags.items() if ok)
             refused = {s for s, ok in flags.items() if not ok}
-        todo: list[Chunk] = []
-        for (start, p), evs in chunks.items():
-            if start in refused or (closed is not None and start + size <= closed):
-                late += len(evs)
-            else:
-                todo.append(Chunk(start, p, evs))
+        # closed windows still go to Redis: it tells replayed (duplicate) events from late ones
+        todo = [Chunk(start, p, evs, closed=start in refused) for (start, p), evs in chunks.items()]
         results = self.store.apply(todo, closed_through=closed)
         self.metrics.dependency_up.labels(dependency="redis").set(1)
         m = self.metrics
@@ -273,6 +269,8 @@ class IngestWorker:
             late += r.late
         m.applied.inc(applied)
         m.duplicate.inc(dup)
+        if dup:
+            log.info("skipped %d events already applied (a replay after a crash or rebalance)", dup)
         m.bounded.labels(rule="linf").inc(linf)
         m.bounded.labels(rule="l0").inc(l0)
         return late

@@ -84,6 +84,12 @@ def test_late_chunks_are_refused(redis_client):
     ev = [(0, "a", "x")]
     res = store.apply([Chunk(0, 0, ev)], closed_through=float(SIZE))  # end <= watermark
     assert res[0].late == 1 and store.counts(0) == {}
+    # a replay of a window that closed after it was applied: duplicates, not late
+    store.apply([Chunk(2 * SIZE, 0, [(5, "a", "x")])], closed_through=None)
+    res = store.apply([Chunk(2 * SIZE, 0, [(5, "a", "x"), (6, "b", "x")])], closed_through=3.0 * SIZE)
+    assert (res[0].duplicate, res[0].late) == (1, 1) and store.counts(2 * SIZE) == {"x": 1}
+    res = store.apply([Chunk(4 * SIZE, 0, ev, closed=True)], closed_through=None)  # registration refused
+    assert res[0].late == 1 and not redis_client.exists(store.keys.window_meta(4 * SIZE))
     for state in ("closed", "released"):
         redis_client.hset(store.keys.window_meta(SIZE), "state", state)
         res = store.apply([Chunk(SIZE, 0, ev)], closed_through=None)

@@ -15,12 +15,17 @@ local per_user = ARGV[4] == 'user'
 local max_keys = tonumber(ARGV[5])
 local n = (#ARGV - 6) / 3
 
+local last = tonumber(redis.call('HGET', offsets, partition) or '-1')
 local state = redis.call('HGET', meta, 'state')
 if state == 'closed' or state == 'released' or w_end <= tonumber(ARGV[6]) then
-  return {0, 0, 0, 0, n}
+  -- closed: nothing changes; events applied before (a replay) are duplicates, the others are late
+  local dup = 0
+  for i = 7, #ARGV, 3 do
+    if tonumber(ARGV[i]) <= last then dup = dup + 1 end
+  end
+  return {0, dup, 0, 0, n - dup}
 end
 
-local last = tonumber(redis.call('HGET', offsets, partition) or '-1')
 local top = last
 local applied, dup, linf, l0 = 0, 0, 0, 0
 local SEP = '\0'
