@@ -9,6 +9,7 @@ tests/integration/test_prometheus_dashboard.py.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -145,6 +146,8 @@ def test_worker_commands_use_the_mounted_config_and_known_subcommands():
             assert command[1] in subcommands, f"{name} runs unknown subcommand {command[1]}"
         else:
             assert command[:3] == ["python", "-m", f"workers.{name}"]
+            assert importlib.util.find_spec(f"workers.{name}") is not None, f"workers/{name}.py"
+            assert name in subcommands, f"stream-dp {name} runs the same worker"
 
 
 def test_compose_environment_is_a_valid_config():

@@ -50,15 +50,17 @@ def test_configuration_reference_lists_every_setting_with_its_default():
 
 
 def test_metrics_catalogue_lists_every_metric_of_the_workers():
+    from stream_dp.ingest.metrics import IngestMetrics
     from stream_dp.release.metrics import ReleaseMetrics
 
     catalogue = section("Metrics")
     registry = CollectorRegistry()
+    IngestMetrics(registry)
     ReleaseMetrics(registry)
     names = []
     for family in registry.collect():
         names.append(family.name + ("_total" if family.type == "counter" else ""))
-    assert len(names) >= 15
+    assert len(names) >= 30
     for name in names:
         assert f"`{name}" in catalogue, f"{name} missing from the README's metrics catalogue"
 

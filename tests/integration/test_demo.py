@@ -1,0 +1,51 @@
+"""`stream-dp demo` end to end: real broker, Redis and worker processes; bounded runs and Ctrl-C."""
+
+from __future__ import annotations
+
+import pytest
+
+try:
+    from demo_helpers import DemoProcess, assert_nothing_left
+except ImportError:  # tests/ became a package
+    from .demo_helpers import DemoProcess, assert_nothing_left  # type: ignore[no-redef]
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_bounded_demo_prints_releases_and_stops_cleanly(tmp_path):
+    demo = DemoProcess(["--windows", "2", "--duration", "240", "--days", "4", "--metrics-port", "0"],
+                       tmp_path / "work")
+    try:
+        code = demo.wait(timeout=300)
+    finally:
+        if demo.proc.poll() is None:
+            demo.kill_all()
+    out = demo.output
+    assert code == 0, out[-4000:]
+    assert demo.windows_printed() >= 2
+    assert "· topk · released" in out and "rank  key" in out, "top-k tables"
+    assert "· alerts · released" in out, "alerts"
+    assert "budget 2026-11-0" in out and "█" in out, "budget bars"
+    assert "/metrics" in out and "stream-dp.demo.toml" in out
+    assert "stopped." in out and "windows released" in out
+    assert_nothing_left(demo)
+    logs = {name: (tmp_path / "work" / f"{name}.log").read_text() for name in ("ingest", "release")}
+    assert "stop requested" in logs["ingest"] and "stop requested" in logs["release"], "graceful worker stops"
+
+
+def test_ctrl_c_stops_everything_in_order(tmp_path):
+    demo = DemoProcess(["--metrics-port", "0", "--days", "28"], tmp_path / "work")
+    try:
+        demo.wait_for(lambda out: "· topk ·" in out, timeout=180, what="a first release")
+        demo.ctrl_c()
+        code = demo.wait(timeout=90)
+    finally:
+        if demo.proc.poll() is None:
+            demo.kill_all()
+    out = demo.output
+    assert code == 0, out[-4000:]
+    assert "stopping: replay, workers, then the broker and Redis" in out and "stopped." in out
+    assert_nothing_left(demo)
+    logs = {name: (tmp_path / "work" / f"{name}.log").read_text() for name in ("ingest", "release")}
+    # SIGTERM from the demo, not SIGKILL: both workers logged their orderly stop
+    assert "stop requested" in logs["ingest"] and "stop requested" in logs["release"]
