@@ -10,8 +10,9 @@ Delivery semantics of a release (DESIGN §2 "No re-roll"):
    producer with ``acks=all``, and the send is awaited;
 3. **mark published** in the ledger.
 
-A crash between 1 and 3 leaves a stored-but-unpublished release: :meth:`Outbox.recover` (run when a worker
-starts) publishes every one of them first. A crash between 2 and 3 publishes the identical record twice
+A crash between 1 and 3 leaves a stored-but-unpublished release: the worker publishes every one of them
+when it starts (``ReleaseWorker.recover``, under the window's claim so that a live worker's in-flight release
+is not published twice), and the window's own retry finds it stored anyway. A crash between 2 and 3 publishes the identical record twice
 (same key, same bytes): at-least-once delivery of one record, never two different records for one id.
 
 The published record is the stored record plus the ``budget`` block of the ledger's first charge result for
@@ -169,20 +170,11 @@ class Outbox:
         m.budget(b["scope"], epsilon_spent=b["epsilon_spent"], epsilon_remaining=b["epsilon_remaining"],
                  delta_spent=b["delta_spent"], delta_remaining=b["delta_remaining"])
 
-    def recover(self) -> int:
-        """Publish every stored-but-unpublished release (run on start). Returns how many."""
-        n = 0
+    def pending(self) -> list[tuple[str, str]]:
+        """Every (scope, release id) stored but not yet marked published, oldest scope first."""
         with self.metrics.phase("ledger"):
-            scopes = list(self.ledger.scopes())
-        for scope in scopes:
-            with self.metrics.phase("ledger"):
-                pending = list(self.ledger.unpublished(scope))
-            for rid in pending:
-                committed = self.stored(scope, rid)
-                if committed is None:  # pragma: no cover - unpublished implies stored
-                    continue
-                self.publish(committed)
-                n += 1
-        if n:
-            log.info("published %d stored release(s) left unpublished by an earlier run", n)
-        return n
+            return [(scope, rid) for scope in self.ledger.scopes() for rid in self.ledger.unpublished(scope)]
+
+    def is_unpublished(self, scope: str, rid: str) -> bool:
+        with self.metrics.phase("ledger"):
+            return rid in self.ledger.unpublished(scope)

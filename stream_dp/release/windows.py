@@ -186,4 +186,7 @@ class WindowReader:
         return True
 
     def is_released(self, window: Window) -> bool:
-        return self.r.zscore(self.keys.release_index("released"), str(window.start)) is not None
+        """Released: in the worker's index, or its meta says so (a crash between the two steps)."""
+        if self.r.zscore(self.keys.release_index("released"), str(window.start)) is not None:
+            return True
+        return self.r.hget(self.keys.window_meta(window.start), "state") == b"released"

@@ -15,7 +15,7 @@ One pass (:meth:`ReleaseWorker.run_once`):
 4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
 
 :meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start it publishes every
-stored-but-unpublished release first (:meth:`Outbox.recover`).
+stored-but-unpublished release first (:meth:`ReleaseWorker.recover`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from stream_dp.release.builders import BUILDERS, Builder, enabled_types
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
-from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, release_id
+from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.rng import make_rng
 
@@ -77,7 +77,7 @@ class ReleaseWorker:
     def run_once(self) -> Window | None:
         """Recover (first call), then release the oldest closable window if one can be claimed."""
         if not self.recovered:
-            self.outbox.recover()
+            self.recover()
             self.recovered = True
         with self.metrics.phase("redis"):
             pending = self.reader.closable()
@@ -93,6 +93,11 @@ class ReleaseWorker:
         if claim is None:
             return None
         try:
+            # checked under the claim: the previous holder may have released it since `closable()` ran
+            with self.metrics.phase("redis"):
+                done = self.reader.is_released(window)
+            if done:
+                return None
             self.release_window(window, claim)
         except ClaimLost:
             self.metrics.errors.labels("claim_lost").inc()
@@ -101,6 +106,29 @@ class ReleaseWorker:
         finally:
             self.claims.drop(claim)
         return window
+
+    def recover(self) -> int:
+        """Publish every stored-but-unpublished release first (on start). Each under its window's claim: a
+        window claimed by a live worker is skipped (that worker publishes it; if it dies, its claim expires
+        and the window's retry finds the release stored). Returns how many were published."""
+        n = 0
+        for scope, rid in self.outbox.pending():
+            window, _ = parse_release_id(rid)
+            with self.metrics.phase("redis"):
+                claim = self.claims.acquire(window.start)
+            if claim is None:
+                continue
+            try:
+                if self.outbox.is_unpublished(scope, rid):
+                    committed = self.outbox.stored(scope, rid)
+                    if committed is not None:
+                        self.outbox.publish(committed)
+                        n += 1
+            finally:
+                self.claims.drop(claim)
+        if n:
+            log.info("published %d stored release(s) left unpublished by an earlier run", n)
+        return n
 
     def release_window(self, window: Window, claim: Claim) -> None:
         scope = self.scope_for(window.start)
