@@ -97,6 +97,17 @@ class SampleResult:
         """The user-level cost of the whole release: (ε, δ)-DP (decision 4)."""
         return (ApproxDpEvent(epsilon=self.epsilon, delta=self.delta, mechanism=self.mechanism),)
 
+    @property
+    def per_key_events(self) -> tuple[DpEvent, ...]:
+        """The same release accounted as Δ composed per-key (ε/Δ, δ/Δ) mechanisms (decision 4's alternative).
+
+        Equally valid (a user changes at most Δ independently reported keys, so the privacy loss is the sum
+        of Δ per-key losses: non-adaptive composition). Basic composition gives the same (ε, δ); in the
+        project's zCDP currency it is ρ = Δ·(ε/Δ)²/2 = ε²/(2Δ) instead of ε²/2 -- Δ times cheaper.
+        """
+        return (ApproxDpEvent(epsilon=self.key_epsilon, delta=self.key_delta, count=self.max_keys_per_user,
+                              mechanism=self.mechanism),)
+
     def parameters(self) -> dict[str, Any]:
         """The public parameters a subscriber needs to recompute the token → estimate table."""
         return {"scheme": self.scheme, "tau": self.tau, "epsilon": self.epsilon, "delta": self.delta,

@@ -106,6 +106,20 @@ def test_rows_are_valid_and_charge_one_user_level_event(pps_release):
     assert all(1 <= r.token <= counts[r.key] for r in res.rows)
     assert res.events == (ApproxDpEvent(epsilon=0.5, delta=1e-3, mechanism="private_weighted_sample"),)
     assert res.events == private_weighted_sample_events(epsilon=0.5, delta=1e-3)
+    (per_key,) = res.per_key_events  # Δ = 1 here: the same (ε, δ)
+    assert (per_key.epsilon, per_key.delta, per_key.count) == (0.5, 1e-3, 1)
+
+
+def test_per_key_accounting_is_delta_times_cheaper_in_rho_and_equal_in_basic_composition():
+    from stream_dp.accounting.composition import compose
+
+    res = private_weighted_sample({"a": 50}, scheme="none", tau=None, epsilon=1.0, delta=1e-6,
+                                  max_keys_per_user=4, rng=0)
+    (event,) = res.per_key_events
+    assert (event.epsilon, event.delta, event.count) == (0.25, 2.5e-7, 4)
+    assert event.zcdp()[0] == pytest.approx(res.events[0].zcdp()[0] / 4)
+    assert event.basic() == pytest.approx(res.events[0].basic())
+    compose(res.per_key_events)  # composes like any other event list
     tokens = [r.token for r in res.rows]
     assert tokens == sorted(tokens, reverse=True)
 
