@@ -27,6 +27,7 @@ from stream_dp.release.windows import Window
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "release.schema.json"
+PACKAGED_SCHEMA_PATH = Path(__file__).resolve().parents[1] / "defaults" / "release.schema.json"  # wheel copy
 RELEASE_TYPES: tuple[str, ...] = ("topk", "alerts", "sample", "argmax", "watch_topk")
 STATUS_RELEASED = "released"
 STATUS_BUDGET_EXHAUSTED = "budget_exhausted"
@@ -149,7 +150,8 @@ def encode(record: Mapping[str, Any]) -> bytes:
 
 
 def load_schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
+    path = SCHEMA_PATH if SCHEMA_PATH.exists() else PACKAGED_SCHEMA_PATH
+    return json.loads(path.read_text())
 
 
 def validate_record(record: Mapping[str, Any]) -> None:

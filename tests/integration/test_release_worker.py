@@ -369,3 +369,39 @@ def test_sample_releases_tokens_and_estimates_from_the_whole_window(redis_client
     assert all(f"k{j}" in sampled for j in range(2900, 3001))
     for key, it in sampled.items():
         assert 1 <= it["token"] <= counts[key]
+
+
+def test_metrics_count_releases_budget_and_svt_without_keys_in_labels(redis_client) -> None:
+    from prometheus_client import generate_latest
+
+    cfg = alerts_cfg(alerts={"k": 2})
+    keys = Keys("t")
+    for i in range(2):
+        write_window(redis_client, keys, i * SIZE, SIZE, alerts_window(i))
+    set_watermark(redis_client, keys, 2 * SIZE)
+    registry = CollectorRegistry()
+    ledger = Ledger(redis_client, BudgetCap.from_config(cfg.budget), keys=keys)
+    metrics = ReleaseMetrics(registry)
+    pub = ListPublisher()
+    worker = ReleaseWorker(cfg, redis_client, ledger, Outbox(ledger, pub, metrics), metrics,  # type: ignore[arg-type]
+                           worker_id="m", rng=1)
+    assert drain(worker) == 2
+
+    def value(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    assert value("stream_dp_release_releases_total", type="topk", outcome="released") == 2
+    assert value("stream_dp_release_releases_total", type="alerts", outcome="released") == 2
+    assert value("stream_dp_release_releases_total", type="sample", outcome="budget_exhausted") == 0  # exists at 0
+    assert value("stream_dp_release_items_total", type="topk") == 4
+    assert value("stream_dp_release_windows_total") == 2
+    assert value("stream_dp_release_publish_latency_seconds_count") == 2
+    assert value("stream_dp_svt_instances_opened_total") == sum(r["info"].get("opened", False) for r in pub.records)
+    answers = sum(len(r["items"]) for r in pub.records if r["type"] == "alerts")
+    assert value("stream_dp_svt_answers_total", answer="above") + value("stream_dp_svt_answers_total",
+                                                                          answer="below") == answers
+    scope = pub.records[-1]["budget"]["scope"]
+    assert value("stream_dp_budget_epsilon_spent", scope=scope) == pytest.approx(pub.records[-1]["budget"]["epsilon_spent"])
+    assert value("stream_dp_release_phase_seconds_total", phase="mechanism") > 0
+    text = generate_latest(registry).decode()
+    assert "key-0-" not in text and "w1" not in text  # no key ever becomes a label value
