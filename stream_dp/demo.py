@@ -297,7 +297,7 @@ class Demo:
     # ---- replay -----------------------------------------------------------------------------------
     def _events(self, cfg: Config) -> tuple[Any, str]:
         from stream_dp import demo_data
-        from stream_dp.replay import ColumnMapping, read_rows
+        from stream_dp.replay import ColumnMapping, read_rows, sort_by_time
 
         o = self.opts
         if o.input_path is None:
@@ -312,8 +312,12 @@ class Demo:
                                     key=o.key_column or cfg.events.key_field,
                                     time=o.time_column or cfg.events.time_field, time_unit=o.time_unit)
             mapping.check_columns(src.columns, o.input_path)
-            rows = src.rows
-            what = f"{o.input_path} (user={mapping.user}, key={mapping.key}, time={mapping.time})"
+            # a file may be sorted by user (MovieLens is): replay it in event-time order
+            ordered = sort_by_time(mapping.event(row) for row in src.rows)
+            src.close()
+            what = (f"{o.input_path} (user={mapping.user}, key={mapping.key}, time={mapping.time}; "
+                    f"{len(ordered):,} rows, sorted by event time)")
+            return iter(ordered), what
         return (mapping.event(row) for row in rows), what
 
     def start_replay(self, cfg: Config) -> None:

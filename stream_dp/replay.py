@@ -217,6 +217,23 @@ class ColumnMapping:
         return Event(user=str(user), key=str(key), ts=ts)
 
 
+def sort_by_time(events: Iterable[Event | None]) -> list[Event | None]:
+    """The events in event-time order (stable); events without a time, then unmapped rows (None), last.
+
+    Files such as MovieLens' ``ratings.csv`` are sorted by user, not time; replayed as they are, the
+    watermark would jump ahead and most events would arrive after their window closed (late). Reads
+    everything into memory.
+
+    >>> out = sort_by_time([Event("a", "k", 3.0), None, Event("b", "k", 1.0), Event("c", "k", None)])
+    >>> [e and e.ts for e in out]
+    [1.0, 3.0, None, None]
+    """
+    items = list(events)
+    kept = [e for e in items if e is not None]
+    ordered: list[Event | None] = sorted(kept, key=lambda e: (e.ts is None, e.ts or 0.0))
+    return ordered + [None] * (len(items) - len(kept))
+
+
 # --------------------------------------------------------------------------------------------------
 # Pacing
 # --------------------------------------------------------------------------------------------------

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 # Subcommand modules, in the order `stream-dp --help` lists them.
 COMMANDS: tuple[str, ...] = (
     "stream_dp.cli.demo_cmd",
+    "stream_dp.cli.ingest_cmd",
+    "stream_dp.cli.release_cmd",
     "stream_dp.cli.replay_cmd",
     "stream_dp.cli.tail_cmd",
-    "stream_dp.cli.devstack_cmd",
-    "stream_dp.cli.config_cmd",
     "stream_dp.cli.budget_cmd",
-    "stream_dp.cli.release_cmd",
-    "stream_dp.cli.ingest_cmd",
+    "stream_dp.cli.config_cmd",
+    "stream_dp.cli.devstack_cmd",
 )
 
 

@@ -9,8 +9,10 @@ EXAMPLES = """\
 examples:
   stream-dp demo                          # generated MovieLens-style ratings, until Ctrl-C
   stream-dp demo --windows 4              # stop by itself after four windows were released
-  # MovieLens' ratings.csv (https://grouplens.org/datasets/movielens/): yearly windows, larger ε per outcome
-  STREAM_DP_WINDOWS__SIZE_SECONDS=31536000 STREAM_DP_RELEASES__TOPK__EPSILON=1.0 \\
+  # MovieLens' ratings.csv (https://grouplens.org/datasets/movielens/), replayed in event-time order:
+  # yearly windows, larger Δ and ε per outcome, a budget that covers them
+  STREAM_DP_WINDOWS__SIZE_SECONDS=31536000 STREAM_DP_CONTRIBUTION__MAX_KEYS_PER_USER=20 \\
+  STREAM_DP_RELEASES__TOPK__EPSILON=1.0 STREAM_DP_BUDGET__EPSILON=20 \\
     stream-dp demo --csv ml-latest-small/ratings.csv --user-column userId --key-column movieId \\
     --time-column timestamp
 """
@@ -28,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml with demo-sized windows)")
     src = p.add_argument_group("input (default: the generated MovieLens-style stream)")
     src.add_argument("--csv", "--input", dest="input_path", metavar="FILE",
-                     help="replay this CSV/JSONL file (.gz allowed) instead")
+                     help="replay this CSV/JSONL file (.gz allowed) instead, in event-time order")
     src.add_argument("--format", dest="input_format", choices=("csv", "jsonl"))
     src.add_argument("--user-column", help="column with the user id (default: events.user_field)")
     src.add_argument("--key-column", help="column with the key (default: events.key_field)")

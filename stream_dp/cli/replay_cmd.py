@@ -6,15 +6,16 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from stream_dp.config import ConfigError, load_config
-from stream_dp.replay import ColumnMapping, Event, Pacer, Progress, ReplayError, read_rows, replay
+from stream_dp.replay import (ColumnMapping, Event, Pacer, Progress, ReplayError, read_rows, replay,
+                              sort_by_time)
 
 EXAMPLES = """\
 examples:
-  # MovieLens ratings.csv, as fast as possible
-  stream-dp replay ratings.csv --user-column userId --key-column movieId --time-column timestamp
+  # MovieLens ratings.csv (sorted by user, so sort by time first), as fast as possible
+  stream-dp replay ratings.csv --user-column userId --key-column movieId --time-column timestamp --sort-by-time
   # the generated MovieLens-style stream, one day of event time per 10 seconds
   stream-dp replay --generate --speedup 8640
   # JSON lines with the configured field names, at most 500 events per second
@@ -44,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="unit of numeric times (default: %(default)s); ISO 8601 strings also work")
     p.add_argument("--time-offset", type=float, default=0.0, metavar="SECONDS",
                    help="add this to every event time (e.g. move an old data set to recent days)")
+    p.add_argument("--sort-by-time", action="store_true",
+                   help="replay in event-time order (reads the file into memory first); needed for files sorted "
+                   "by user, such as MovieLens ratings.csv, or most events arrive after their window closed")
     p.add_argument("--rate", type=float, help="at most this many events per second")
     p.add_argument("--speedup", type=float, help="play event time this many times faster than real time")
     p.add_argument("--limit", type=int, help="stop after this many events")
@@ -118,7 +122,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         connections.ensure_topics(cfg.kafka, {topic: args.partitions})
         producer = connections.kafka_producer(cfg.kafka)
-        events: Iterator[Event | None] = (mapping.event(row) for row in rows)
+        events: Iterable[Event | None] = (mapping.event(row) for row in rows)
+        if args.sort_by_time:
+            events = sort_by_time(events)
+            fraction = None
+            total = len(events) if args.limit is None else min(len(events), args.limit)
         progress = Progress(total=total, enabled=not args.no_progress)
         stats = replay(events, producer, topic, f, pacer=pacer, progress=progress, fraction=fraction,
                        limit=args.limit, should_stop=stop.is_set)

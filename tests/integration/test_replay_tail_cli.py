@@ -37,11 +37,11 @@ def consume_all(bootstrap: str, topic: str, expected: int, deadline_s: float = 6
 def test_replay_movielens_csv_keyed_by_user(tmp_path, bootstrap_servers, topic_name):
     ratings = generate_ratings(users=1000, movies=100, days=2, seed=5)[:1500]
     path = tmp_path / "ratings.csv"
-    write_csv(ratings, path)
+    write_csv(sorted(ratings, key=lambda r: (r.user_id, r.movie_id)), path)  # sorted like MovieLens: by user
     topic = topic_name("events")
     env = {"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers}
     res = cli("replay", str(path), "--user-column", "userId", "--key-column", "movieId", "--time-column",
-              "timestamp", "--topic", topic, "--partitions", "3", env=env)
+              "timestamp", "--topic", topic, "--partitions", "3", "--sort-by-time", env=env)
     assert res.returncode == 0, res.stderr
     assert "replayed 1,500 events" in res.stderr and "0 failed" in res.stderr
     records = consume_all(bootstrap_servers, topic, 1500)
@@ -54,6 +54,9 @@ def test_replay_movielens_csv_keyed_by_user(tmp_path, bootstrap_servers, topic_n
         assert rec.timestamp == event["ts"] * 1000
         partitions_of_user[event["user"]].add(rec.partition)
     assert all(len(p) == 1 for p in partitions_of_user.values()), "one user's events stay in one partition"
+    for partition in {r.partition for r in records}:
+        times = [r.timestamp for r in sorted(records, key=lambda r: r.offset) if r.partition == partition]
+        assert times == sorted(times), "--sort-by-time replays in event-time order"
     assert len({p for ps in partitions_of_user.values() for p in ps}) == 3
     sent = collections.Counter((str(r.user_id), str(r.movie_id)) for r in ratings)
     got = collections.Counter((json.loads(r.value)["user"], json.loads(r.value)["key"]) for r in records)

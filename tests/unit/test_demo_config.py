@@ -34,3 +34,16 @@ def test_a_given_config_file_is_used_as_is(tmp_path):
     assert demo_config(str(path), environ={}).windows.size_seconds == 600
     path.write_text("")
     assert demo_config(str(path), environ={}).windows == Config().windows  # no demo defaults sneak in
+
+
+def test_a_user_file_is_replayed_in_event_time_order(tmp_path):
+    from stream_dp.demo import Demo, DemoOptions
+
+    path = tmp_path / "ratings.csv"
+    path.write_text("userId,movieId,rating,timestamp\n1,10,4.0,300\n1,11,3.0,100\n2,10,5.0,200\n3,,1.0,50\n")
+    demo = Demo(DemoOptions(input_path=str(path), user_column="userId", key_column="movieId",
+                            time_column="timestamp", workdir=str(tmp_path / "work")))
+    events, what = demo._events(demo_config(None, environ={}))
+    assert [e and (e.user, e.key, e.ts) for e in events] == [("1", "11", 100.0), ("2", "10", 200.0),
+                                                             ("1", "10", 300.0), None]
+    assert "sorted by event time" in what
