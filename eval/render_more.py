@@ -187,8 +187,8 @@ the paper's formulas. Without sampling on Zipf data the gain ranges {min(gains):
                 seen.setdefault(r["k"], r["theory_reduction"])
             series.append((f"{exp}, theory", list(seen), [100 * v for v in seen.values()], None))
         runs = sorted({r["runs"] for r in rows})
-        fig = plots.line_figure(series, title=f"Seed 003: % MSE reduction of the BLUE over the measurement alone, "
-                                               f"ε = 0.7 (runs per k: {runs[0]}–{runs[-1]}), 95% CI",
+        fig = plots.line_figure(series, title=f"Seed 003: % MSE reduction, BLUE vs measurement alone; ε = 0.7, "
+                                               f"{runs[0]}–{runs[-1]} runs per k, 95% CI",
                                 xlabel="k", ylabel="% MSE reduction", path=out / "seed003_blue.png")
         body = [[r["experiment"], r["dataset"], r["k"], r["runs"], _pm(r["mse_reduction"], r["mse_reduction_ci95"], 1, 100),
                  f"{100 * r['theory_reduction']:.1f}"] for r in rows]
