@@ -93,7 +93,7 @@ def test_no_threshold_noise_is_caught_and_the_real_svt_passes():
 def test_half_scale_middle_noise_is_caught_and_the_real_svt_passes():
     params = dict(epsilon=2.0, theta=0.1)  # ε0 = 0.2, ε1 = 1.8
     x, x_prime = [1, 1, 1], [1, 1, 0]  # only the answered query loses the user
-    real = audit_epsilon_lower_bound(_branches(AdaptiveSVT, **params), x, x_prime, trials=60_000,
+    real = audit_epsilon_lower_bound(_branches(AdaptiveSVT, **params), x, x_prime, trials=30_000,
                                      event=_pinned, rng=3)
     broken = audit_epsilon_lower_bound(_branches(_HalfScaleMiddle, **params), x, x_prime, trials=80_000,
                                        event=_pinned, rng=4)
