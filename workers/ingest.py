@@ -68,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-level", default=os.environ.get("STREAM_DP_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python narrates every connection at INFO
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:

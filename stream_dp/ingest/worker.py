@@ -354,6 +354,8 @@ class IngestWorker:
 
     # --- rebalance callbacks (run inside poll, between batches) -----------------------------------
     def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        if not revoked:
+            return
         self.metrics.rebalances.labels(change="revoked").inc()
         log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
         self._commit_pending()

@@ -1,0 +1,142 @@
+"""Crash safety and scale-out of the ingest worker as real processes.
+
+- SIGKILL at random moments during a replay (≥ 10 times), restart each time: final counts exact.
+- 2 and 3 workers in one consumer group share the partitions: counts exact, no late events while
+  partitions are handed over, windows closed by the shared global watermark.
+- Redis stopped and restarted under a running worker: it reconnects and the counts stay exact.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from ingest_helpers import (config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
+                            start_worker, stop_worker, wait_for, write_toml)
+from stream_dp.ingest.store import WindowStore
+from stream_dp.keys import Keys
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SIZE = 600
+MAX_KEYS = 3
+PARTITIONS = 4
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return sum(c.committed(TopicPartition(topic, p)) or 0 for p in range(PARTITIONS))
+    finally:
+        c.close()
+
+
+def _applied(client, store: WindowStore) -> int:
+    return sum(int(client.hget(store.keys.window_meta(s), "events_applied") or 0) for s in store.windows())
+
+
+def _setup(bootstrap, redis_url, topic_name, tmp_path, *, n, seed, **cfg_kw):
+    topic = topic_name("events")
+    create_topic(bootstrap, topic, PARTITIONS)
+    events = make_events(seed, n, users=2000, keys=300, windows=4, size=SIZE)
+    produce(bootstrap, topic, events)
+    group = topic_name("group")
+    data = config_mapping(bootstrap, redis_url, topic, group=group, size=SIZE, max_keys=MAX_KEYS, **cfg_kw)
+    return topic, group, events, write_toml(tmp_path / "ingest.toml", data)
+
+
+def _finish(bootstrap, group, topic, events, cfg_file, tmp_path, procs=()):
+    procs = list(procs) or [start_worker(cfg_file, tmp_path / "final.log")]
+    try:
+        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=90, interval=0.3,
+                 what="every event committed")
+    finally:
+        codes = [stop_worker(p) for p in procs]
+    assert codes == [0] * len(procs), "graceful stop must exit 0"
+
+
+def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_servers, redis_client, redis_url,
+                                                                   topic_name, tmp_path):
+    n = 60_000
+    topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=n, seed=5,
+                                            kafka={"max_poll_records": 300, "session_timeout_ms": 2000,
+                                                   "heartbeat_interval_ms": 400})
+    store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
+    rnd = random.Random(99)
+    kills = 0
+    progress = [0]
+    t_start = time.monotonic()
+    while kills < 10:
+        proc = start_worker(cfg_file, tmp_path / f"run{kills}.log")
+        before = _applied(redis_client, store)
+        # progress means Redis moved; then kill at a random moment within the next ~0.3 s
+        moved = lambda: _applied(redis_client, store) > before or proc.poll() is not None  # noqa: E731
+        wait_for(moved, timeout=60, interval=0.02, what=f"progress before kill {kills + 1}")
+        time.sleep(rnd.uniform(0, 0.3))  # the random kill moment (not a wait for a condition)
+        assert proc.poll() is None, "worker exited on its own"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        kills += 1
+        progress.append(_applied(redis_client, store))
+    assert _committed(bootstrap_servers, group, topic) < n, "the kills must land during the replay"
+    _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path)
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
+    assert redis_counts(store, truth) == truth
+    logs = "".join((tmp_path / f"run{i}.log").read_text() for i in range(kills)) + (tmp_path / "final.log").read_text()
+    # at least one kill landed after Redis applied a batch and before Kafka committed it
+    assert "already applied" in logs
+    assert time.monotonic() - t_start < 150
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_workers_in_one_group_share_partitions_and_counts_stay_exact(bootstrap_servers, redis_client, redis_url,
+                                                                     topic_name, tmp_path, workers):
+    # lateness covers the producers' event-time jitter (±SIZE/10): no event may be late, even while
+    # partitions move between workers; windows still close as the shared watermark passes them
+    topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=30_000,
+                                            seed=workers, lateness=SIZE // 4, kafka={"max_poll_records": 500})
+    store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
+    procs = []
+    for i in range(workers):
+        procs.append(start_worker(cfg_file, tmp_path / f"w{i}.log"))
+    _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path, procs)
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
+    assert redis_counts(store, truth) == truth
+    logs = [(tmp_path / f"w{i}.log").read_text() for i in range(workers)]
+    owners = sum(1 for text in logs if "partitions assigned: [" in text.replace("partitions assigned: []", ""))
+    assert owners >= 2, "the group must spread partitions over several workers"
+    assert all("ingest stopped (stop requested)" in text for text in logs)
+    closed = [s for s in store.windows() if store.meta(s)["state"] == "closed"]
+    assert closed, "the global watermark over all partitions closed the early windows"
+    wm = store.global_watermark()
+    assert all(s + SIZE <= wm for s in closed)
+
+
+def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_name, tmp_path):
+    import redis
+
+    bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
+    topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=40_000, seed=8,
+                                            kafka={"max_poll_records": 300})
+    client = redis.Redis.from_url(redis_url)
+    store = WindowStore(client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
+    proc = start_worker(cfg_file, tmp_path / "outage.log")
+    try:
+        wait_for(lambda: _applied(client, store) > 0, timeout=60, interval=0.02, what="progress")
+        own_stack.redis.stop()
+        wait_for(lambda: "redis unavailable" in (tmp_path / "outage.log").read_text(), timeout=30,
+                 what="the worker noticing the outage")
+        assert proc.poll() is None, "the worker must survive the outage"
+        own_stack.redis.start()
+        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=90, interval=0.3,
+                 what="every event committed after the outage")
+    finally:
+        code = stop_worker(proc)
+    assert code == 0
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
+    assert redis_counts(store, truth) == truth
+    client.close()
