@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, start_http_server
 
@@ -35,7 +35,8 @@ def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
                         metrics=IngestMetrics(registry))
 
 
-def install_signal_handlers(worker: IngestWorker) -> None:
+def signal_handler(worker: IngestWorker, *, hard_exit: Callable[[int], object] = os._exit
+                   ) -> Callable[[int, object], None]:
     """First SIGTERM/SIGINT: graceful stop; second: immediate exit (uncommitted work is replayed)."""
 
     def handle(signum: int, _frame: object) -> None:
@@ -43,10 +44,16 @@ def install_signal_handlers(worker: IngestWorker) -> None:
         if worker.stopping:
             log.warning("second %s: exiting immediately; uncommitted batches will be replayed", name)
             logging.shutdown()
-            os._exit(HARD_EXIT_CODE)
+            hard_exit(HARD_EXIT_CODE)
+            return
         log.info("%s received: finishing the current batch, then committing and closing", name)
         worker.stop()
 
+    return handle
+
+
+def install_signal_handlers(worker: IngestWorker) -> None:
+    handle = signal_handler(worker)
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
 

@@ -115,10 +115,9 @@ class WindowStore:
         closed = "-inf" if closed_through is None else repr(float(closed_through))
         pipe = self.client.pipeline(transaction=False)
         for ch in chunks:
-            args: list[object] = [ch.start, ch.start + self.window_size, ch.partition, self.unit,
-                                  self.max_keys_per_user, "1e308" if ch.closed else closed]
-            for off, user, key in ch.events:
-                args += (off, user, key)
+            packed = "\0".join([f"{off}\0{user}\0{key}" for off, user, key in ch.events])
+            args = [ch.start, ch.start + self.window_size, ch.partition, self.unit, self.max_keys_per_user,
+                    "1e308" if ch.closed else closed, packed]
             self._apply(keys=self.window_keys(ch.start), args=args, client=pipe)
         return [ChunkResult(*map(int, r)) for r in pipe.execute()]
 

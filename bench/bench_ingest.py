@@ -1,0 +1,236 @@
+"""Ingest throughput vs a bare kafka-python consume loop on the same topic, in the same run.
+
+The embedded dev stack (Tansu + redis-server) gets one topic of ``--events`` JSON events (default 10⁶)
+from ``--users`` users (default 10⁵), Zipf(``--zipf-a``) keys over ``--keys`` distinct keys, event times
+spread over ``--windows`` one-hour windows, keyed by user over ``--partitions`` partitions. Then, each in its
+own process and its own consumer group, one after the other:
+
+1. **bare**: a kafka-python ``KafkaConsumer`` poll loop that touches every record's value (no decoding,
+   no commits) — the ceiling of any consumer written with kafka-python;
+2. **ingest**: ``python -m workers.ingest`` (the real worker: decode, validate, window, bound, apply in
+   Redis with Lua, advance the watermark, commit);
+3. **bare** again (the machine is shared and noisy: the baseline is the mean of the two bare runs).
+
+Rates count from the end of each process's first batch to its last event (group join excluded), as
+(events − first batch) / time. Reported: events/s of each, the ratio ingest / bare (target ≥ 0.8), the
+peak RSS of each process (``ru_maxrss`` of the child), and Redis memory per million events (``used_memory``
+after − before, the ingest state: counts, bounding state, offsets).
+
+    python -m bench.bench_ingest                    # 10⁶ events, 10⁵ users (~2-4 min on 2 cores)
+    python -m bench.bench_ingest --events 200000    # smaller
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis
+
+from stream_dp.devstack import DevStack, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_800_000_000 // 3600 * 3600
+
+
+def produce(bootstrap: str, topic: str, *, events: int, users: int, keys: int, zipf_a: float, windows: int,
+            partitions: int, seed: int) -> float:
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    admin.close()
+    rng = np.random.default_rng(seed)
+    user_ids = rng.integers(0, users, size=events)
+    key_ids = np.minimum(rng.zipf(zipf_a, size=events), keys)
+    ts = T0 + np.sort(rng.uniform(0, windows * 3600, size=events))
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50, batch_size=512 * 1024,
+                             compression_type=None)
+    t = time.perf_counter()
+    for u, k, s in zip(user_ids.tolist(), key_ids.tolist(), ts.tolist()):
+        user = f"user-{u}"
+        value = f'{{"user": "{user}", "key": "item-{k}", "ts": {s:.3f}}}'.encode()
+        producer.send(topic, key=user.encode(), value=value)
+    producer.flush()
+    producer.close()
+    return time.perf_counter() - t
+
+
+# --------------------------------------------------------------------------------------------------
+# bare consumer (child process)
+# --------------------------------------------------------------------------------------------------
+
+def bare_consume(bootstrap: str, topic: str, events: int, max_poll_records: int) -> dict[str, Any]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{os.getpid()}",
+                             enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000,
+                             heartbeat_interval_ms=1000, max_poll_records=max_poll_records)
+    seen = 0
+    nbytes = 0
+    first: tuple[float, int] | None = None
+    while seen < events:
+        batch = consumer.poll(timeout_ms=500)
+        for recs in batch.values():
+            for rec in recs:
+                nbytes += len(rec.value)
+            seen += len(recs)
+        if batch and first is None:
+            first = (time.perf_counter(), seen)
+    end = time.perf_counter()
+    consumer.close()
+    assert first is not None
+    return {"events": seen, "rate": (seen - first[1]) / (end - first[0]), "bytes": nbytes}
+
+
+def run_bare(bootstrap: str, topic: str, events: int, max_poll_records: int) -> dict[str, Any]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.bench_ingest", "--bare-child", bootstrap, topic,
+                             str(events), str(max_poll_records)], cwd=REPO, stdout=subprocess.PIPE)
+    out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bare consumer exited with {proc.returncode}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------------
+# the ingest worker (child process)
+# --------------------------------------------------------------------------------------------------
+
+_DONE = tuple(f"stream_dp_ingest_events_{n}_total" for n in ("applied", "bounded", "late", "duplicate", "rejected"))
+
+
+def _scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(stream_dp_ingest_[a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll_records: int,
+               workdir: Path) -> dict[str, Any]:
+    port = free_port()
+    cfg = workdir / "ingest.toml"
+    cfg.write_text(f"""
+[kafka]
+bootstrap_servers = "{bootstrap}"
+events_topic = "{topic}"
+dead_letter_topic = "{topic}-dlq"
+ingest_group_id = "ingest-bench"
+max_poll_records = {max_poll_records}
+[redis]
+url = "{redis_url}"
+[windows]
+size_seconds = 3600
+[metrics]
+port = {port}
+host = "127.0.0.1"
+""")
+    log = open(workdir / "ingest.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(cfg)], cwd=REPO,
+                            stdout=log, stderr=subprocess.STDOUT)
+    first: tuple[float, float] | None = None
+    metrics: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline:
+            try:
+                metrics = _scrape(port)
+            except OSError:
+                metrics = {}
+            done = sum(v for k, v in metrics.items() if k.startswith(_DONE))  # applied, dropped or rejected
+            if done and first is None:
+                first = (time.perf_counter(), done)
+            if done >= events:
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"ingest worker exited with {proc.returncode}; see {workdir / 'ingest.log'}")
+            time.sleep(0.02)  # sampling interval of the progress metric
+        end = time.perf_counter()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.close()
+    assert first is not None
+    return {"events": int(metrics.get("stream_dp_ingest_events_consumed_total", 0)),
+            "rate": (events - first[1]) / (end - first[0]), "rss_bytes": usage.ru_maxrss * 1024,
+            "exit_code": proc.returncode, "metrics": metrics}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--bare-child":
+        bootstrap, topic, events, mpr = argv[1], argv[2], int(argv[3]), int(argv[4])
+        result = bare_consume(bootstrap, topic, events, mpr)
+        result["rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print(json.dumps(result))
+        return 0
+    p = argparse.ArgumentParser(prog="python -m bench.bench_ingest", description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--users", type=int, default=100_000)
+    p.add_argument("--keys", type=int, default=100_000, help="distinct keys (Zipf tail is cut here)")
+    p.add_argument("--zipf-a", type=float, default=1.2)
+    p.add_argument("--windows", type=int, default=4)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--max-poll-records", type=int, default=5000)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+
+    with DevStack() as stack, tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        topic = "bench-events"
+        t_prod = produce(stack.bootstrap_servers, topic, events=args.events, users=args.users, keys=args.keys,
+                         zipf_a=args.zipf_a, windows=args.windows, partitions=args.partitions, seed=args.seed)
+        print(f"produced {args.events} events in {t_prod:.1f}s", file=sys.stderr)
+        r = redis.Redis.from_url(stack.redis_url)
+        mem0 = int(r.info("memory")["used_memory"])
+        bare1 = run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records)
+        print(f"bare #1: {bare1['rate']:.0f} events/s", file=sys.stderr)
+        ing = run_ingest(stack.bootstrap_servers, stack.redis_url, topic, args.events, args.max_poll_records,
+                         Path(tmp))
+        print(f"ingest: {ing['rate']:.0f} events/s", file=sys.stderr)
+        bare2 = run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records)
+        print(f"bare #2: {bare2['rate']:.0f} events/s", file=sys.stderr)
+        mem1 = int(r.info("memory")["used_memory"])
+        r.close()
+    m = ing["metrics"]
+    bare_rate = (bare1["rate"] + bare2["rate"]) / 2
+    applied = m.get("stream_dp_ingest_events_applied_total", 0)
+    bounded = sum(v for k, v in m.items() if k.startswith("stream_dp_ingest_events_bounded_total"))
+    late = m.get("stream_dp_ingest_events_late_total", 0)
+    rows = [
+        ("events (users, keys, partitions)", f"{args.events:,} ({args.users:,}, Zipf a={args.zipf_a} over "
+                                             f"{args.keys:,}, {args.partitions})"),
+        ("bare kafka-python loop, events/s (run 1 / run 2)", f"{bare1['rate']:,.0f} / {bare2['rate']:,.0f}"),
+        ("ingest worker, events/s", f"{ing['rate']:,.0f}"),
+        ("**ratio ingest / bare**", f"**{ing['rate'] / bare_rate:.2f}** (target ≥ 0.8)"),
+        ("peak RSS ingest worker / bare loop", f"{ing['rss_bytes'] / 2**20:.0f} MiB / "
+                                               f"{max(bare1['rss_bytes'], bare2['rss_bytes']) / 2**20:.0f} MiB"),
+        ("Redis memory per 10⁶ events", f"{(mem1 - mem0) / args.events * 1e6 / 2**20:.1f} MiB"),
+        ("applied / bounded / late", f"{applied:,.0f} / {bounded:,.0f} / {late:,.0f}"),
+        ("worker exit code after SIGTERM", str(ing["exit_code"])),
+    ]
+    print("| measure | value |\n|---|---|")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
