@@ -28,6 +28,7 @@ import os
 import re
 import resource
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,8 +123,13 @@ def _scrape(port: int) -> dict[str, float]:
     return out
 
 
+def _redis_cpu(r: redis.Redis) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll_records: int,
-               workdir: Path) -> dict[str, Any]:
+               workdir: Path, *, group: str) -> dict[str, Any]:
     port = free_port()
     cfg = workdir / "ingest.toml"
     cfg.write_text(f"""
@@ -131,7 +137,7 @@ def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll
 bootstrap_servers = "{bootstrap}"
 events_topic = "{topic}"
 dead_letter_topic = "{topic}-dlq"
-ingest_group_id = "ingest-bench"
+ingest_group_id = "{group}"
 max_poll_records = {max_poll_records}
 [redis]
 url = "{redis_url}"
@@ -171,6 +177,7 @@ host = "127.0.0.1"
     assert first is not None
     return {"events": int(metrics.get("stream_dp_ingest_events_consumed_total", 0)),
             "rate": (events - first[1]) / (end - first[0]), "rss_bytes": usage.ru_maxrss * 1024,
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
             "exit_code": proc.returncode, "metrics": metrics}
 
 
@@ -179,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "--bare-child":
         bootstrap, topic, events, mpr = argv[1], argv[2], int(argv[3]), int(argv[4])
         result = bare_consume(bootstrap, topic, events, mpr)
-        result["rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        result["rss_bytes"] = usage.ru_maxrss * 1024
+        result["cpu_seconds"] = usage.ru_utime + usage.ru_stime
         print(json.dumps(result))
         return 0
     p = argparse.ArgumentParser(prog="python -m bench.bench_ingest", description=__doc__.splitlines()[0])
@@ -191,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--max-poll-records", type=int, default=5000)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=1, help="bare, (ingest, bare) x rounds: more runs, less noise")
     args = p.parse_args(argv)
 
     with DevStack() as stack, tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
@@ -200,31 +210,48 @@ def main(argv: list[str] | None = None) -> int:
         print(f"produced {args.events} events in {t_prod:.1f}s", file=sys.stderr)
         r = redis.Redis.from_url(stack.redis_url)
         mem0 = int(r.info("memory")["used_memory"])
-        bare1 = run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records)
-        print(f"bare #1: {bare1['rate']:.0f} events/s", file=sys.stderr)
-        ing = run_ingest(stack.bootstrap_servers, stack.redis_url, topic, args.events, args.max_poll_records,
-                         Path(tmp))
-        print(f"ingest: {ing['rate']:.0f} events/s", file=sys.stderr)
-        bare2 = run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records)
-        print(f"bare #2: {bare2['rate']:.0f} events/s", file=sys.stderr)
-        mem1 = int(r.info("memory")["used_memory"])
+        bares, ingests, redis_cpu = [], [], []
+        for i in range(args.rounds):
+            bares.append(run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records))
+            print(f"bare: {bares[-1]['rate']:.0f} events/s", file=sys.stderr)
+            cpu0 = _redis_cpu(r)
+            flush = i > 0
+            if flush:  # a fresh Redis state per round (the memory figure is taken after round 1)
+                r.flushdb()
+            ingests.append(run_ingest(stack.bootstrap_servers, stack.redis_url, topic, args.events,
+                                      args.max_poll_records, Path(tmp), group=f"ingest-bench-{i}"))
+            redis_cpu.append(_redis_cpu(r) - cpu0)
+            print(f"ingest: {ingests[-1]['rate']:.0f} events/s", file=sys.stderr)
+            if i == 0:
+                mem1 = int(r.info("memory")["used_memory"])
+        bares.append(run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records))
+        print(f"bare: {bares[-1]['rate']:.0f} events/s", file=sys.stderr)
         r.close()
-    m = ing["metrics"]
-    bare_rate = (bare1["rate"] + bare2["rate"]) / 2
+    m = ingests[0]["metrics"]
+    ratios = [ing["rate"] / ((bares[i]["rate"] + bares[i + 1]["rate"]) / 2) for i, ing in enumerate(ingests)]
+    cpu_bare = statistics.median(b["cpu_seconds"] for b in bares)
+    cpu_ingest = statistics.median(ing["cpu_seconds"] for ing in ingests)
+    cpu_redis = statistics.median(redis_cpu)
     applied = m.get("stream_dp_ingest_events_applied_total", 0)
     bounded = sum(v for k, v in m.items() if k.startswith("stream_dp_ingest_events_bounded_total"))
     late = m.get("stream_dp_ingest_events_late_total", 0)
+    fmt = lambda xs: " / ".join(f"{x:,.0f}" for x in xs)  # noqa: E731
     rows = [
         ("events (users, keys, partitions)", f"{args.events:,} ({args.users:,}, Zipf a={args.zipf_a} over "
                                              f"{args.keys:,}, {args.partitions})"),
-        ("bare kafka-python loop, events/s (run 1 / run 2)", f"{bare1['rate']:,.0f} / {bare2['rate']:,.0f}"),
-        ("ingest worker, events/s", f"{ing['rate']:,.0f}"),
-        ("**ratio ingest / bare**", f"**{ing['rate'] / bare_rate:.2f}** (target ≥ 0.8)"),
-        ("peak RSS ingest worker / bare loop", f"{ing['rss_bytes'] / 2**20:.0f} MiB / "
-                                               f"{max(bare1['rss_bytes'], bare2['rss_bytes']) / 2**20:.0f} MiB"),
+        ("bare kafka-python loop, events/s (each run)", fmt(b["rate"] for b in bares)),
+        ("ingest worker, events/s (each run)", fmt(i["rate"] for i in ingests)),
+        ("**ratio ingest / bare** (wall clock, vs the mean of the bare runs around it)",
+         "**" + " / ".join(f"{x:.2f}" for x in ratios) + "** (target ≥ 0.8)"),
+        ("CPU seconds per 10⁶ events: bare / ingest worker / redis-server for ingest",
+         f"{cpu_bare / args.events * 1e6:.1f} / {cpu_ingest / args.events * 1e6:.1f} / "
+         f"{cpu_redis / args.events * 1e6:.1f}"),
+        ("ratio by CPU: bare CPU / ingest worker CPU", f"{cpu_bare / cpu_ingest:.2f}"),
+        ("peak RSS ingest worker / bare loop", f"{ingests[0]['rss_bytes'] / 2**20:.0f} MiB / "
+                                               f"{max(b['rss_bytes'] for b in bares) / 2**20:.0f} MiB"),
         ("Redis memory per 10⁶ events", f"{(mem1 - mem0) / args.events * 1e6 / 2**20:.1f} MiB"),
         ("applied / bounded / late", f"{applied:,.0f} / {bounded:,.0f} / {late:,.0f}"),
-        ("worker exit code after SIGTERM", str(ing["exit_code"])),
+        ("worker exit code after SIGTERM", " / ".join(str(i["exit_code"]) for i in ingests)),
     ]
     print("| measure | value |\n|---|---|")
     for k, v in rows:

@@ -28,6 +28,7 @@ Event(user='u1', key='k', ts=7200.5, partition=0, offset=3)
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 from typing import Any, NamedTuple
 
@@ -72,6 +73,7 @@ class Rejection(NamedTuple):
 
 
 _decode_json = json.JSONDecoder().decode
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: one value at an index
 
 
 class EventDecoder:
@@ -84,6 +86,38 @@ class EventDecoder:
         self.time_field = cfg.time_field
         self.max_user_bytes = cfg.max_user_bytes
         self.max_key_bytes = cfg.max_key_bytes
+
+    def fields(self, value: bytes | None, timestamp_ms: int | None) -> tuple[str, str, float] | None:
+        """Fast path for well-formed events: (user, key, event time), or None when the record needs the
+        full :meth:`decode` (which then gives the verdict: an event or a rejection reason). Whenever this
+        returns a tuple, :meth:`decode` returns the same event (a hypothesis test checks it)."""
+        if type(value) is not bytes:
+            return None
+        try:
+            text = value.decode("utf-8")
+            obj, end = _scan_once(text, 0)
+        except (ValueError, RecursionError, StopIteration):
+            return None
+        if end != len(text) or type(obj) is not dict:
+            return None
+        user = obj.get(self.user_field)
+        key = obj.get(self.key_field)
+        ts = obj.get(self.time_field)
+        if (type(user) is not str or type(key) is not str or not user or not key
+                or not user.isprintable() or not key.isprintable()):
+            return None
+        if not (user.isascii() and len(user) <= self.max_user_bytes) or not (
+                key.isascii() and len(key) <= self.max_key_bytes):
+            return None
+        if ts is None:
+            if type(timestamp_ms) is not int or timestamp_ms < 0:
+                return None
+            ts = timestamp_ms / 1000.0
+        elif type(ts) is not float and type(ts) is not int:
+            return None
+        if not (0 <= ts < MAX_EVENT_TIME):
+            return None
+        return user, key, float(ts)
 
     def decode(self, value: bytes | None, *, partition: int, offset: int,
                timestamp_ms: int | None) -> Event | Rejection:

@@ -29,6 +29,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -82,6 +84,29 @@ class Backoff:
         self._next = self.initial
 
 
+@dataclass
+class _Owned:
+    """Partitions this worker owns: (watermark, busy) each, plus every partition of the topic."""
+
+    marks: dict[int, tuple[float | None, bool]]
+    known: frozenset[int]
+
+
+@dataclass
+class _Batch:
+    """One poll's records on their way through the loop."""
+
+    t0: float
+    n: int = 0
+    chunks: dict[tuple[int, int], list[tuple[int, str, str]]] = field(default_factory=dict)
+    rejects: list[tuple[Any, str]] = field(default_factory=list)
+    first_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    dead_letters: list[Any] = field(default_factory=list)
+    owned: _Owned | None = None
+    future: Future | None = None
+
+
 class _Rebalance(ConsumerRebalanceListener):
     def __init__(self, worker: "IngestWorker") -> None:
         self.worker = worker
@@ -116,6 +141,9 @@ class IngestWorker:
         self._closed_through: float | None = None  # max(global, closing) as last seen
         self._known_partitions: set[int] = set()
         self._last_advance = float("-inf")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-redis")
+        self._inflight: _Batch | None = None  # submitted to the Redis thread, not yet committed
+        self._failed_batch: _Batch | None = None  # being drained when an error struck (to rewind)
         self.batches = 0
 
     # --- control ---------------------------------------------------------------------------------
@@ -146,7 +174,12 @@ class IngestWorker:
         return reason
 
     def _shutdown(self, reason: str) -> None:
+        try:
+            self._drain()
+        except Exception as exc:  # noqa: BLE001 - the unfinished batch is replayed on the next start
+            log.warning("last batch not applied (%s: %s); it will be replayed", type(exc).__name__, exc)
         self._commit_pending()
+        self._executor.shutdown(wait=True)
         for name, close in (("consumer", lambda: self.consumer.close(autocommit=False)),
                             ("producer", lambda: self.producer.close(timeout=5))):
             try:
@@ -158,95 +191,130 @@ class IngestWorker:
 
     # --- one iteration ---------------------------------------------------------------------------
     def step(self) -> None:
-        """Poll once and process what came (or just keep the watermark moving when nothing came)."""
+        """Poll once; decode what came while the previous batch is applied in Redis; finish the previous
+        batch (dead letters, commit); hand the new one to the Redis thread. When nothing came, finish the
+        previous batch and keep the watermark moving."""
         try:
             records = self.consumer.poll(timeout_ms=self.cfg.ingest.poll_timeout_ms)
         except KafkaError as exc:
-            self._failed("kafka", exc, {})
+            self._failed("kafka", exc, [])
             return
+        batch = self._prepare(records) if records else None
         try:
-            if records:
-                self._process(records)
+            self._drain()
+            if batch is not None:
+                self._submit(batch)
             elif self.clock() - self._last_advance >= self.cfg.ingest.watermark_interval_seconds:
-                self._advance_watermark(set())
+                self._note_watermark(self.store_advance(self._owned_state(set())))
                 self._commit_pending()
         except Exception as exc:  # noqa: BLE001 - classified below; non-transient ones re-raise
             dep = is_transient(exc)
             if dep is None:
                 raise
-            self._failed(dep, exc, records or {})
+            self._failed(dep, exc, [b for b in (self._failed_batch, batch) if b is not None])
             return
         self.backoff.reset()
         self.metrics.up.set(1)
         self._update_lag()
 
-    def _failed(self, dependency: str, exc: BaseException, records: dict) -> None:
-        """Rewind to the batch start, mark the dependency down, wait (stop-aware) before retrying."""
+    def _failed(self, dependency: str, exc: BaseException, batches: list["_Batch"]) -> None:
+        """Rewind to the start of the unfinished batches, mark the dependency down, wait (stop-aware)."""
+        self._failed_batch = None
         self.metrics.errors.labels(dependency=dependency).inc()
         self.metrics.dependency_up.labels(dependency=dependency).set(0)
         self.metrics.up.set(0)
-        self._rewind(records)
+        self._rewind(batches)
         delay = self.backoff.next_delay()
         log.warning("%s unavailable (%s: %s); batch will be retried in %.2fs", dependency, type(exc).__name__,
                     exc, delay)
         self._stop.wait(delay)
 
-    def _rewind(self, records: dict) -> None:
+    def _rewind(self, batches: list["_Batch"]) -> None:
+        first: dict[TopicPartition, int] = {}
+        for b in batches:
+            for tp, off in b.first_offsets.items():
+                first[tp] = min(off, first.get(tp, off))
         owned = self.consumer.assignment()
-        for tp, recs in records.items():
-            if recs and tp in owned:
+        for tp, off in first.items():
+            if tp in owned:
                 try:
-                    self.consumer.seek(tp, recs[0].offset)
+                    self.consumer.seek(tp, off)
                 except Exception:  # noqa: BLE001 - revoked meanwhile: its new owner replays it
                     log.info("could not rewind partition %d (no longer owned)", tp.partition)
 
-    def _process(self, records: dict) -> None:
-        t0 = time.perf_counter()
-        m = self.metrics
-        decode = self.decoder.decode
+    def _prepare(self, records: dict) -> "_Batch":
+        """Decode and group one poll's records; send its rejects to the dead-letter topic (no Redis yet)."""
+        b = _Batch(t0=time.perf_counter())
+        decode, fast = self.decoder.decode, self.decoder.fields
         size = self.cfg.windows.size_seconds
-        observe = self.partition_clock.observe
-        chunks: dict[tuple[int, int], list[tuple[int, str, str]]] = {}
-        rejects: list[tuple[Any, str]] = []
-        last_offsets: dict[TopicPartition, int] = {}
-        n = 0
+        chunks = b.chunks
         for tp, recs in records.items():
             if not recs:
                 continue
             p = tp.partition
-            n += len(recs)
+            b.n += len(recs)
+            max_ts = float("-inf")
             for rec in recs:
-                ev = decode(rec.value, partition=p, offset=rec.offset, timestamp_ms=rec.timestamp)
-                if type(ev) is Event:
-                    observe(p, ev.ts)
-                    start = int(ev.ts // size) * size
-                    chunk = chunks.get((start, p))
-                    if chunk is None:
-                        chunk = chunks[(start, p)] = []
-                    chunk.append((ev.offset, ev.user, ev.key))
-                else:
-                    rejects.append((rec, ev.reason))
-            last_offsets[tp] = recs[-1].offset
-        m.consumed.inc(n)
-        m.batch_events.observe(n)
-        futures = self._dead_letter(rejects)
-        late = self._apply(chunks)
-        self._await_dead_letters(futures)
-        self._advance_watermark({tp.partition for tp in last_offsets})
-        for tp, off in last_offsets.items():
+                f = fast(rec.value, rec.timestamp)
+                if f is None:
+                    ev = decode(rec.value, partition=p, offset=rec.offset, timestamp_ms=rec.timestamp)
+                    if type(ev) is not Event:
+                        b.rejects.append((rec, ev.reason))
+                        continue
+                    f = (ev.user, ev.key, ev.ts)
+                user, key, ts = f
+                if ts > max_ts:
+                    max_ts = ts
+                start = int(ts // size) * size
+                chunk = chunks.get((start, p))
+                if chunk is None:
+                    chunk = chunks[(start, p)] = []
+                chunk.append((rec.offset, user, key))
+            if max_ts > float("-inf"):
+                self.partition_clock.observe(p, max_ts)
+            b.first_offsets[tp] = recs[0].offset
+            b.last_offsets[tp] = recs[-1].offset
+        self.metrics.consumed.inc(b.n)
+        self.metrics.batch_events.observe(b.n)
+        b.dead_letters = self._dead_letter(b.rejects)
+        b.owned = self._owned_state({tp.partition for tp in b.last_offsets})
+        return b
+
+    def _submit(self, b: "_Batch") -> None:
+        """Apply a batch in Redis on the Redis thread (one batch in flight: chunk order must be kept)."""
+        closed = self._closed_through
+        b.future = self._executor.submit(self._apply_and_advance, b.chunks, b.owned, closed)
+        self._inflight = b
+
+    def _apply_and_advance(self, chunks: dict, owned: "_Owned", closed: float | None) -> tuple[int, Any]:
+        late = self._apply(chunks, closed)
+        return late, self.store_advance(owned)
+
+    def _drain(self) -> None:
+        """Finish the batch in flight: wait for Redis, then its dead letters, then commit its offsets."""
+        b = self._inflight
+        if b is None:
+            return
+        self._inflight = None
+        self._failed_batch = b
+        late, wm_state = b.future.result()
+        self._await_dead_letters(b.dead_letters)
+        self._failed_batch = None
+        self._note_watermark(wm_state)
+        for tp, off in b.last_offsets.items():
             self._pending_commit[tp] = off + 1
             self._positions[tp] = off + 1
         self._commit_pending()
-        for rec, reason in rejects:
+        m = self.metrics
+        for _rec, reason in b.rejects:
             m.rejected.labels(reason=reason).inc()
         m.late.inc(late)
         self.batches += 1
-        m.batch_duration.observe(time.perf_counter() - t0)
+        m.batch_duration.observe(time.perf_counter() - b.t0)
 
-    def _apply(self, chunks: dict[tuple[int, int], list[tuple[int, str, str]]]) -> int:
-        """Register new windows, apply the open ones' chunks; returns the number of late events."""
+    def _apply(self, chunks: dict[tuple[int, int], list[tuple[int, str, str]]], closed: float | None) -> int:
+        """Register new windows, apply every chunk (Redis thread); returns the number of late events."""
         size = self.cfg.windows.size_seconds
-        closed = self._closed_through
         late = 0
         new = {start for start, _ in chunks if start not in self._registered
                and (closed is None or start + size > closed)}
@@ -297,14 +365,20 @@ class IngestWorker:
         self.metrics.dependency_up.labels(dependency="kafka").set(1)
 
     # --- watermark, commits, lag -----------------------------------------------------------------
-    def _advance_watermark(self, busy: set[int]) -> None:
+    def _owned_state(self, busy: set[int]) -> "_Owned":
+        """What the watermark advance needs from the consumer (read on the consumer's thread)."""
         owned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.topic}
         if not self._known_partitions:
             self._known_partitions = set(self.consumer.partitions_for_topic(self.topic) or ())
         lagging = {tp.partition for tp, lag in self._lags().items() if lag > 0}
-        state = self.store.advance_watermark(
-            {p: (self.partition_clock.watermark(p), p in busy or p in lagging) for p in owned},
-            known_partitions=self._known_partitions, idle_timeout=self.cfg.windows.idle_partition_timeout_seconds)
+        marks = {p: (self.partition_clock.watermark(p), p in busy or p in lagging) for p in owned}
+        return _Owned(marks, frozenset(self._known_partitions))
+
+    def store_advance(self, owned: "_Owned") -> Any:
+        return self.store.advance_watermark(owned.marks, known_partitions=owned.known,
+                                            idle_timeout=self.cfg.windows.idle_partition_timeout_seconds)
+
+    def _note_watermark(self, state: Any) -> None:
         self._last_advance = self.clock()
         self._closed_through = state.closing_through
         if state.global_watermark is not None:
@@ -358,6 +432,12 @@ class IngestWorker:
             return
         self.metrics.rebalances.labels(change="revoked").inc()
         log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
+        try:
+            self._drain()  # finish the batch in flight so its offsets can be committed before handing over
+        except Exception as exc:  # noqa: BLE001 - the new owner replays it (the offset records skip duplicates)
+            self._failed_batch = None
+            log.warning("batch in flight not applied before the rebalance (%s: %s); the new owner replays it",
+                        type(exc).__name__, exc)
         self._commit_pending()
         for tp in revoked:
             self._pending_commit.pop(tp, None)

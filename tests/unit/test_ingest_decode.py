@@ -58,7 +58,9 @@ def test_field_names_come_from_the_config():
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(st.binary(max_size=300), st.none()), st.one_of(st.none(), st.integers(-2**70, 2**70)))
 def test_arbitrary_bytes_never_raise(value, timestamp_ms):
+    fast = DEC.fields(value, timestamp_ms)
     out = DEC.decode(value, partition=0, offset=0, timestamp_ms=timestamp_ms)
+    assert fast is None or (isinstance(out, Event) and (out.user, out.key, out.ts) == fast)
     assert isinstance(out, (Event, Rejection))
     if isinstance(out, Rejection):
         assert out.reason in REJECT_REASONS
@@ -67,6 +69,19 @@ def test_arbitrary_bytes_never_raise(value, timestamp_ms):
 _json = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=12),
                      lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
                      max_leaves=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.fixed_dictionaries({}, optional={"user": _json, "key": _json, "ts": _json}),
+       st.sampled_from([None, 0, 1500, -1]), st.booleans())
+def test_fast_path_agrees_with_the_full_decoder(obj, timestamp_ms, ascii_json):
+    value = json.dumps(obj, ensure_ascii=ascii_json).encode("utf-8", "surrogatepass")
+    full = DEC.decode(value, partition=0, offset=0, timestamp_ms=timestamp_ms)
+    fast = DEC.fields(value, timestamp_ms)
+    if fast is not None:
+        assert isinstance(full, Event) and (full.user, full.key, full.ts) == fast
+    good = json.dumps({"user": "u1", "key": "k", "ts": 5}).encode()
+    assert DEC.fields(good, None) == ("u1", "k", 5.0)  # the common case takes the fast path
 
 
 @settings(max_examples=400, deadline=None)
