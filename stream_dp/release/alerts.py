@@ -34,12 +34,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import redis
 
 from stream_dp.config import AlertsConfig
 from stream_dp.keys import Keys
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
+from stream_dp.rng import make_rng
 
 SVT_NAME = "alerts"
 MECHANISM = "adaptive_svt"
@@ -159,7 +161,7 @@ class AlertsRun:
                                                                  svt_exhausted=bool(svt and svt.exhausted))
         if self.opens:
             svt = AdaptiveSVT(cfg.threshold, k=cfg.k, epsilon=cfg.epsilon, noise=cfg.noise, monotone=True,
-                              theta=cfg.theta or None, rng=rng)
+                              theta=cfg.theta or None, rng=own_generator(rng))
         self.svt = svt
         self.instance = (current.instance if current else 0) + (1 if self.opens else 0)
         self.open_events = (svt.privacy_event(),) if self.opens and svt is not None else ()
@@ -204,6 +206,17 @@ class AlertsRun:
             state = InstanceState(self.current.instance, self.current.scope, self.current.svt,
                                   self.window.start).to_dict()
         return draft, state
+
+
+def own_generator(rng: Any) -> np.random.Generator:
+    """An independent generator for a new instance (a spawned child stream of the worker's generator).
+
+    The instance stores its generator state with its SVT state and resumes it in later windows; sharing the
+    worker's generator object would make a later resumed copy replay the very stream the worker goes on to
+    use for other mechanisms (correlated noise). A spawned child is a statistically independent stream.
+    """
+    parent = make_rng(rng)
+    return parent.spawn(1)[0]
 
 
 def _num(x: Any) -> float | None:

@@ -405,3 +405,21 @@ def test_metrics_count_releases_budget_and_svt_without_keys_in_labels(redis_clie
     assert value("stream_dp_release_phase_seconds_total", phase="mechanism") > 0
     text = generate_latest(registry).decode()
     assert "key-0-" not in text and "w1" not in text  # no key ever becomes a label value
+
+
+def test_a_new_svt_instance_draws_from_its_own_stream_not_the_workers(redis_client) -> None:
+    # the instance's generator state is stored and resumed; were it the worker's own generator, the resumed
+    # copy would replay the noise the worker then draws for the next window's other mechanisms
+    from stream_dp.mechanisms import AdaptiveSVT
+
+    cfg = alerts_cfg(alerts={"threshold": 1e6})
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, alerts_window(0))
+    set_watermark(redis_client, keys, SIZE)
+    worker, _, _ = make_worker(redis_client, cfg)
+    drain(worker)
+    state = json.loads(redis_client.hget(keys.svt("alerts", "state"), "state"))
+    resumed = AdaptiveSVT.from_state(state["svt"])
+    worker_next = worker.rng.random(8)
+    svt_next = resumed._rng.random(8)
+    assert not (worker_next == svt_next).any()
