@@ -1,0 +1,26 @@
+"""Ingest: Kafka events → validated, event-time-windowed, contribution-bounded counts in Redis.
+
+Modules, one job each:
+
+- :mod:`~stream_dp.ingest.decode` -- record bytes → :class:`Event` or a rejection reason (never raises);
+- :mod:`~stream_dp.ingest.windowing` -- tumbling windows and the watermark rule;
+- :mod:`~stream_dp.ingest.bounding` -- the per-(window, user) contribution bound (L∞ = 1, L0 = Δ), in Python;
+- :mod:`~stream_dp.ingest.store` -- the Redis side (Lua): exactly-once application of bounded increments,
+  the shared global watermark and the closing of windows;
+- :mod:`~stream_dp.ingest.worker` -- the consumer-group loop (dead letters, commits after apply, rebalances,
+  backoff, graceful stop);
+- :mod:`~stream_dp.ingest.metrics` -- the ``stream_dp_ingest_*`` Prometheus metrics.
+
+The process is ``python -m workers.ingest --config FILE`` (or ``stream-dp ingest``); docs/ingest.md has
+the guarantees and the Redis layout.
+"""
+
+from stream_dp.ingest.bounding import ContributionBounder, bounded_window_counts
+from stream_dp.ingest.decode import REJECT_REASONS, Event, EventDecoder, Rejection
+from stream_dp.ingest.store import Chunk, ChunkResult, WatermarkState, WindowStore
+from stream_dp.ingest.windowing import PartitionClock, global_watermark, window_start
+
+__all__ = [
+    "REJECT_REASONS", "Chunk", "ChunkResult", "ContributionBounder", "Event", "EventDecoder", "PartitionClock",
+    "Rejection", "WatermarkState", "WindowStore", "bounded_window_counts", "global_watermark", "window_start",
+]
