@@ -105,16 +105,28 @@ class WindowReader:
         return Window(start, start + self.size)
 
     def closable(self, *, limit: int = 100) -> list[Window]:
-        """Windows with ``end <= watermark.global`` not yet released, oldest first."""
+        """Windows with ``end <= watermark.global`` not yet released, oldest first.
+
+        Pages through the windows index until ``limit`` unreleased windows are found or the closed part
+        of the index is exhausted, so released windows that are still listed (e.g. after a crash between
+        the released mark and pruning, see :meth:`mark_released`) can never hide newer closed ones.
+        """
         wm = self.global_watermark()
         if wm is None:
             return []
-        starts = self.r.zrangebyscore(self.keys.windows_index(), "-inf", wm - self.size, start=0, num=limit + 200)
-        if not starts:
-            return []
-        starts = [int(s) for s in starts]
-        released = self.r.zmscore(self.keys.release_index("released"), [str(s) for s in starts])
-        out = [self.window(s) for s, done in zip(starts, released) if done is None]
+        page = limit + 200
+        out: list[Window] = []
+        offset = 0
+        while len(out) < limit:
+            starts = self.r.zrangebyscore(self.keys.windows_index(), "-inf", wm - self.size, start=offset, num=page)
+            if not starts:
+                break
+            starts = [int(s) for s in starts]
+            released = self.r.zmscore(self.keys.release_index("released"), [str(s) for s in starts])
+            out.extend(self.window(s) for s, done in zip(starts, released) if done is None)
+            if len(starts) < page:
+                break
+            offset += page
         return out[:limit]
 
     def pending_count(self) -> int:
@@ -183,6 +195,10 @@ class WindowReader:
             return False
         # The worker's own index lives in another slot; adding to it after the fenced step is idempotent.
         self.r.zadd(k.release_index("released"), {str(window.start): window.start})
+        # Then drop the window from ingest's index of windows: it is closed (end <= global watermark), so
+        # ingest never needs it again, and the index stays as small as the windows still open or pending.
+        # A crash before this line leaves it listed but marked released, which closable() skips.
+        self.r.zrem(k.windows_index(), str(window.start))
         return True
 
     def is_released(self, window: Window) -> bool:

@@ -85,3 +85,26 @@ def test_an_expired_claim_is_taken_over_and_the_old_holder_is_fenced_off(redis_c
         a.renew(ca)
     assert not reader.mark_released(Window(0, 60), claim_key=ca.key, token=ca.token, retention_seconds=10)
     assert reader.mark_released(Window(0, 60), claim_key=cb.key, token=cb.token, retention_seconds=10)
+
+
+def test_closable_finds_new_windows_behind_hundreds_of_released_ones(redis_client) -> None:
+    """More closed windows than one page of the index: released ones never hide newer closed ones."""
+    keys = Keys("t")
+    reader = WindowReader(redis_client, keys=keys, size_seconds=10)
+    n = 450
+    for i in range(n):
+        write_window(redis_client, keys, i * 10, 10, {"a": 1.0})
+    set_watermark(redis_client, keys, n * 10)
+    # Released windows still in ingest's index (as after a crash before pruning) ...
+    redis_client.zadd(keys.release_index("released"), {str(i * 10): i * 10 for i in range(n - 5)})
+    assert [w.start for w in reader.closable(limit=100)] == [i * 10 for i in range(n - 5, n)]
+    # ... and released windows pruned from it by mark_released.
+    claim = "t:claim"
+    for i in range(n - 5, n):
+        redis_client.set(claim, "tok")
+        assert reader.mark_released(Window(i * 10, i * 10 + 10), claim_key=claim, token="tok", retention_seconds=60)
+    assert reader.closable(limit=100) == []
+    assert redis_client.zscore(keys.windows_index(), str((n - 1) * 10)) is None
+    write_window(redis_client, keys, n * 10, 10, {"a": 1.0})
+    set_watermark(redis_client, keys, (n + 1) * 10)
+    assert [w.start for w in reader.closable(limit=100)] == [n * 10]
