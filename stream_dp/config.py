@@ -129,7 +129,7 @@ class AlertsConfig:
     include_released_topk: bool = True
     threshold: float = 100.0
     k: int = 10  # answers per SVT instance (c)
-    epsilon: float = 1.0  # per SVT instance
+    epsilon: float = 0.5  # per SVT instance
     noise: str = "laplace"  # laplace, exponential, geometric
     theta: float = 0.0  # 0: the seed's optimum
     confidence: float = 0.95  # of the lower confidence bound
@@ -141,7 +141,7 @@ class SampleConfig:
     scheme: str = "pps"  # pps (priority), ppswor, none
     tau: float = 0.01
     epsilon: float = 0.5
-    delta: float = 1e-6
+    delta: float = 1e-7
 
 
 @dataclass(frozen=True)

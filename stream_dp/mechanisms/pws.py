@@ -94,19 +94,25 @@ class SampleResult:
 
     @property
     def events(self) -> tuple[DpEvent, ...]:
-        """The user-level cost of the whole release: (ε, δ)-DP (decision 4)."""
-        return (ApproxDpEvent(epsilon=self.epsilon, delta=self.delta, mechanism=self.mechanism),)
+        """The user-level cost of the whole release, as charged: Δ composed per-key (ε/Δ, δ/Δ) mechanisms.
 
-    @property
-    def per_key_events(self) -> tuple[DpEvent, ...]:
-        """The same release accounted as Δ composed per-key (ε/Δ, δ/Δ) mechanisms (decision 4's alternative).
-
-        Equally valid (a user changes at most Δ independently reported keys, so the privacy loss is the sum
-        of Δ per-key losses: non-adaptive composition). Basic composition gives the same (ε, δ); in the
-        project's zCDP currency it is ρ = Δ·(ε/Δ)²/2 = ε²/(2Δ) instead of ε²/2 -- Δ times cheaper.
+        A user changes at most Δ keys, each by one, and every key is reported independently at
+        (ε/Δ, δ/Δ) (decision 4), so the privacy loss is the sum of Δ per-key losses. Basic composition
+        gives (ε, δ); in the project's zCDP currency it is ρ = Δ·(ε/Δ)²/2 = ε²/(2Δ) with δ -- Δ times
+        cheaper than accounting the release as one (ε, δ)-DP mechanism (:attr:`whole_release_events`).
         """
         return (ApproxDpEvent(epsilon=self.key_epsilon, delta=self.key_delta, count=self.max_keys_per_user,
                               mechanism=self.mechanism),)
+
+    @property
+    def per_key_events(self) -> tuple[DpEvent, ...]:
+        """Alias of :attr:`events` (the per-key composed accounting)."""
+        return self.events
+
+    @property
+    def whole_release_events(self) -> tuple[DpEvent, ...]:
+        """The same release accounted as one (ε, δ)-DP mechanism: valid, but ρ = ε²/2 (Δ times dearer)."""
+        return (ApproxDpEvent(epsilon=self.epsilon, delta=self.delta, mechanism=self.mechanism),)
 
     def parameters(self) -> dict[str, Any]:
         """The public parameters a subscriber needs to recompute the token → estimate table."""
@@ -120,13 +126,21 @@ class SampleResult:
         return estimate_sum(self.rows, coefficient)
 
 
-def private_weighted_sample_events(*, epsilon: float, delta: float) -> tuple[DpEvent, ...]:
+def private_weighted_sample_events(*, epsilon: float, delta: float,
+                                   max_keys_per_user: int = 1) -> tuple[DpEvent, ...]:
     """The cost of one release (known before running; what to reserve in the ledger).
 
-    >>> private_weighted_sample_events(epsilon=1.0, delta=1e-6)[0].mechanism
-    'private_weighted_sample'
+    Δ = ``max_keys_per_user`` composed per-key (ε/Δ, δ/Δ)-DP events (see :attr:`SampleResult.events`).
+
+    >>> (e,) = private_weighted_sample_events(epsilon=1.0, delta=1e-6, max_keys_per_user=4)
+    >>> e.mechanism, e.epsilon, e.count, round(e.zcdp()[0], 6)
+    ('private_weighted_sample', 0.25, 4, 0.125)
     """
-    return (ApproxDpEvent(epsilon=check_epsilon(epsilon), delta=check_delta(delta), mechanism=MECHANISM),)
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    if not (isinstance(max_keys_per_user, int) and max_keys_per_user >= 1):
+        raise ValueError(f"max_keys_per_user must be an integer >= 1, got {max_keys_per_user!r}")
+    return (ApproxDpEvent(epsilon=epsilon / max_keys_per_user, delta=delta / max_keys_per_user,
+                          count=max_keys_per_user, mechanism=MECHANISM),)
 
 
 def sanitizer_table(*, scheme: str, tau: float | None, epsilon: float, delta: float,

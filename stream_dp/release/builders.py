@@ -93,7 +93,8 @@ class SampleBuilder:
         from stream_dp.mechanisms import private_weighted_sample_events
 
         s = self.cfg.releases.sample
-        return tuple(private_weighted_sample_events(epsilon=s.epsilon, delta=s.delta))
+        return tuple(private_weighted_sample_events(epsilon=s.epsilon, delta=s.delta,
+                                                    max_keys_per_user=self.cfg.contribution.max_keys_per_user))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None

@@ -27,6 +27,8 @@ from typing import Any, Callable
 
 import redis
 
+from stream_dp.accounting.budget import check_budget_covers
+from stream_dp.accounting.events import DpEvent, PureDpEvent
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 from stream_dp.release import testhooks
@@ -67,11 +69,28 @@ class ReleaseWorker:
         self.alerts_store = AlertsStore(client, keys=self.keys)
         self.types = enabled_types(cfg)
         self.builders: dict[str, Builder] = {t: BUILDERS[t](cfg) for t in self.types if t in BUILDERS}
+        self.check_budget_covers_each_release()
         self.poll_seconds = poll_seconds
         self.rng = make_rng(rng)
         self.scope_for = scope_for or default_scope_for(cfg)
         self.recovered = False
         self._first_seen: dict[int, float] = {}
+
+    def worst_case_events(self) -> dict[str, tuple[DpEvent, ...]]:
+        """Per enabled release type, the DP events of its most expensive single release."""
+        out = {t: tuple(b.reserve_events()) for t, b in self.builders.items()}
+        if "alerts" in self.types:
+            out["alerts"] = (PureDpEvent(self.cfg.releases.alerts.epsilon, mechanism="adaptive_svt"),)
+        return out
+
+    def check_budget_covers_each_release(self) -> None:
+        """Refuse to start (ConfigError naming the cap setting) when a single release of any enabled type
+        could never fit an empty budget period (or the lifetime cap): every window would be refused."""
+        caps = [getattr(self.ledger, "cap", None), getattr(self.ledger, "lifetime_cap", None)]
+        for events in self.worst_case_events().values():
+            for cap in caps:
+                if cap is not None:
+                    check_budget_covers(cap, events)
 
     # --- one pass --------------------------------------------------------------------------------
     def run_once(self) -> Window | None:

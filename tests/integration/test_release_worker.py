@@ -6,6 +6,7 @@ all the release worker reads. Kafka delivery is covered by test_release_e2e.py /
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from stream_dp.accounting.composition import compose
+from stream_dp.accounting.budget import scope_for
+from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import Config, config_from_mapping
 from stream_dp.keys import Keys
@@ -285,14 +288,16 @@ def test_alerts_open_a_new_instance_at_a_budget_period_boundary(redis_client) ->
 
 def test_alerts_status_when_the_budget_cannot_open_an_instance(redis_client) -> None:
     cfg = alerts_cfg(alerts={"epsilon": 5.0})
-    cfg = cfg.replace(budget=type(cfg.budget)(period_seconds=86400, epsilon=4.0, delta=1e-3, delta_prime=1e-7),
+    cfg = cfg.replace(budget=type(cfg.budget)(period_seconds=86400, epsilon=6.0, delta=1e-3, delta_prime=1e-7),
                       releases=type(cfg.releases)(topk=type(cfg.releases.topk)(enabled=False),
                                                   alerts=cfg.releases.alerts,
                                                   sample=cfg.releases.sample))
     keys = Keys("t")
     write_window(redis_client, keys, 0, SIZE, alerts_window(0))
     set_watermark(redis_client, keys, SIZE)
-    worker, pub, _ = make_worker(redis_client, cfg)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    # one instance (ε = 5) fits an empty period of ε = 6, but not after something else spent ε = 2
+    assert ledger.charge(scope_for(0, 86400), "earlier-release", [PureDpEvent(2.0)]).accepted
     drain(worker)
     (rec,) = pub.records
     validate_record(rec)
@@ -361,7 +366,9 @@ def test_sample_releases_tokens_and_estimates_from_the_whole_window(redis_client
     (rec,) = pub.records
     validate_record(rec)
     assert rec["cost"]["events"][0]["mechanism"] == "private_weighted_sample"
-    assert rec["cost"]["events"][0]["epsilon"] == 2.0
+    # charged as Δ = 5 composed per-key mechanisms at (ε/Δ, δ/Δ)
+    event = rec["cost"]["events"][0]
+    assert (event["epsilon"], event["delta"], event["count"]) == (0.4, 2e-7, 5)
     assert rec["mechanism"]["parameters"]["estimator"] == "mle"
     sampled = {it["key"]: it for it in rec["items"]}
     # PPS with τ = 0.05: keys with count ≥ 1/τ = 20 are sampled with probability 1 unless the sanitizer
@@ -423,3 +430,18 @@ def test_a_new_svt_instance_draws_from_its_own_stream_not_the_workers(redis_clie
     worker_next = worker.rng.random(8)
     svt_next = resumed._rng.random(8)
     assert not (worker_next == svt_next).any()
+
+
+def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(redis_client) -> None:
+    """A cap smaller than one worst-case release would refuse every window: fail at startup instead."""
+    from stream_dp.config import ConfigError
+
+    cfg = make_cfg(topk={"epsilon": 0.5, "k": 3})
+    cfg = cfg.replace(budget=dataclasses.replace(cfg.budget, epsilon=1.5))  # topk worst case: Σε = 1.5
+    make_worker(redis_client, cfg)  # fits exactly: starts
+    tight = cfg.replace(budget=dataclasses.replace(cfg.budget, epsilon=1.4))
+    with pytest.raises(ConfigError, match="budget.epsilon"):
+        make_worker(redis_client, tight)
+    sample = make_cfg(sample={"enabled": True, "delta": 1e-3})
+    with pytest.raises(ConfigError, match="budget.delta"):
+        make_worker(redis_client, sample.replace(budget=dataclasses.replace(sample.budget, delta=1e-4)))

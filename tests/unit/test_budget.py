@@ -10,6 +10,7 @@ from stream_dp.accounting.budget import BudgetCap, check_budget_covers, decide, 
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import ApproxDpEvent, PureDpEvent, RangeBoundedEvent
 from stream_dp.config import BudgetConfig, ConfigError
+from stream_dp.mechanisms import private_weighted_sample_events
 
 
 @pytest.mark.parametrize("args,setting", [
@@ -79,8 +80,8 @@ def test_scope_for_rejects_bad_input(t, period):
 
 
 def test_default_config_budget_plan_of_docs_privacy_md():
-    """docs/privacy.md §5: the default config fits 6 worst-case hourly windows (top-k + sample) per day,
-    after one alert instance; top-k alone fits 56."""
+    """docs/privacy.md §5: the default config fits 28 worst-case hourly windows (top-k + sample) per day
+    after one alert instance (25 after two); top-k alone fits 86."""
     from stream_dp.config import Config
 
     cfg = Config()
@@ -94,5 +95,8 @@ def test_default_config_budget_plan_of_docs_privacy_md():
         return n
 
     topk = [RangeBoundedEvent(r.topk.epsilon, count=r.topk.k, delta=r.topk.delta)]
-    assert windows_that_fit(topk + [ApproxDpEvent(r.sample.epsilon, r.sample.delta)]) == 6
-    assert windows_that_fit(topk) == 56
+    sample = list(private_weighted_sample_events(epsilon=r.sample.epsilon, delta=r.sample.delta,
+                                                 max_keys_per_user=cfg.contribution.max_keys_per_user))
+    assert sample == [ApproxDpEvent(0.1, 2e-8, count=5, mechanism="private_weighted_sample")]
+    assert windows_that_fit(topk + sample) == 28
+    assert windows_that_fit(topk) == 86

@@ -104,10 +104,10 @@ def test_the_statistical_check_rejects_broken_samplers():
 def test_rows_are_valid_and_charge_one_user_level_event(pps_release):
     counts, res = pps_release
     assert all(1 <= r.token <= counts[r.key] for r in res.rows)
+    # Δ = 1 here: the per-key composed accounting is one (ε, δ) event
     assert res.events == (ApproxDpEvent(epsilon=0.5, delta=1e-3, mechanism="private_weighted_sample"),)
     assert res.events == private_weighted_sample_events(epsilon=0.5, delta=1e-3)
-    (per_key,) = res.per_key_events  # Δ = 1 here: the same (ε, δ)
-    assert (per_key.epsilon, per_key.delta, per_key.count) == (0.5, 1e-3, 1)
+    assert res.events == res.whole_release_events
 
 
 def test_per_key_accounting_is_delta_times_cheaper_in_rho_and_equal_in_basic_composition():
@@ -115,11 +115,14 @@ def test_per_key_accounting_is_delta_times_cheaper_in_rho_and_equal_in_basic_com
 
     res = private_weighted_sample({"a": 50}, scheme="none", tau=None, epsilon=1.0, delta=1e-6,
                                   max_keys_per_user=4, rng=0)
-    (event,) = res.per_key_events
+    (event,) = res.events  # what the ledger is charged
     assert (event.epsilon, event.delta, event.count) == (0.25, 2.5e-7, 4)
-    assert event.zcdp()[0] == pytest.approx(res.events[0].zcdp()[0] / 4)
-    assert event.basic() == pytest.approx(res.events[0].basic())
-    compose(res.per_key_events)  # composes like any other event list
+    assert res.events == private_weighted_sample_events(epsilon=1.0, delta=1e-6, max_keys_per_user=4)
+    (whole,) = res.whole_release_events
+    assert event.zcdp()[0] == pytest.approx(whole.zcdp()[0] / 4)
+    assert event.zcdp()[1] == pytest.approx(whole.zcdp()[1])
+    assert event.basic() == pytest.approx(whole.basic())
+    compose(res.events)  # composes like any other event list
     tokens = [r.token for r in res.rows]
     assert tokens == sorted(tokens, reverse=True)
 
