@@ -110,8 +110,11 @@ def find_redis_server() -> Path:
     return _make_executable(binary)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to SIGTERM this child when the parent dies (prctl PR_SET_PDEATHSIG)."""
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM this child when the parent dies (prctl PR_SET_PDEATHSIG).
+
+    Pass as ``preexec_fn`` to ``subprocess.Popen`` so a child never outlives the process that started it
+    (tests use it for worker subprocesses: an interrupted test run leaves no orphans)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)
@@ -160,7 +163,7 @@ class Service:
                 stderr=subprocess.STDOUT,
                 start_new_session=self.detached,
                 process_group=0 if self.own_process_group and not self.detached else None,
-                preexec_fn=None if self.detached else _die_with_parent,
+                preexec_fn=None if self.detached else die_with_parent,
             )
         finally:
             logf.close()

@@ -16,6 +16,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from stream_dp.devstack import die_with_parent
 from stream_dp.ingest.bounding import bounded_window_counts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +97,8 @@ def start_worker(config_file: Path, log_path: Path) -> subprocess.Popen[bytes]:
     logf = open(log_path, "ab")
     try:
         return subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(config_file)],
-                                cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT)
+                                cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
     finally:
         logf.close()
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
+from stream_dp.devstack import die_with_parent
 from stream_dp.release.testhooks import ENV as CRASH_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +54,8 @@ def start_worker(config: Path, *, worker_id: str, log_path: Path, crash_at: str 
         return subprocess.Popen([sys.executable, "-m", "workers.release", "--config", str(config),
                                  "--worker-id", worker_id, "--poll-seconds", "0.05",
                                  "--claim-ttl-seconds", str(claim_ttl)],
-                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
     finally:
         log.close()
 

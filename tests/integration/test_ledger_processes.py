@@ -15,6 +15,7 @@ import redis
 from stream_dp.accounting.budget import decide
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import PureDpEvent
+from stream_dp.devstack import die_with_parent
 from stream_dp.accounting.ledger import Cost, Ledger
 from stream_dp.devstack import DevStack
 from stream_dp.keys import Keys
@@ -31,7 +32,7 @@ CHARGES = 200
 def _spawn(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=die_with_parent)
 
 
 def _run_racers(redis_url: str, prefix: str, mode: str) -> list[list]:
