@@ -1,0 +1,102 @@
+"""Empirical privacy audits of the selection mechanisms, each paired with a deliberately broken variant.
+
+Each scenario picks neighbours where the mechanism's guarantee is nearly tight, runs
+:func:`~stream_dp.testing.audit.audit_privacy`, and returns the result. The real mechanism must pass and
+the broken one must be flagged (tests/unit/test_privacy_audits.py). Print the table with::
+
+    python -m stream_dp.testing.selection_audits
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from stream_dp.mechanisms import limited_domain_topk, noisy_topk_with_gap
+from stream_dp.mechanisms import limited_domain as limited_domain_module
+from stream_dp.testing.audit import AuditResult, audit_privacy
+
+
+def _no_log_offset(*, k_bar: int, epsilon: float, delta: float, max_keys_per_user: int) -> float:
+    """The broken ⊥ offset: h_⊥ = h_(k̄+1) + 1, without ln(min(Δ, k̄)/δ)/ε."""
+    return 1.0
+
+
+def ldt_boundary(*, broken: bool = False, trials: int = 20_000, rng: int = 1,
+                 confidence: float = 0.999) -> AuditResult:
+    """δ part of limited-domain top-k: an empty window vs. one user on key "a" (k = k̄ = 1, ε = 1, δ = 0.1).
+
+    Real: P[release "a"] = 1/(1 + e^{ln(1/δ)}) ≈ 0.091 ≤ δ on x′ and 0 on x -> passes at (1, 0.1).
+    Broken (no ln(min(Δ,k̄)/δ)/ε offset): P[release "a"] = 1/2 on x′, 0 on x -> flagged."""
+    def mechanism(counts, generator):
+        r = limited_domain_topk(counts, k=1, k_bar=1, epsilon=1.0, delta=0.1, max_keys_per_user=1,
+                                rng=generator)
+        return r.keys + (("⊥",) if r.hit_bottom else ())
+    return _with_offset(_no_log_offset if broken else None,
+                        lambda: audit_privacy(mechanism, {}, {"a": 1}, epsilon=1.0, delta=0.1,
+                                              trials=trials, confidence=confidence, rng=rng))
+
+
+def ldt_epsilon(*, broken: bool = False, trials: int = 20_000, rng: int = 2,
+                confidence: float = 0.999) -> AuditResult:
+    """ε part: one user adds to "a" and "b" (Δ = 2), same limited domain on both sides (k = 1, k̄ = 2,
+    δ = 0.5 so ⊥ is frequent). One outcome is ε-range-bounded: audit at (ε = 1, δ = 0).
+    Broken: the Gumbel noise of 2ε (half the noise) while claiming ε -> the ⊥ ratio approaches e²."""
+    run_epsilon = 2.0 if broken else 1.0
+
+    def mechanism(counts, generator):
+        r = limited_domain_topk(counts, k=1, k_bar=2, epsilon=run_epsilon, delta=0.5, max_keys_per_user=2,
+                                rng=generator)
+        return r.keys + (("⊥",) if r.hit_bottom else ())
+    return audit_privacy(mechanism, {"a": 3, "b": 2, "c": 0}, {"a": 4, "b": 3, "c": 0}, epsilon=1.0,
+                         delta=0.0, trials=trials, confidence=confidence, rng=rng)
+
+
+def noisy_topk(*, broken: bool = False, trials: int = 20_000, rng: int = 3,
+               confidence: float = 0.999) -> AuditResult:
+    """Noisy Top-1 with Gap, monotone Laplace (scale k/ε = 1 at ε = 1): x = {a: 0, b: 0} vs x′ = {a: 1,
+    b: 0}; events "winner w with gap ≥ t" for t ∈ {0, 1, 2, 3}. Real: worst ratio ≈ e^0.8 < e.
+    Broken: half the noise (scale ½) while claiming ε = 1 -> P[b, gap ≥ 2] ratio ≈ e^1.7 -> flagged."""
+    run_epsilon = 2.0 if broken else 1.0
+
+    def mechanism(values, generator):
+        return noisy_topk_with_gap(values, k=1, epsilon=run_epsilon, monotone=True, rng=generator)[0]
+
+    def events(output):
+        key, gap = output
+        return frozenset((key, f"gap>={t}") for t in (0, 1, 2, 3) if gap >= t)
+    return audit_privacy(mechanism, {"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 0.0}, epsilon=1.0, delta=0.0,
+                         trials=trials, event=events, multi_label=True, confidence=confidence,
+                         rng=rng)
+
+
+def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> AuditResult:
+    if offset is None:
+        return run()
+    original = limited_domain_module.bottom_offset
+    limited_domain_module.bottom_offset = offset
+    try:
+        return run()
+    finally:
+        limited_domain_module.bottom_offset = original
+
+
+SCENARIOS: dict[str, Callable[..., AuditResult]] = {
+    "limited_domain_topk boundary (δ)": ldt_boundary,
+    "limited_domain_topk peel (ε)": ldt_epsilon,
+    "noisy_topk_with_gap": noisy_topk,
+}
+
+
+def main() -> None:  # pragma: no cover - report script
+    print(f"{'scenario':36} {'variant':8} {'claimed':>12} {'ε lower bd':>10} {'ε estimate':>10}  verdict")
+    for name, scenario in SCENARIOS.items():
+        for broken in (False, True):
+            r = scenario(broken=broken)
+            claimed = f"({r.epsilon:g}, {r.delta:g})"
+            print(f"{name:36} {'broken' if broken else 'real':8} {claimed:>12} "
+                  f"{r.epsilon_lower_bound:10.3f} {r.epsilon_estimate:10.3f}  "
+                  f"{'VIOLATED' if r.violated else 'ok'}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
