@@ -1,5 +1,13 @@
 """Pure randomized mechanisms (numpy only, no I/O); every result states its cost as DP events."""
 
+from stream_dp.mechanisms.em_gap import em_with_gap, em_with_gap_blackbox, em_with_gap_events
+from stream_dp.mechanisms.hybrid_gap import (
+    THRESHOLD,
+    GapRelease,
+    hybrid_max_events,
+    hybrid_topk_estimates,
+    hybrid_topk_identity,
+)
 from stream_dp.mechanisms.large_margin import UNLISTED, large_margin_argmax, large_margin_events
 from stream_dp.mechanisms.limited_domain import (
     TopKResult,
@@ -31,6 +39,14 @@ from stream_dp.mechanisms.pws_tables import (
 )
 
 __all__ = [
+    "GapRelease",
+    "THRESHOLD",
+    "em_with_gap",
+    "em_with_gap_blackbox",
+    "em_with_gap_events",
+    "hybrid_max_events",
+    "hybrid_topk_estimates",
+    "hybrid_topk_identity",
     "AdaptiveSVT",
     "MeasuredAnswer",
     "SVTAnswer",
