@@ -29,6 +29,7 @@ so K = 10³⁰⁰ costs about log₂K steps. When an unlisted item is drawn the 
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from collections.abc import Hashable, Mapping
 
 import numpy as np
@@ -85,6 +86,13 @@ def _log_laplace_cdf(x: float, b: float) -> tuple[float, float]:
     return math.log1p(-0.5 * math.exp(-x / b)), math.log(x / b - math.log(0.5))
 
 
+def _floor_exp(x: float) -> int:
+    """⌊e^x⌋ as an int, also beyond the float range (universes of 256^k keys)."""
+    if x < 700:
+        return int(math.floor(math.exp(x)))
+    return int(Decimal(x).exp())
+
+
 def _search_level(listed: np.ndarray, universe: int, *, epsilon: float, delta: float, n: int,
                   rng: np.random.Generator) -> int:
     """Steps 1–3: the level l ∈ [1, universe]. ``listed`` are the listed scores in decreasing order; the
@@ -121,7 +129,7 @@ def _search_level(listed: np.ndarray, universe: int, *, epsilon: float, delta: f
         if log_skip > math.log(block_end - current + 1):
             current = block_end + 1
             continue
-        candidate = current + int(math.floor(math.exp(log_skip)))
+        candidate = current + _floor_exp(log_skip)
         if candidate > block_end:
             current = block_end + 1
             continue

@@ -113,3 +113,13 @@ def test_rejects_bad_input(kwargs, fragment):
 def test_events():
     assert large_margin_events(epsilon=0.5, delta=1e-7) == (
         ApproxDpEvent(epsilon=0.5, delta=1e-7, mechanism="large_margin"),)
+
+
+def test_universe_beyond_float_range():
+    """The release worker's universe (all keys of up to 256 bytes, ≈ 10^619 items) is handled without
+    overflow; with a clear margin the top item wins, without one an unlisted item does."""
+    universe = (256**257 - 256) // 255
+    assert large_margin_argmax({"a": 500.0, "b": 1.0}, epsilon=1.0, delta=1e-6, n=1, universe_size=universe,
+                               rng=0) == "a"
+    assert large_margin_argmax({"a": 3.0}, epsilon=1.0, delta=1e-6, n=1, universe_size=universe,
+                               rng=0) is UNLISTED
