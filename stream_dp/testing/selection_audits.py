@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stream_dp.mechanisms import limited_domain_topk, noisy_topk_with_gap
+from stream_dp.mechanisms import em_with_gap, limited_domain_topk, noisy_topk_with_gap
 from stream_dp.mechanisms import limited_domain as limited_domain_module
 from stream_dp.testing.audit import AuditResult, audit_privacy
 
@@ -69,6 +69,24 @@ def noisy_topk(*, broken: bool = False, trials: int = 20_000, rng: int = 3,
                          rng=rng)
 
 
+def em_gap(*, broken: bool = False, trials: int = 20_000, rng: int = 4,
+           confidence: float = 0.999) -> AuditResult:
+    """Exponential mechanism with gap (Alg 7), sensitivity 1, non-monotone neighbours x = {a: 0, b: 1},
+    x′ = {a: 1, b: 0}; events "winner w with gap ≥ t", t ∈ {0, 1, 2, 3}. Real (ε = 1): the gap is
+    Logistic, P[a, gap ≥ t] = σ(±½ − t), worst ratio → e¹ from below. Broken: the scores scaled by ε/Δ
+    instead of ε/(2Δ) (the factor 2 forgotten) -> ratio ≈ e^1.7 at t = 2 -> flagged."""
+    run_epsilon = 2.0 if broken else 1.0
+
+    def mechanism(scores, generator):
+        return em_with_gap(scores, epsilon=run_epsilon, rng=generator)
+
+    def events(output):
+        key, gap = output
+        return frozenset((key, f"gap>={t}") for t in (0, 1, 2, 3) if gap >= t)
+    return audit_privacy(mechanism, {"a": 0.0, "b": 1.0}, {"a": 1.0, "b": 0.0}, epsilon=1.0, delta=0.0,
+                         trials=trials, event=events, multi_label=True, confidence=confidence, rng=rng)
+
+
 def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> AuditResult:
     if offset is None:
         return run()
@@ -84,6 +102,7 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "limited_domain_topk boundary (δ)": ldt_boundary,
     "limited_domain_topk peel (ε)": ldt_epsilon,
     "noisy_topk_with_gap": noisy_topk,
+    "em_with_gap": em_gap,
 }
 
 

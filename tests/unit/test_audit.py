@@ -50,8 +50,8 @@ def test_rejects_bad_arguments():
 @pytest.mark.parametrize("name", list(selection_audits.SCENARIOS))
 def test_real_mechanism_passes_and_broken_variant_is_flagged(name):
     """Each scenario (stream_dp/testing/selection_audits.py) at confidence 0.999: the real mechanism
-    false-alarms with probability ≤ 1e-3; the broken variant (no ln(min(Δ,k̄)/δ)/ε offset, or half the
-    noise) is flagged with a wide margin at 20,000 trials (see the printed table in the module)."""
+    false-alarms with probability ≤ 1e-3; the broken variant (no ln(min(Δ,k̄)/δ)/ε offset, half the
+    noise, or the exponential mechanism's factor 2 forgotten) is flagged with a wide margin at 20,000 trials (see the printed table in the module)."""
     scenario = selection_audits.SCENARIOS[name]
     real, broken = scenario(broken=False), scenario(broken=True)
     assert not real.violated, real.summary()
