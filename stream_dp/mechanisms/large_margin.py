@@ -40,7 +40,7 @@ from stream_dp.mechanisms._validation import (
     check_epsilon,
     check_positive_int,
     check_scores,
-    tie_key,
+    top_indices,
 )
 from stream_dp.rng import RngLike, make_rng
 
@@ -169,20 +169,22 @@ def large_margin_argmax(scores: Mapping[Hashable, float], *, epsilon: float, del
         raise ValueError("the universe is empty: give scores or universe_size >= 1")
     generator = make_rng(rng)
 
-    order = sorted(range(len(keys)), key=lambda i: (values[i], tie_key(keys[i])), reverse=True)
-    listed = values[order]
+    # The search needs only the sorted score values; identities (with the fixed tie order) are resolved
+    # for the top `level` items alone, so a window of 10^6 keys costs one numpy sort.
+    listed = np.sort(values)[::-1]
     level = _search_level(listed, universe, epsilon=epsilon, delta=delta, n=n, rng=generator)
 
     # Step 4: exponential mechanism with privacy α/3 over the top `level` items.
     chosen = min(level, len(listed))
-    logits = list(n * epsilon * listed[:chosen] / 6.0)
+    top = top_indices(keys, values, chosen)
+    logits = list(n * epsilon * values[top] / 6.0)
     unlisted = level - chosen
     if unlisted > 0:
         logits.append(math.log(unlisted))  # (level − L) unlisted items of weight exp(0) = 1 each
     logits_arr = np.array(logits)
     p = np.exp(logits_arr - logits_arr.max())
     pick = int(generator.choice(len(p), p=p / p.sum()))
-    return UNLISTED if pick == chosen else keys[order[pick]]
+    return UNLISTED if pick == chosen else keys[top[pick]]
 
 
 def large_margin_events(*, epsilon: float, delta: float) -> tuple[DpEvent, ...]:
