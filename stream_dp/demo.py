@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stream_dp.config import Config, config_from_mapping, load_config
-from stream_dp.devstack import DevStack, _die_with_parent, free_port
+from stream_dp.devstack import DevStack, die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", f"workers.{self.name}", "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                process_group=0, preexec_fn=_die_with_parent)
+                process_group=0, preexec_fn=die_with_parent)
 
     def wait_ready(self, deadline: float) -> None:
         """Poll /metrics until it answers; fail with the log's tail if the process exits first."""
