@@ -16,7 +16,8 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
-from stream_dp.config import Config, ConfigError, load_config
+from stream_dp.cli.common import add_config_option, load_config_or_report
+from stream_dp.config import Config
 from stream_dp.keys import Keys
 
 
@@ -63,10 +64,8 @@ def _print_states(rows: list[dict[str, Any]], out: TextIO) -> None:
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    cfg = load_config_or_report(args.config)
+    if cfg is None:
         return 1
     if args.action in ("show", "history") and not args.scope:
         print(f"budget {args.action} needs a scope (see: stream-dp budget list)", file=sys.stderr)

@@ -6,22 +6,20 @@ import argparse
 import json
 import sys
 
-from stream_dp.config import ConfigError, load_config
+from stream_dp.cli.common import add_config_option, load_config_or_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="check a configuration file",
                        description="Validate a config file (with STREAM_DP_* environment overrides applied).")
     p.add_argument("action", choices=("check",))
-    p.add_argument("--config", help="TOML file (default: config/stream-dp.toml)")
+    add_config_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    cfg = load_config_or_report(args.config)
+    if cfg is None:
         return 1
     print(json.dumps(cfg.to_dict(), indent=2, default=list))
     print("config OK", file=sys.stderr)

@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 
-from stream_dp.config import ConfigError, load_config
+from stream_dp.cli.common import add_config_option, load_config_or_report
 from stream_dp.replay import (ColumnMapping, Event, Pacer, Progress, ReplayError, read_rows, replay,
                               sort_by_time)
 
@@ -79,10 +79,8 @@ def mapping_from_args(args: argparse.Namespace, fields_user: str, fields_key: st
 def run(args: argparse.Namespace) -> int:
     from stream_dp import connections, demo_data
 
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    cfg = load_config_or_report(args.config)
+    if cfg is None:
         return 1
     if not cfg.kafka.bootstrap_servers:
         print("config error: kafka.bootstrap_servers is empty; set it (or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS), "

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from stream_dp.config import ConfigError, load_config
+from stream_dp.cli.common import add_config_option, load_config_or_report
 from stream_dp.tail import ReleaseFollower, format_release
 
 RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "status")
@@ -57,10 +57,8 @@ def follow(follower: ReleaseFollower, out: TextIO, *, types: list[str] | None, c
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    cfg = load_config_or_report(args.config)
+    if cfg is None:
         return 1
     if not cfg.kafka.bootstrap_servers:
         print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS",
