@@ -20,7 +20,14 @@ from stream_dp.mechanisms.noisy_topk_gap import (
     noisy_topk_with_gap_events,
     noisy_topk_with_measures,
 )
-from stream_dp.mechanisms.svt import AdaptiveSVT, SVTAnswer, SVTExhaustedError, SVTRun, adaptive_svt
+from stream_dp.mechanisms.svt import (
+    AdaptiveSVT,
+    SVTAnswer,
+    SVTExhaustedError,
+    SVTRun,
+    adaptive_svt,
+    adaptive_svt_events,
+)
 from stream_dp.mechanisms.svt_measures import MeasuredAnswer, SVTMeasuresResult, blue_combine, svt_with_measures
 from stream_dp.mechanisms.pws import (
     SampleResult,
@@ -56,6 +63,7 @@ __all__ = [
     "TopKResult",
     "UNLISTED",
     "adaptive_svt",
+    "adaptive_svt_events",
     "blue_combine",
     "blue_estimates",
     "large_margin_argmax",

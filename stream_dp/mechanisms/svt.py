@@ -171,7 +171,8 @@ class AdaptiveSVT:
 
     def privacy_event(self) -> DpEvent:
         """The ledger charge of the whole instance: ``PureDpEvent(ε)``, charged when it opens."""
-        return PureDpEvent(self.epsilon, mechanism=MECHANISM)
+        (event,) = adaptive_svt_events(epsilon=self.epsilon)
+        return event
 
     def events(self) -> tuple[DpEvent, ...]:
         """The events of this instance (one: :meth:`privacy_event`)."""
@@ -284,3 +285,13 @@ def adaptive_svt(values: Iterable[float], threshold: float, *, k: int, epsilon: 
 
 def _is_real(x: Any) -> bool:
     return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
+
+
+def adaptive_svt_events(*, epsilon: float) -> tuple[DpEvent, ...]:
+    """The cost of one Adaptive SVT instance, known before it opens (ALGORITHMS.md decision 5): ε-DP as a
+    whole (Theorem 5.1), whatever its answers turn out to be.
+
+    >>> adaptive_svt_events(epsilon=0.5)[0].epsilon
+    0.5
+    """
+    return (PureDpEvent(epsilon, mechanism=MECHANISM),)

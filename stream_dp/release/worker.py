@@ -28,9 +28,10 @@ from typing import Any, Callable
 import redis
 
 from stream_dp.accounting.budget import check_budget_covers
-from stream_dp.accounting.events import DpEvent, PureDpEvent
+from stream_dp.accounting.events import DpEvent
 from stream_dp.config import Config
 from stream_dp.keys import Keys
+from stream_dp.mechanisms import adaptive_svt_events
 from stream_dp.release import testhooks
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types
@@ -80,7 +81,7 @@ class ReleaseWorker:
         """Per enabled release type, the DP events of its most expensive single release."""
         out = {t: tuple(b.reserve_events()) for t, b in self.builders.items()}
         if "alerts" in self.types:
-            out["alerts"] = (PureDpEvent(self.cfg.releases.alerts.epsilon, mechanism="adaptive_svt"),)
+            out["alerts"] = adaptive_svt_events(epsilon=self.cfg.releases.alerts.epsilon)
         return out
 
     def check_budget_covers_each_release(self) -> None:
