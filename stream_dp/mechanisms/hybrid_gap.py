@@ -25,24 +25,12 @@ import numpy as np
 
 from stream_dp.accounting.events import DpEvent, PureDpEvent
 from stream_dp.mechanisms._validation import check_epsilon, check_positive_int, check_scores
+from stream_dp.mechanisms._markers import Marker
 from stream_dp.rng import RngLike, make_rng
 
 
-class _Threshold:
-    """Marker for the threshold ("query 0") in Algorithm 5's output."""
-
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "THRESHOLD"
-
-
-THRESHOLD = _Threshold()
+THRESHOLD = Marker("THRESHOLD")
+"""Marks the threshold ("query 0") in Algorithm 5's output."""
 
 
 @dataclass(frozen=True)

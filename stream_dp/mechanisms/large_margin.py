@@ -42,24 +42,11 @@ from stream_dp.mechanisms._validation import (
     check_scores,
     top_indices,
 )
+from stream_dp.mechanisms._markers import Marker
 from stream_dp.rng import RngLike, make_rng
 
 
-class _Unlisted:
-    """Marker for "an item of the implicit universe that ``scores`` did not list"."""
-
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNLISTED"
-
-
-UNLISTED = _Unlisted()
+UNLISTED = Marker("UNLISTED")
 """Returned by :func:`large_margin_argmax` when the chosen item is one of the unlisted score-0 items."""
 
 _CHUNK = 256
