@@ -104,7 +104,7 @@ def ingest_stream(stream: Stream, client: redis.Redis, cfg: Config) -> WindowSto
         batch_starts = starts[lo:hi]
         for s in np.unique(batch_starts):
             idx = lo + np.flatnonzero(batch_starts == s)
-            chunks.append(Chunk(int(s), 0, [(int(i), users[i], keys[i]) for i in idx]))
+            chunks.append(Chunk.of(int(s), 0, [(int(i), users[i], keys[i]) for i in idx]))
         store.apply(chunks, closed_through=None)
     end = float(starts.max() + size) if len(stream) else 0.0
     store.advance_watermark({0: (end, False)}, known_partitions=[0], idle_timeout=3600.0, now=end)

@@ -39,12 +39,22 @@ def _script(name: str) -> str:
 
 @dataclass(frozen=True)
 class Chunk:
-    """The events of one batch for one (window, partition), in offset order: (offset, user, key)."""
+    """The events of one batch for one (window, partition) as three columns in increasing offset order
+    (``offsets[i]``, ``users[i]``, ``keys[i]`` are one event). :meth:`of` builds one from event tuples."""
 
     start: int
     partition: int
-    events: Sequence[tuple[int, str, str]]
+    offsets: Sequence[int]
+    users: Sequence[str]
+    keys: Sequence[str]
     closed: bool = False  # known closed (registration refused): only sort duplicates from late events
+
+    @classmethod
+    def of(cls, start: int, partition: int, events: Iterable[tuple[int, str, str]], *,
+           closed: bool = False) -> "Chunk":
+        """A chunk from ``(offset, user, key)`` tuples in offset order."""
+        cols = tuple(zip(*events)) or ((), (), ())
+        return cls(start, partition, cols[0], cols[1], cols[2], closed=closed)
 
 
 @dataclass(frozen=True)
@@ -115,9 +125,9 @@ class WindowStore:
         closed = "-inf" if closed_through is None else repr(float(closed_through))
         pipe = self.client.pipeline(transaction=False)
         for ch in chunks:
-            packed = "\0".join([f"{off}\0{user}\0{key}" for off, user, key in ch.events])
             args = [ch.start, ch.start + self.window_size, ch.partition, self.unit, self.max_keys_per_user,
-                    "1e308" if ch.closed else closed, packed]
+                    "1e308" if ch.closed else closed, ",".join(map(str, ch.offsets)), "\0".join(ch.users),
+                    "\0".join(ch.keys)]
             self._apply(keys=self.window_keys(ch.start), args=args, client=pipe)
         return [ChunkResult(*map(int, r)) for r in pipe.execute()]
 

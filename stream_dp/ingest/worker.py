@@ -324,7 +324,7 @@ class IngestWorker:
             self._registered.update(s for s, ok in flags.items() if ok)
             refused = {s for s, ok in flags.items() if not ok}
         # closed windows still go to Redis: it tells replayed (duplicate) events from late ones
-        todo = [Chunk(start, p, evs, closed=start in refused) for (start, p), evs in chunks.items()]
+        todo = [Chunk.of(start, p, evs, closed=start in refused) for (start, p), evs in chunks.items()]
         results = self.store.apply(todo, closed_through=closed)
         self.metrics.dependency_up.labels(dependency="redis").set(1)
         m = self.metrics

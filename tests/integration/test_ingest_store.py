@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stream_dp.ingest.bounding import bounded_window_counts
 from stream_dp.ingest.store import Chunk, WindowStore
@@ -45,7 +48,7 @@ def _apply_batches(store: WindowStore, logs, rnd: random.Random, *, replays: boo
             by_window: dict[int, list] = {}
             for off, ts, user, key in log[lo:hi]:
                 by_window.setdefault(window_start(ts, SIZE), []).append((off, user, key))
-            chunks += [Chunk(w, p, evs) for w, evs in by_window.items()]
+            chunks += [Chunk.of(w, p, evs) for w, evs in by_window.items()]
             pos[p] = hi
         store.register_windows({c.start for c in chunks})
         rnd.shuffle(chunks)  # chunks of different (window, partition) are independent
@@ -70,7 +73,7 @@ def test_counts_equal_ground_truth_under_replays(redis_client, unit):
 
 def test_replayed_chunk_is_all_duplicates_and_bounding_outcomes_are_reported(redis_client):
     store = _store(redis_client, max_keys_per_user=2)
-    chunk = Chunk(0, 0, [(0, "a", "x"), (1, "a", "x"), (2, "a", "y"), (3, "a", "z"), (4, "b", "z")])
+    chunk = Chunk.of(0, 0, [(0, "a", "x"), (1, "a", "x"), (2, "a", "y"), (3, "a", "z"), (4, "b", "z")])
     first, = store.apply([chunk], closed_through=None)
     assert (first.applied, first.duplicate, first.linf, first.l0, first.late) == (3, 0, 1, 1, 0)
     again, = store.apply([chunk], closed_through=None)
@@ -82,17 +85,17 @@ def test_replayed_chunk_is_all_duplicates_and_bounding_outcomes_are_reported(red
 def test_late_chunks_are_refused(redis_client):
     store = _store(redis_client)
     ev = [(0, "a", "x")]
-    res = store.apply([Chunk(0, 0, ev)], closed_through=float(SIZE))  # end <= watermark
+    res = store.apply([Chunk.of(0, 0, ev)], closed_through=float(SIZE))  # end <= watermark
     assert res[0].late == 1 and store.counts(0) == {}
     # a replay of a window that closed after it was applied: duplicates, not late
-    store.apply([Chunk(2 * SIZE, 0, [(5, "a", "x")])], closed_through=None)
-    res = store.apply([Chunk(2 * SIZE, 0, [(5, "a", "x"), (6, "b", "x")])], closed_through=3.0 * SIZE)
+    store.apply([Chunk.of(2 * SIZE, 0, [(5, "a", "x")])], closed_through=None)
+    res = store.apply([Chunk.of(2 * SIZE, 0, [(5, "a", "x"), (6, "b", "x")])], closed_through=3.0 * SIZE)
     assert (res[0].duplicate, res[0].late) == (1, 1) and store.counts(2 * SIZE) == {"x": 1}
-    res = store.apply([Chunk(4 * SIZE, 0, ev, closed=True)], closed_through=None)  # registration refused
+    res = store.apply([Chunk.of(4 * SIZE, 0, ev, closed=True)], closed_through=None)  # registration refused
     assert res[0].late == 1 and not redis_client.exists(store.keys.window_meta(4 * SIZE))
     for state in ("closed", "released"):
         redis_client.hset(store.keys.window_meta(SIZE), "state", state)
-        res = store.apply([Chunk(SIZE, 0, ev)], closed_through=None)
+        res = store.apply([Chunk.of(SIZE, 0, ev)], closed_through=None)
         assert res[0].late == 1 and store.counts(SIZE) == {}
 
 
@@ -125,7 +128,7 @@ def test_watermark_min_over_active_partitions_idle_exclusion_and_never_backwards
 def test_advance_closes_windows_before_publishing_the_global(redis_client):
     store = _store(redis_client)
     assert store.register_windows([0, 60, 120]) == {0: True, 60: True, 120: True}
-    store.apply([Chunk(0, 0, [(0, "a", "x")]), Chunk(120, 0, [(1, "a", "x")])], closed_through=None)
+    store.apply([Chunk.of(0, 0, [(0, "a", "x")]), Chunk.of(120, 0, [(1, "a", "x")])], closed_through=None)
     st = store.advance_watermark({0: (125.0, True)}, known_partitions=[0], idle_timeout=10, now=1)
     assert st.global_watermark == 125.0 and st.windows_closed == (0, 60)
     assert st.windows_open == 1
@@ -134,7 +137,7 @@ def test_advance_closes_windows_before_publishing_the_global(redis_client):
     assert abs(float(store.meta(60)["closed_at"]) - float(redis_client.time()[0])) < 60
     assert store.meta(120)["state"] == "open"
     # a stale worker that still believes nothing is closed cannot add to a closed window
-    res = store.apply([Chunk(0, 1, [(0, "b", "y")])], closed_through=None)
+    res = store.apply([Chunk.of(0, 1, [(0, "b", "y")])], closed_through=None)
     assert res[0].late == 1 and store.counts(0) == {"x": 1}
     # nor register a window the global already covers
     assert store.register_windows([0, 60, 180]) == {0: False, 60: False, 180: True}
@@ -168,3 +171,33 @@ def test_lua_watermark_rule_matches_python_rule(redis_client):
                                         last_seen={q: seen[q] for q in range(k + 1)}, now=seen[k], idle_timeout=5)
                        for k in range(n)]
             assert got == max([expect] + [r for r in running if r is not None]), trial
+
+
+# keys that are prefixes, suffixes and substrings of one another (and of the users' key lists)
+_TRICKY_KEYS = ["a", "ab", "b", "ba", "aba", "a b", "%z", "."]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(st.tuples(st.sampled_from(["u1", "u2", "u1a"]), st.sampled_from(_TRICKY_KEYS)),
+                       min_size=1, max_size=40),
+       max_keys=st.integers(1, 4), cuts=st.lists(st.integers(1, 40), max_size=4))
+def test_bounding_in_lua_equals_the_python_rule_for_overlapping_keys(redis_client, events, max_keys, cuts):
+    redis_client.flushdb()
+    store = _store(redis_client, max_keys_per_user=max_keys)
+    bounds = sorted({c for c in cuts if c < len(events)}) + [len(events)]
+    lo = 0
+    for hi in bounds:  # the same partition's events in several chunks, in offset order
+        store.apply([Chunk.of(0, 0, [(i, u, k) for i, (u, k) in enumerate(events[lo:hi], start=lo)])],
+                    closed_through=None)
+        lo = hi
+    truth = bounded_window_counts([(0, u, k) for u, k in events], window_size=SIZE, max_keys_per_user=max_keys)
+    assert store.counts(0) == truth.get(0, {})
+    meta = store.meta(0)
+    assert int(meta["events_applied"]) + int(meta.get("events_bounded", 0)) == len(events)
+
+
+def test_offsets_must_increase_within_a_chunk(redis_client):
+    store = _store(redis_client)
+    with pytest.raises(redis.ResponseError, match="offsets must increase within a chunk"):
+        store.apply([Chunk.of(0, 0, [(5, "a", "x"), (5, "b", "x")])], closed_through=None)
+    assert store.counts(0) == {}
