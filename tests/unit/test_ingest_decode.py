@@ -94,3 +94,24 @@ def test_arbitrary_json_objects_are_classified(obj):
         assert len(out.key.encode()) <= 8 and len(out.user.encode()) <= 8
     else:
         assert out.reason in REJECT_REASONS
+
+
+def test_fast_path_edge_cases_agree_with_the_full_decoder():
+    # the fast path (orjson) and the full decoder (json) differ on some inputs; the fast path must then
+    # defer (None) or agree: duplicate names (last wins in both), a BOM, huge numbers, deep nesting,
+    # lone surrogates, non-ASCII strings, whitespace around the object
+    cases = [
+        b'{"user": "a", "user": "b", "key": "k", "ts": 1}', b'\xef\xbb\xbf{"user": "u", "key": "k", "ts": 1}',
+        b'{"user": "u", "key": "k", "ts": 1e400}', b'{"user": "u", "key": "k", "ts": 123456789012345678901234}',
+        b'{"user": "u", "key": "k", "ts": 1, "x": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+        b'{"user": "\\ud800", "key": "k", "ts": 1}', '{"user": "ü", "key": "k", "ts": 1}'.encode(),
+        b' \n{"user": "u", "key": "k", "ts": 1.5} \t', b'{"user": "u", "key": "k", "ts": -0.0}',
+        b'{"user": "u\\u0000", "key": "k", "ts": 1}', b'{"user": "u", "key": "k\\u0007", "ts": 1}',
+    ]
+    for value in cases:
+        fast = DEC.fields(value, None)
+        full = DEC.decode(value, partition=0, offset=0, timestamp_ms=None)
+        assert fast is None or (isinstance(full, Event) and (full.user, full.key, full.ts) == fast), value
+    assert DEC.fields(cases[0], None) == ("b", "k", 1.0)
+    assert DEC.fields(cases[7], None) == ("u", "k", 1.5)
+    assert _reason(cases[5]) == "bad_user" and _reason(cases[9]) == "bad_user"
