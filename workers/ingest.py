@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, start_http_server
 
 from stream_dp.config import Config, ConfigError, load_config
-from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer, redis_client
+from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
+from stream_dp.ingest.applier import ProcessRunner
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.worker import IngestWorker
 
@@ -31,7 +32,7 @@ def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
     ensure_topics(cfg.kafka, {cfg.kafka.dead_letter_topic: 1})
     consumer = kafka_consumer(cfg.kafka, group_id=cfg.kafka.ingest_group_id)
     producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000))
-    return IngestWorker(cfg, consumer=consumer, producer=producer, redis_client=redis_client(cfg.redis),
+    return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),
                         metrics=IngestMetrics(registry))
 
 

@@ -3,17 +3,16 @@
 One iteration (a *batch*):
 
 1. ``poll`` records of the partitions this worker owns;
-2. decode and validate each record; rejects go to the dead-letter topic (original key and bytes, the
-   reason and the source partition/offset in headers) and are counted by reason;
-3. group valid events per (window, partition) in offset order; register new windows; drop events of
-   closed windows as late;
-4. apply every chunk in Redis (:class:`~stream_dp.ingest.store.WindowStore`: bounding + increments +
-   offset record, atomically per chunk; already applied offsets are skipped);
-5. wait for the dead-letter writes; advance the watermark (per-partition watermarks and activity → global;
-   windows it closes are marked closed first);
-6. commit the batch's offsets to Kafka — only now.
+2. hand them, as columns, to the applier (:mod:`~stream_dp.ingest.applier`: decode and validate, group
+   valid events per (window, partition), register new windows, apply every chunk in Redis — bounding,
+   increments and offset record atomically per chunk, already applied offsets skipped — then advance the
+   watermark), which works while the loop polls the next batch;
+3. take the previous batch's outcome; send its rejects to the dead-letter topic (original key and bytes,
+   the reason and the source partition/offset in headers) and wait for them; count everything by reason;
+4. commit the batch's offsets to Kafka — only now (asynchronously: the outcome is collected in a later
+   poll; synchronously before a rebalance hands partitions over, on shutdown and when idle).
 
-If Redis or the broker fails in steps 3–5, the consumer is rewound to the batch's first offsets and the
+If Redis or the broker fails in steps 2–3, the consumer is rewound to the batch's first offsets and the
 batch is retried after a capped exponential backoff: the offset records make the replay harmless. A failed
 commit is retried with the next batch (a later commit covers it). On a rebalance, revoked partitions get
 their last offsets committed and their local watermark state is dropped; assigned partitions resume from
@@ -29,9 +28,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from kafka import TopicPartition
@@ -40,23 +38,19 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from stream_dp.config import Config
-from stream_dp.ingest.decode import Event, EventDecoder
+from stream_dp.ingest.applier import (ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords,
+                                      ThreadRunner, redis_transient)
 from stream_dp.ingest.metrics import IngestMetrics
-from stream_dp.ingest.store import Chunk, WindowStore
-from stream_dp.ingest.windowing import PartitionClock
-from stream_dp.keys import Keys
+from stream_dp.ingest.store import WatermarkState
 
 log = logging.getLogger(__name__)
-
-#: Redis errors worth retrying (the server went away, is loading its data, or a cluster is resharding).
-_TRANSIENT_REDIS_REPLIES = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOSCRIPT")
 
 
 def is_transient(exc: BaseException) -> str | None:
     """The dependency a retriable error came from (``"redis"`` / ``"kafka"``), or None if not retriable."""
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return "redis"
-    if isinstance(exc, redis.ResponseError) and str(exc).startswith(_TRANSIENT_REDIS_REPLIES):
+    if isinstance(exc, ApplyFailed):
+        return exc.dependency
+    if redis_transient(exc):
         return "redis"
     if isinstance(exc, KafkaError):
         return "kafka"
@@ -84,27 +78,27 @@ class Backoff:
         self._next = self.initial
 
 
-@dataclass
-class _Owned:
-    """Partitions this worker owns: (watermark, busy) each, plus every partition of the topic."""
+class Runner(Protocol):
+    """Where batches are applied (:class:`~stream_dp.ingest.applier.ThreadRunner` or ``ProcessRunner``)."""
 
-    marks: dict[int, tuple[float | None, bool]]
-    known: frozenset[int]
+    def submit(self, req: BatchRequest) -> None: ...
+
+    def result(self) -> BatchOutcome: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
 class _Batch:
-    """One poll's records on their way through the loop."""
+    """One poll's records on their way through the loop (``idle``: a watermark-only request)."""
 
     t0: float
+    request: BatchRequest
+    records: dict[Any, list[Any]] = field(default_factory=dict)
     n: int = 0
-    chunks: dict[tuple[int, int], list[tuple[int, str, str]]] = field(default_factory=dict)
-    rejects: list[tuple[Any, str]] = field(default_factory=list)
     first_offsets: dict[TopicPartition, int] = field(default_factory=dict)
     last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    dead_letters: list[Any] = field(default_factory=list)
-    owned: _Owned | None = None
-    future: Future | None = None
+    idle: bool = False
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -119,30 +113,31 @@ class _Rebalance(ConsumerRebalanceListener):
 
 
 class IngestWorker:
-    """Runs the loop over injected clients (consumer not yet subscribed, producer, Redis)."""
+    """Runs the loop over injected clients: the consumer (not yet subscribed), the dead-letter producer,
+    and either a ``runner`` for the applier or a ``redis_client`` (then the applier runs on a thread)."""
 
-    def __init__(self, cfg: Config, *, consumer: Any, producer: Any, redis_client: redis.Redis,
-                 metrics: IngestMetrics, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cfg: Config, *, consumer: Any, producer: Any, metrics: IngestMetrics,
+                 redis_client: redis.Redis | None = None, runner: Runner | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if runner is None:
+            if redis_client is None:
+                raise ValueError("IngestWorker needs a runner or a redis_client")
+            runner = ThreadRunner(BatchApplier(cfg, redis_client))
         self.cfg = cfg
         self.topic = cfg.kafka.events_topic
         self.consumer = consumer
         self.producer = producer
         self.metrics = metrics
+        self.runner = runner
         self.clock = clock
-        self.decoder = EventDecoder(cfg.events)
-        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=cfg.windows.size_seconds,
-                                 unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user)
-        self.partition_clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
         self.backoff = Backoff(cfg.ingest.backoff_initial_seconds, cfg.ingest.backoff_max_seconds)
         self._stop = threading.Event()
         self._pending_commit: dict[TopicPartition, int] = {}  # applied in Redis, not yet committed
         self._positions: dict[TopicPartition, int] = {}  # next offset per owned partition (for lag)
-        self._registered: set[int] = set()  # windows this worker registered (cache)
-        self._closed_through: float | None = None  # max(global, closing) as last seen
         self._known_partitions: set[int] = set()
+        self._revoked: set[int] = set()  # revoked since the last request (the applier forgets their clocks)
         self._last_advance = float("-inf")
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-redis")
-        self._inflight: _Batch | None = None  # submitted to the Redis thread, not yet committed
+        self._inflight: _Batch | None = None  # submitted to the applier, not yet committed
         self._failed_batch: _Batch | None = None  # being drained when an error struck (to rewind)
         self.batches = 0
 
@@ -179,8 +174,8 @@ class IngestWorker:
         except Exception as exc:  # noqa: BLE001 - the unfinished batch is replayed on the next start
             log.warning("last batch not applied (%s: %s); it will be replayed", type(exc).__name__, exc)
         self._commit_pending()
-        self._executor.shutdown(wait=True)
-        for name, close in (("consumer", lambda: self.consumer.close(autocommit=False)),
+        for name, close in (("applier", self.runner.close),
+                            ("consumer", lambda: self.consumer.close(autocommit=False)),
                             ("producer", lambda: self.producer.close(timeout=5))):
             try:
                 close()
@@ -191,8 +186,8 @@ class IngestWorker:
 
     # --- one iteration ---------------------------------------------------------------------------
     def step(self) -> None:
-        """Poll once; decode what came while the previous batch is applied in Redis; finish the previous
-        batch (dead letters, commit); hand the new one to the Redis thread. When nothing came, finish the
+        """Poll once; while the applier works on the previous batch, cut the new one into columns; finish
+        the previous batch (dead letters, commit); hand the new one over. When nothing came, finish the
         previous batch and keep the watermark moving."""
         try:
             records = self.consumer.poll(timeout_ms=self.cfg.ingest.poll_timeout_ms)
@@ -205,7 +200,8 @@ class IngestWorker:
             if batch is not None:
                 self._submit(batch)
             elif self.clock() - self._last_advance >= self.cfg.ingest.watermark_interval_seconds:
-                self._note_watermark(self.store_advance(self._owned_state(set())))
+                self._submit(_Batch(t0=time.perf_counter(), request=self._request([], set()), idle=True))
+                self._drain()
                 self._commit_pending()
         except Exception as exc:  # noqa: BLE001 - classified below; non-transient ones re-raise
             dep = is_transient(exc)
@@ -225,8 +221,8 @@ class IngestWorker:
         self.metrics.up.set(0)
         self._rewind(batches)
         delay = self.backoff.next_delay()
-        log.warning("%s unavailable (%s: %s); batch will be retried in %.2fs", dependency, type(exc).__name__,
-                    exc, delay)
+        log.warning("%s unavailable (%s); batch will be retried in %.2fs", dependency,
+                    exc if isinstance(exc, ApplyFailed) else f"{type(exc).__name__}: {exc}", delay)
         self._stop.wait(delay)
 
     def _rewind(self, batches: list["_Batch"]) -> None:
@@ -243,110 +239,78 @@ class IngestWorker:
                     log.info("could not rewind partition %d (no longer owned)", tp.partition)
 
     def _prepare(self, records: dict) -> "_Batch":
-        """Decode and group one poll's records; send its rejects to the dead-letter topic (no Redis yet)."""
-        b = _Batch(t0=time.perf_counter())
-        decode, fast = self.decoder.decode, self.decoder.fields
-        size = self.cfg.windows.size_seconds
-        chunks = b.chunks
+        """Cut one poll's records into per-partition columns for the applier (no decoding here)."""
+        parts: list[PartitionRecords] = []
+        b = _Batch(t0=time.perf_counter(), request=None, records=records)  # type: ignore[arg-type]
         for tp, recs in records.items():
             if not recs:
                 continue
-            p = tp.partition
             b.n += len(recs)
-            max_ts = float("-inf")
-            for rec in recs:
-                f = fast(rec.value, rec.timestamp)
-                if f is None:
-                    ev = decode(rec.value, partition=p, offset=rec.offset, timestamp_ms=rec.timestamp)
-                    if type(ev) is not Event:
-                        b.rejects.append((rec, ev.reason))
-                        continue
-                    f = (ev.user, ev.key, ev.ts)
-                user, key, ts = f
-                if ts > max_ts:
-                    max_ts = ts
-                start = int(ts // size) * size
-                chunk = chunks.get((start, p))
-                if chunk is None:
-                    chunk = chunks[(start, p)] = []
-                chunk.append((rec.offset, user, key))
-            if max_ts > float("-inf"):
-                self.partition_clock.observe(p, max_ts)
+            parts.append(PartitionRecords(tp.partition, [r.offset for r in recs], [r.timestamp for r in recs],
+                                          [r.value for r in recs]))
             b.first_offsets[tp] = recs[0].offset
             b.last_offsets[tp] = recs[-1].offset
         self.metrics.consumed.inc(b.n)
         self.metrics.batch_events.observe(b.n)
-        b.dead_letters = self._dead_letter(b.rejects)
-        b.owned = self._owned_state({tp.partition for tp in b.last_offsets})
+        b.request = self._request(parts, {tp.partition for tp in b.last_offsets})
         return b
 
+    def _request(self, parts: list[PartitionRecords], busy: set[int]) -> BatchRequest:
+        """The request for ``parts``, with what the watermark advance needs from the consumer."""
+        owned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.topic}
+        if not self._known_partitions:
+            self._known_partitions = set(self.consumer.partitions_for_topic(self.topic) or ())
+        lagging = {tp.partition for tp, lag in self._lags().items() if lag > 0}
+        forget, self._revoked = frozenset(self._revoked), set()
+        return BatchRequest(parts, owned=frozenset(owned), busy=frozenset((busy | lagging) & owned),
+                            known=frozenset(self._known_partitions), forget=forget)
+
     def _submit(self, b: "_Batch") -> None:
-        """Apply a batch in Redis on the Redis thread (one batch in flight: chunk order must be kept)."""
-        closed = self._closed_through
-        b.future = self._executor.submit(self._apply_and_advance, b.chunks, b.owned, closed)
+        """Hand a batch to the applier (one batch in flight: chunk order must be kept)."""
+        self.runner.submit(b.request)
         self._inflight = b
 
-    def _apply_and_advance(self, chunks: dict, owned: "_Owned", closed: float | None) -> tuple[int, Any]:
-        late = self._apply(chunks, closed)
-        return late, self.store_advance(owned)
-
     def _drain(self) -> None:
-        """Finish the batch in flight: wait for Redis, then its dead letters, then commit its offsets."""
+        """Finish the batch in flight: its outcome, then its dead letters, then commit its offsets."""
         b = self._inflight
         if b is None:
             return
         self._inflight = None
         self._failed_batch = b
-        late, wm_state = b.future.result()
-        self._await_dead_letters(b.dead_letters)
+        out = self.runner.result()
+        if out.failure is not None:
+            raise ApplyFailed(out.failure)
+        m = self.metrics
+        m.dependency_up.labels(dependency="redis").set(1)
+        m.applied.inc(out.applied)
+        m.duplicate.inc(out.duplicate)
+        if out.duplicate:
+            log.info("skipped %d events already applied (a replay after a crash or rebalance)", out.duplicate)
+        m.bounded.labels(rule="linf").inc(out.linf)
+        m.bounded.labels(rule="l0").inc(out.l0)
+        self._await_dead_letters(self._dead_letter(b, out.rejects))
         self._failed_batch = None
-        self._note_watermark(wm_state)
+        self._note_watermark(out.watermark)
+        if b.idle:
+            return
         for tp, off in b.last_offsets.items():
             self._pending_commit[tp] = off + 1
             self._positions[tp] = off + 1
-        self._commit_pending()
-        m = self.metrics
-        for _rec, reason in b.rejects:
+        self._commit_pending(wait=False)
+        for _p, _i, reason in out.rejects:
             m.rejected.labels(reason=reason).inc()
-        m.late.inc(late)
+        m.late.inc(out.late)
         self.batches += 1
         m.batch_duration.observe(time.perf_counter() - b.t0)
 
-    def _apply(self, chunks: dict[tuple[int, int], list[tuple[int, str, str]]], closed: float | None) -> int:
-        """Register new windows, apply every chunk (Redis thread); returns the number of late events."""
-        size = self.cfg.windows.size_seconds
-        late = 0
-        new = {start for start, _ in chunks if start not in self._registered
-               and (closed is None or start + size > closed)}
-        refused: set[int] = set()
-        if new:
-            flags = self.store.register_windows(new)
-            self._registered.update(s for s, ok in flags.items() if ok)
-            refused = {s for s, ok in flags.items() if not ok}
-        # closed windows still go to Redis: it tells replayed (duplicate) events from late ones
-        todo = [Chunk.of(start, p, evs, closed=start in refused) for (start, p), evs in chunks.items()]
-        results = self.store.apply(todo, closed_through=closed)
-        self.metrics.dependency_up.labels(dependency="redis").set(1)
-        m = self.metrics
-        applied = dup = linf = l0 = 0
-        for r in results:
-            applied += r.applied
-            dup += r.duplicate
-            linf += r.linf
-            l0 += r.l0
-            late += r.late
-        m.applied.inc(applied)
-        m.duplicate.inc(dup)
-        if dup:
-            log.info("skipped %d events already applied (a replay after a crash or rebalance)", dup)
-        m.bounded.labels(rule="linf").inc(linf)
-        m.bounded.labels(rule="l0").inc(l0)
-        return late
-
     # --- dead letters ----------------------------------------------------------------------------
-    def _dead_letter(self, rejects: list[tuple[Any, str]]) -> list[Any]:
+    def _dead_letter(self, b: "_Batch", rejects: list[tuple[int, int, str]]) -> list[Any]:
+        if not rejects:
+            return []
+        by_partition = {tp.partition: recs for tp, recs in b.records.items()}
         futures = []
-        for rec, reason in rejects:
+        for p, i, reason in rejects:
+            rec = by_partition[p][i]
             headers = [("reason", reason.encode()), ("source_topic", rec.topic.encode()),
                        ("source_partition", str(rec.partition).encode()),
                        ("source_offset", str(rec.offset).encode())]
@@ -365,31 +329,23 @@ class IngestWorker:
         self.metrics.dependency_up.labels(dependency="kafka").set(1)
 
     # --- watermark, commits, lag -----------------------------------------------------------------
-    def _owned_state(self, busy: set[int]) -> "_Owned":
-        """What the watermark advance needs from the consumer (read on the consumer's thread)."""
-        owned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.topic}
-        if not self._known_partitions:
-            self._known_partitions = set(self.consumer.partitions_for_topic(self.topic) or ())
-        lagging = {tp.partition for tp, lag in self._lags().items() if lag > 0}
-        marks = {p: (self.partition_clock.watermark(p), p in busy or p in lagging) for p in owned}
-        return _Owned(marks, frozenset(self._known_partitions))
-
-    def store_advance(self, owned: "_Owned") -> Any:
-        return self.store.advance_watermark(owned.marks, known_partitions=owned.known,
-                                            idle_timeout=self.cfg.windows.idle_partition_timeout_seconds)
-
-    def _note_watermark(self, state: Any) -> None:
+    def _note_watermark(self, state: WatermarkState | None) -> None:
         self._last_advance = self.clock()
-        self._closed_through = state.closing_through
+        if state is None:
+            return
         if state.global_watermark is not None:
             self.metrics.watermark.set(state.global_watermark)
         self.metrics.windows_open.set(state.windows_open)
         if state.windows_closed:
             log.info("global watermark %.3f closed %d window(s)", state.global_watermark or 0.0,
                      len(state.windows_closed))
-        self.metrics.dependency_up.labels(dependency="redis").set(1)
 
-    def _commit_pending(self) -> None:
+    def _commit_pending(self, *, wait: bool = True) -> None:
+        """Commit the offsets applied in Redis but not yet committed. ``wait=False`` (after each batch)
+        sends the commit and returns; its outcome arrives in :meth:`_committed` during a later poll, and
+        whatever is still pending goes with the next commit. Synchronous before a rebalance hands the
+        partitions over, on shutdown and when idle. Either way a lost commit only means a replay, which
+        the offset records in Redis skip."""
         if not self._pending_commit:
             return
         owned = self.consumer.assignment()
@@ -397,22 +353,39 @@ class IngestWorker:
         if not offsets:
             self._pending_commit.clear()
             return
+        if not wait:
+            try:
+                self.consumer.commit_async(offsets, callback=self._committed)
+            except KafkaError as exc:
+                self._commit_failed(exc)
+            return
         try:
             self.consumer.commit(offsets)
         except CommitFailedError as exc:
-            # the group rebalanced under us: the new owners replay from the last commit (harmless)
-            self.metrics.commits_failed.inc()
-            log.warning("offset commit refused after a rebalance (%s); the new owner replays", exc)
-            self._pending_commit.clear()
+            self._commit_failed(exc)
+            self._pending_commit.clear()  # the group rebalanced under us: the new owners replay (harmless)
         except KafkaError as exc:
-            self.metrics.commits_failed.inc()
-            self.metrics.dependency_up.labels(dependency="kafka").set(0)
-            log.warning("offset commit failed (%s: %s); retried with the next batch", type(exc).__name__, exc)
+            self._commit_failed(exc)
         else:
-            for tp in offsets:
-                if self._pending_commit.get(tp) == offsets[tp].offset:
-                    del self._pending_commit[tp]
-            self.metrics.dependency_up.labels(dependency="kafka").set(1)
+            self._committed(offsets, None)
+
+    def _committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], outcome: Any) -> None:
+        """A commit's outcome (an exception, or anything else for success): forget what it covered."""
+        if isinstance(outcome, BaseException):
+            self._commit_failed(outcome)
+            return
+        for tp, meta in offsets.items():
+            if self._pending_commit.get(tp) == meta.offset:
+                del self._pending_commit[tp]
+        self.metrics.dependency_up.labels(dependency="kafka").set(1)
+
+    def _commit_failed(self, exc: BaseException) -> None:
+        self.metrics.commits_failed.inc()
+        if isinstance(exc, CommitFailedError):
+            log.warning("offset commit refused after a rebalance (%s); the new owner replays", exc)
+            return
+        self.metrics.dependency_up.labels(dependency="kafka").set(0)
+        log.warning("offset commit failed (%s: %s); retried with the next batch", type(exc).__name__, exc)
 
     def _lags(self) -> dict[TopicPartition, int]:
         """Records behind the fetched high-water mark per owned partition (Tansu under-reports end_offsets)."""
@@ -436,13 +409,13 @@ class IngestWorker:
             self._drain()  # finish the batch in flight so its offsets can be committed before handing over
         except Exception as exc:  # noqa: BLE001 - the new owner replays it (the offset records skip duplicates)
             self._failed_batch = None
-            log.warning("batch in flight not applied before the rebalance (%s: %s); the new owner replays it",
-                        type(exc).__name__, exc)
+            log.warning("batch in flight not applied before the rebalance (%s); the new owner replays it",
+                        exc if isinstance(exc, ApplyFailed) else f"{type(exc).__name__}: {exc}")
         self._commit_pending()
         for tp in revoked:
             self._pending_commit.pop(tp, None)
             self._positions.pop(tp, None)
-        self.partition_clock.forget({tp.partition for tp in revoked})
+        self._revoked |= {tp.partition for tp in revoked if tp.topic == self.topic}
 
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.metrics.rebalances.labels(change="assigned").inc()

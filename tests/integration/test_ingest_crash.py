@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
@@ -63,7 +65,7 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
                                                                    topic_name, tmp_path):
     n = 60_000
     topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=n, seed=5,
-                                            kafka={"max_poll_records": 300, "session_timeout_ms": 2000,
+                                            kafka={"max_poll_records": 100, "session_timeout_ms": 2000,
                                                    "heartbeat_interval_ms": 400})
     store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
     rnd = random.Random(99)
@@ -82,7 +84,7 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
         proc.wait(timeout=10)
         kills += 1
         progress.append(_applied(redis_client, store))
-    assert _committed(bootstrap_servers, group, topic) < n, "the kills must land during the replay"
+    assert _committed(bootstrap_servers, group, topic) < n, f"the kills must land during the replay: {progress}"
     _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
     assert redis_counts(store, truth) == truth
@@ -140,3 +142,25 @@ def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_n
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
     assert redis_counts(store, truth) == truth
     client.close()
+
+
+def test_applier_process_killed_worker_exits_non_zero_and_a_restart_finishes_exactly(
+        bootstrap_servers, redis_client, redis_url, topic_name, tmp_path):
+    topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=20_000,
+                                            seed=9, kafka={"max_poll_records": 200})
+    store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
+    proc = start_worker(cfg_file, tmp_path / "applier.log")
+    try:
+        wait_for(lambda: _applied(redis_client, store) > 0, timeout=60, interval=0.02, what="progress")
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1, "the worker runs one applier process"
+        os.kill(int(children[0]), signal.SIGKILL)
+        code = proc.wait(timeout=30)  # it must not hang waiting for an outcome that never comes
+    finally:
+        stop_worker(proc)
+    assert code not in (0, None)
+    log = (tmp_path / "applier.log").read_text()
+    assert "ApplierDied" in log and "the applier process ended" in log
+    _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path)
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
+    assert redis_counts(store, truth) == truth

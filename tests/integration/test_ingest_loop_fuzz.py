@@ -70,6 +70,10 @@ class FakeConsumer:
     def commit(self, offsets):
         self.commits.append({tp: o.offset for tp, o in offsets.items()})
 
+    def commit_async(self, offsets, callback):
+        self.commit(offsets)
+        callback(offsets, None)
+
     def seek(self, tp, offset):
         raise AssertionError("no rewind expected: Redis is up")
 

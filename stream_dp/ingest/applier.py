@@ -1,0 +1,374 @@
+"""One polled batch → Redis state: decode, window, bound and apply, then advance the watermark.
+
+This is every per-event step of the ingest loop, behind a small request/outcome interface so that it can
+run beside the Kafka consumer instead of competing with it for the GIL:
+
+- :class:`BatchApplier` does the work (``apply_one``: one :class:`BatchRequest` in, one
+  :class:`BatchOutcome` out). It owns the decoder, the per-partition event-time clock, the window
+  registration cache and the :class:`~stream_dp.ingest.store.WindowStore`.
+- :class:`ThreadRunner` runs it on a thread of the calling process (tests, embedding with an injected
+  Redis client); :class:`ProcessRunner` runs it in a child process (the ``workers.ingest`` process). Both
+  keep at most one batch in flight, so chunks of one partition reach Redis in offset order.
+
+Exactly-once is unchanged by where it runs: each (window, partition) chunk and its offset record are one
+Lua script; the loop commits Kafka offsets only after the outcome says the batch was applied, and a
+failed batch is replayed (already applied offsets are skipped in Redis). Errors never cross as raw
+exceptions: an outcome carries the failure (the dependency when it is retriable), which the loop turns
+into backoff and replay, or into a stop for anything else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+import redis
+
+from stream_dp.config import Config
+from stream_dp.ingest.decode import Event, EventDecoder
+from stream_dp.ingest.store import Chunk, ChunkResult, WatermarkState, WindowStore
+from stream_dp.ingest.windowing import PartitionClock
+from stream_dp.keys import Keys
+
+log = logging.getLogger(__name__)
+
+#: Records decoded per Redis round trip: Redis applies one segment while the next is decoded.
+SEGMENT_RECORDS = 1000
+
+#: GIL switch interval of the applier process (CPython's default is 5 ms): the Redis thread, once its
+#: reply is in, would wait up to that long for the decoding thread to hand over the GIL.
+SWITCH_INTERVAL_SECONDS = 0.001
+
+#: Redis errors worth retrying (the server went away, is loading its data, or a cluster is resharding).
+_TRANSIENT_REDIS_REPLIES = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOSCRIPT")
+
+
+def redis_transient(exc: BaseException) -> bool:
+    """Whether a Redis error is worth retrying with backoff (connection lost, server loading, resharding)."""
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(_TRANSIENT_REDIS_REPLIES)
+
+
+@dataclass(frozen=True)
+class PartitionRecords:
+    """One partition's records of a poll, as columns in offset order (values as the broker sent them)."""
+
+    partition: int
+    offsets: list[int]
+    timestamps: list[int | None]
+    values: list[bytes | None]
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """What the applier needs for one batch. ``records`` may be empty (only advance the watermark).
+
+    ``owned``/``busy``/``known``: the partitions this worker owns, those of them that delivered records
+    or still lag, and every partition of the topic (the watermark rule, :mod:`~stream_dp.ingest.windowing`).
+    ``forget``: partitions revoked since the previous request (their clocks are dropped first).
+    """
+
+    records: list[PartitionRecords]
+    owned: frozenset[int]
+    busy: frozenset[int]
+    known: frozenset[int]
+    forget: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a batch was not applied: the error, and the dependency when retrying can help."""
+
+    error: str
+    message: str
+    dependency: str | None  # "redis" when transient, None otherwise
+
+
+@dataclass
+class BatchOutcome:
+    """What became of a batch: rejects (partition, index in that partition's records, reason), the
+    counters of the bounding and de-duplication, and the watermark after the batch; or the failure."""
+
+    rejects: list[tuple[int, int, str]] = field(default_factory=list)
+    applied: int = 0
+    duplicate: int = 0
+    linf: int = 0
+    l0: int = 0
+    late: int = 0
+    watermark: WatermarkState | None = None
+    failure: Failure | None = None
+
+
+class ApplyFailed(Exception):
+    """A batch failed in the applier; ``dependency`` is set when the failure is transient."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(f"{failure.error}: {failure.message}")
+        self.failure = failure
+        self.dependency = failure.dependency
+
+
+class BatchApplier:
+    """Decodes, windows and applies batches for one ingest worker (call from one thread at a time).
+    """
+
+    def __init__(self, cfg: Config, redis_client: redis.Redis) -> None:
+        self.window_size = cfg.windows.size_seconds
+        self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
+        self.decoder = EventDecoder(cfg.events)
+        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=self.window_size,
+                                 unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user)
+        self.clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
+        self._registered: set[int] = set()  # windows this worker registered (cache; Redis thread only)
+        self._closed_through: float | None = None  # the global watermark (or closing target) last seen
+        self._redis = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-redis")
+
+    def apply_one(self, req: BatchRequest) -> BatchOutcome:
+        """Apply one batch and advance the watermark. Raises the Redis error if Redis fails (the batch is
+        then replayed whole: applied chunks are skipped by their offset records).
+
+        Records are decoded in segments of :data:`SEGMENT_RECORDS`; each segment's chunks go to Redis on
+        the applier's Redis thread while the next segment is decoded. Segments reach Redis in order, and
+        after a failed segment no later segment of the batch is sent: a (window, partition) offset record
+        never moves past events that were not applied.
+        """
+        self.clock.forget(set(req.forget))
+        out = BatchOutcome()
+        closed = self._closed_through
+        failed = threading.Event()
+        jobs: list[Future] = []
+        try:
+            for pr in req.records:
+                for lo in range(0, len(pr.offsets), SEGMENT_RECORDS):
+                    chunks = self._group(pr, lo, lo + SEGMENT_RECORDS, out.rejects)
+                    if chunks:
+                        jobs.append(self._redis.submit(self._apply, chunks, closed, failed))
+        finally:
+            wait(jobs)
+        errors = [job.exception() for job in jobs if job.exception() is not None]
+        first = next((e for e in errors if not isinstance(e, _NotSent)), None)
+        if first is not None:
+            raise first
+        for job in jobs:
+            for r in job.result():
+                out.applied += r.applied
+                out.duplicate += r.duplicate
+                out.linf += r.linf
+                out.l0 += r.l0
+                out.late += r.late
+        marks = {p: (self.clock.watermark(p), p in req.busy) for p in req.owned}
+        state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout)
+        self._closed_through = state.closing_through
+        out.watermark = state
+        return out
+
+    def close(self) -> None:
+        self._redis.shutdown(wait=True)
+
+    def _group(self, pr: PartitionRecords, lo: int, hi: int, rejects: list[tuple[int, int, str]]
+               ) -> dict[tuple[int, int], list[tuple[int, str, str]]]:
+        """Decode records ``lo:hi`` of one partition; valid events grouped per (window start, partition)
+        in offset order; rejects appended as (partition, index, reason)."""
+        decode, fast = self.decoder.decode, self.decoder.fields
+        size = self.window_size
+        p = pr.partition
+        chunks: dict[tuple[int, int], list[tuple[int, str, str]]] = {}
+        max_ts = float("-inf")
+        last_key: tuple[int, int] | None = None
+        chunk: list[tuple[int, str, str]] = []
+        for i, off, ts_ms, value in zip(range(lo, hi), pr.offsets[lo:hi], pr.timestamps[lo:hi], pr.values[lo:hi]):
+            f = fast(value, ts_ms)
+            if f is None:
+                ev = decode(value, partition=p, offset=off, timestamp_ms=ts_ms)
+                if type(ev) is not Event:
+                    rejects.append((p, i, ev.reason))
+                    continue
+                f = (ev.user, ev.key, ev.ts)
+            user, key, ts = f
+            if ts > max_ts:
+                max_ts = ts
+            ck = (int(ts // size) * size, p)
+            if ck != last_key:
+                chunk = chunks.get(ck)  # type: ignore[assignment]
+                if chunk is None:
+                    chunk = chunks[ck] = []
+                last_key = ck
+            chunk.append((off, user, key))
+        if max_ts > float("-inf"):
+            self.clock.observe(p, max_ts)
+        return chunks
+
+    def _apply(self, chunks: dict[tuple[int, int], list[tuple[int, str, str]]], closed: float | None,
+               failed: threading.Event) -> list[ChunkResult]:
+        """(Redis thread) Register new windows, then apply the chunks in one pipelined round trip —
+        unless an earlier segment of the batch failed."""
+        if failed.is_set():
+            raise _NotSent()
+        try:
+            size = self.window_size
+            new = {start for start, _ in chunks if start not in self._registered
+                   and (closed is None or start + size > closed)}
+            refused: set[int] = set()
+            if new:
+                flags = self.store.register_windows(new)
+                self._registered.update(s for s, ok in flags.items() if ok)
+                refused = {s for s, ok in flags.items() if not ok}
+            # closed windows still go to Redis: it tells replayed (duplicate) events from late ones
+            todo = [Chunk.of(start, p, evs, closed=start in refused) for (start, p), evs in chunks.items()]
+            return self.store.apply(todo, closed_through=closed)
+        except BaseException:
+            failed.set()
+            raise
+
+
+class _NotSent(Exception):
+    """A segment not sent to Redis because an earlier segment of its batch failed."""
+
+
+def _failure(exc: BaseException) -> Failure:
+    return Failure(type(exc).__name__, str(exc), "redis" if redis_transient(exc) else None)
+
+
+class ThreadRunner:
+    """Runs a :class:`BatchApplier` on one thread of this process (one batch in flight)."""
+
+    def __init__(self, applier: BatchApplier) -> None:
+        self.applier = applier
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-apply")
+        self._future: Future | None = None
+
+    def submit(self, req: BatchRequest) -> None:
+        if self._future is not None:
+            raise RuntimeError("a batch is already in flight")
+        self._future = self._executor.submit(self._run, req)
+
+    def _run(self, req: BatchRequest) -> BatchOutcome:
+        try:
+            return self.applier.apply_one(req)
+        except Exception as exc:  # noqa: BLE001 - carried to the loop as an outcome
+            return BatchOutcome(failure=_failure(exc))
+
+    def result(self) -> BatchOutcome:
+        """The outcome of the batch in flight (waits for it)."""
+        if self._future is None:
+            raise RuntimeError("no batch in flight")
+        fut, self._future = self._future, None
+        return fut.result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self.applier.close()
+
+
+class ApplierDied(RuntimeError):
+    """The applier process ended while the loop was waiting for an outcome."""
+
+
+class ProcessRunner:
+    """Runs a :class:`BatchApplier` in a child process, ``python -m stream_dp.ingest.applier_process``
+    (one batch in flight; requests and outcomes are pickles over a socket pair).
+
+    The child runs in its own session and ignores SIGINT/SIGTERM (the loop decides when to stop: it
+    finishes the batch first); the kernel SIGKILLs it if the loop's process dies (PR_SET_PDEATHSIG), so it
+    never outlives it. It ends when its socket is closed.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "stream_dp.ingest.applier_process", str(theirs.fileno()), str(os.getpid()),
+                 str(logging.getLogger().getEffectiveLevel())],
+                pass_fds=[theirs.fileno()], start_new_session=True)
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+        self._conn.send_bytes(pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
+        self._in_flight = False
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def submit(self, req: BatchRequest) -> None:
+        if self._in_flight:
+            raise RuntimeError("a batch is already in flight")
+        try:
+            self._conn.send_bytes(pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError as exc:
+            raise ApplierDied(f"the applier process is gone (exit code {self._proc.poll()})") from exc
+        self._in_flight = True
+
+    def result(self) -> BatchOutcome:
+        if not self._in_flight:
+            raise RuntimeError("no batch in flight")
+        self._in_flight = False
+        try:
+            return pickle.loads(self._conn.recv_bytes())
+        except (EOFError, OSError) as exc:
+            try:
+                code = self._proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                code = None
+            raise ApplierDied(f"the applier process ended (exit code {code})") from exc
+
+    def close(self) -> None:
+        self._conn.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.warning("the applier process did not end within 10 s; killing it")
+            self._proc.kill()
+            self._proc.wait(timeout=5)
+
+
+def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs in the applier process
+    """The applier process: read the config, then apply requests until the socket closes."""
+    _kill_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    from stream_dp.connections import redis_client
+
+    try:
+        cfg = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        return
+    applier = BatchApplier(cfg, redis_client(cfg.redis))
+    try:
+        while True:
+            try:
+                raw = conn.recv_bytes()
+            except (EOFError, OSError):
+                return
+            try:
+                out = applier.apply_one(pickle.loads(raw))
+            except Exception as exc:  # noqa: BLE001 - carried to the loop as an outcome
+                out = BatchOutcome(failure=_failure(exc))
+            try:
+                conn.send_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+            except OSError:
+                return
+    finally:
+        applier.close()
+
+
+def _kill_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in the applier process
+    """SIGKILL this process when its parent dies (nothing to finish: every chunk is atomic in Redis)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent_pid:  # the parent died before the prctl
+        os._exit(1)

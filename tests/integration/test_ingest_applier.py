@@ -1,0 +1,185 @@
+"""The batch applier (decode → window → bound → apply → watermark) in-process and as a child process,
+against a real redis-server: outcomes, failures carried as outcomes, segment ordering, process lifetime."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import redis
+
+from stream_dp.config import config_from_mapping
+from stream_dp.devstack import free_port
+from stream_dp.ingest import applier as applier_mod
+from stream_dp.ingest.applier import (ApplierDied, BatchApplier, BatchRequest, PartitionRecords, ProcessRunner,
+                                      ThreadRunner)
+from stream_dp.ingest.store import WindowStore
+from stream_dp.keys import Keys
+
+from ingest_helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+SIZE = 100
+
+
+def _cfg(redis_url: str):
+    return config_from_mapping({"redis": {"url": redis_url}, "windows": {"size_seconds": SIZE},
+                                "contribution": {"max_keys_per_user": 2}}, environ={})
+
+
+def _store(client) -> WindowStore:
+    return WindowStore(client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=2)
+
+
+def _records(partition: int, values: list[object], *, first_offset: int = 0) -> PartitionRecords:
+    encoded = [json.dumps(v).encode() if isinstance(v, dict) else v for v in values]
+    return PartitionRecords(partition, list(range(first_offset, first_offset + len(values))),
+                            [1_000] * len(values), encoded)
+
+
+def _request(*parts: PartitionRecords) -> BatchRequest:
+    owned = frozenset(p.partition for p in parts)
+    return BatchRequest(list(parts), owned=owned, busy=owned, known=owned)
+
+
+VALUES = [
+    {"user": "a", "key": "x", "ts": 5}, {"user": "a", "key": "x", "ts": 6},  # second one: L∞
+    b"\xff",  # not UTF-8
+    {"user": "a", "key": "y", "ts": 7}, {"user": "a", "key": "z", "ts": 8},  # third key: L0 (Δ = 2)
+    {"user": "b", "key": "x", "ts": 150}, {"key": "x", "ts": 9},  # next window; no user
+]
+
+
+def _check_outcome(out, client) -> None:
+    assert out.failure is None
+    assert (out.applied, out.linf, out.l0, out.duplicate, out.late) == (3, 1, 1, 0, 0)
+    assert out.rejects == [(0, 2, "not_utf8"), (0, 6, "missing_user")]
+    assert _store(client).counts(0) == {"x": 1, "y": 1}
+    assert _store(client).counts(100) == {"x": 1}
+    assert out.watermark is not None and out.watermark.windows_open == 2
+
+
+def test_thread_runner_outcome(redis_client, redis_url):
+    runner = ThreadRunner(BatchApplier(_cfg(redis_url), redis_client))
+    try:
+        runner.submit(_request(_records(0, VALUES)))
+        _check_outcome(runner.result(), redis_client)
+        runner.submit(_request(_records(0, VALUES)))  # the same offsets again: all duplicates
+        again = runner.result()
+        assert (again.applied, again.duplicate) == (0, 5)
+    finally:
+        runner.close()
+
+
+def test_process_runner_outcome_and_clean_exit(redis_client, redis_url):
+    runner = ProcessRunner(_cfg(redis_url))
+    try:
+        runner.submit(_request(_records(0, VALUES)))
+        _check_outcome(runner.result(), redis_client)
+        with pytest.raises(RuntimeError, match="no batch in flight"):
+            runner.result()
+    finally:
+        runner.close()
+    assert runner._proc.returncode == 0  # closing the socket ends it
+
+
+def test_redis_failure_is_an_outcome_and_the_applier_keeps_serving(redis_client, redis_url):
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    runner = ProcessRunner(_cfg(dead))
+    try:
+        for _ in range(2):
+            runner.submit(_request(_records(0, VALUES)))
+            out = runner.result()
+            assert out.failure is not None and out.failure.dependency == "redis"
+            assert out.failure.error == "ConnectionError"
+        assert runner._proc.poll() is None
+    finally:
+        runner.close()
+
+
+def test_a_failed_segment_stops_the_rest_of_the_batch(redis_client, redis_url, monkeypatch):
+    monkeypatch.setattr(applier_mod, "SEGMENT_RECORDS", 2)
+    # window 0's bounding state is not a hash: its chunk fails with WRONGTYPE inside Redis
+    redis_client.set(Keys("sdp").window_users(0), "not a hash")
+    values = [{"user": "a", "key": "x", "ts": 5}, {"user": "b", "key": "x", "ts": 6},  # segment 1: window 0
+              {"user": "c", "key": "x", "ts": 150}, {"user": "d", "key": "x", "ts": 160}]  # segment 2: window 100
+    applier = BatchApplier(_cfg(redis_url), redis_client)
+    try:
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            applier.apply_one(_request(_records(0, values)))
+        # segment 2 was not sent: had it been, window 100's offset record would already be past offset 3,
+        # and the replay of a later attempt could not tell its events from ones already applied
+        assert _store(redis_client).counts(100) == {}
+        assert redis_client.hget(Keys("sdp").window_offsets(100), "0") is None
+        redis_client.delete(Keys("sdp").window_users(0))
+        out = applier.apply_one(_request(_records(0, values)))  # the replay applies everything once
+        assert (out.applied, out.duplicate) == (4, 0)
+    finally:
+        applier.close()
+
+
+def test_result_raises_when_the_applier_process_dies(redis_url):
+    runner = ProcessRunner(_cfg(redis_url))
+    try:
+        os.kill(runner.pid, signal.SIGKILL)
+        runner._proc.wait(timeout=10)
+        with pytest.raises(ApplierDied):
+            runner.submit(_request(_records(0, VALUES)))
+            runner.result()
+    finally:
+        runner.close()
+
+
+def test_the_applier_process_ends_with_the_process_that_started_it(redis_url, tmp_path):
+    # a parent that starts an applier, reports its pid, then blocks; SIGKILL the parent
+    script = textwrap.dedent(f"""
+        import sys, time
+        from stream_dp.config import config_from_mapping
+        from stream_dp.ingest.applier import ProcessRunner
+        runner = ProcessRunner(config_from_mapping({{"redis": {{"url": {redis_url!r}}}}}, environ={{}}))
+        print(runner.pid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+        parent.kill()
+        parent.wait(timeout=10)
+        wait_for(lambda: not _alive(child), timeout=10, interval=0.05, what="the applier process to end")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        parent.stdout.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_applier_process_ignores_sigint_and_sigterm(redis_client, redis_url):
+    runner = ProcessRunner(_cfg(redis_url))
+    try:
+        runner.submit(_request(_records(0, VALUES[:1])))
+        assert runner.result().failure is None  # it is up and serving
+        os.kill(runner.pid, signal.SIGINT)
+        os.kill(runner.pid, signal.SIGTERM)
+        # both are pending before the next request is sent: a fatal one would end the process at the
+        # latest when its read returns, and result() would raise ApplierDied
+        runner.submit(_request(_records(0, VALUES[1:2], first_offset=1)))
+        out = runner.result()
+        assert out.failure is None and out.linf == 1
+    finally:
+        runner.close()
