@@ -201,3 +201,10 @@ def test_offsets_must_increase_within_a_chunk(redis_client):
     with pytest.raises(redis.ResponseError, match="offsets must increase within a chunk"):
         store.apply([Chunk.of(0, 0, [(5, "a", "x"), (5, "b", "x")])], closed_through=None)
     assert store.counts(0) == {}
+
+
+def test_apply_loads_its_script_after_redis_forgot_it(redis_client):
+    store = _store(redis_client)
+    redis_client.script_flush()  # as after a restart
+    res = store.apply([Chunk.of(0, 0, [(0, "a", "x")])], closed_through=None)
+    assert res[0].applied == 1 and store.counts(0) == {"x": 1}
