@@ -290,7 +290,7 @@ class ProcessRunner:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "stream_dp.ingest.applier_process", str(theirs.fileno()), str(os.getpid()),
                  str(logging.getLogger().getEffectiveLevel())],
-                pass_fds=[theirs.fileno()], start_new_session=True)
+                pass_fds=[theirs.fileno()], start_new_session=True, env=_child_env())
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
@@ -331,6 +331,14 @@ class ProcessRunner:
             log.warning("the applier process did not end within 10 s; killing it")
             self._proc.kill()
             self._proc.wait(timeout=5)
+
+
+def _child_env() -> dict[str, str]:
+    """This environment, with the directory holding ``stream_dp`` first on PYTHONPATH (the child must
+    import the same code as the loop, installed or not, from whatever working directory)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else os.pathsep.join([root, path])}
 
 
 def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs in the applier process
