@@ -7,6 +7,8 @@ Modules, one job each:
 - :mod:`~stream_dp.ingest.bounding` -- the per-(window, user) contribution bound (L∞ = 1, L0 = Δ), in Python;
 - :mod:`~stream_dp.ingest.store` -- the Redis side (Lua): exactly-once application of bounded increments,
   the shared global watermark and the closing of windows;
+- :mod:`~stream_dp.ingest.applier` -- one batch's records → decoded, windowed, bounded and applied in Redis,
+  watermark advanced; runs in its own process beside the loop (``applier_process``) or on a thread;
 - :mod:`~stream_dp.ingest.worker` -- the consumer-group loop (dead letters, commits after apply, rebalances,
   backoff, graceful stop);
 - :mod:`~stream_dp.ingest.metrics` -- the ``stream_dp_ingest_*`` Prometheus metrics.

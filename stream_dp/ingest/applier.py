@@ -7,7 +7,7 @@ run beside the Kafka consumer instead of competing with it for the GIL:
   :class:`BatchOutcome` out). It owns the decoder, the per-partition event-time clock, the window
   registration cache and the :class:`~stream_dp.ingest.store.WindowStore`.
 - :class:`ThreadRunner` runs it on a thread of the calling process (tests, embedding with an injected
-  Redis client); :class:`ProcessRunner` runs it in a child process (the ``workers.ingest`` process). Both
+  Redis client); :class:`ProcessRunner` runs it in a child process (what ``workers.ingest`` uses). Both
   keep at most one batch in flight, so chunks of one partition reach Redis in offset order.
 
 Exactly-once is unchanged by where it runs: each (window, partition) chunk and its offset record are one
@@ -120,8 +120,7 @@ class ApplyFailed(Exception):
 
 
 class BatchApplier:
-    """Decodes, windows and applies batches for one ingest worker (call from one thread at a time).
-    """
+    """Decodes, windows and applies batches for one ingest worker (call from one thread at a time)."""
 
     def __init__(self, cfg: Config, redis_client: redis.Redis) -> None:
         self.window_size = cfg.windows.size_seconds
@@ -307,7 +306,7 @@ class ProcessRunner:
         try:
             self._conn.send_bytes(pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError as exc:
-            raise ApplierDied(f"the applier process is gone (exit code {self._proc.poll()})") from exc
+            raise ApplierDied(f"the applier process ended (exit code {self._proc.poll()})") from exc
         self._in_flight = True
 
     def result(self) -> BatchOutcome:
