@@ -110,14 +110,15 @@ def find_redis_server() -> Path:
     return _make_executable(binary)
 
 
-def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to SIGTERM this child when the parent dies (prctl PR_SET_PDEATHSIG).
+def die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - runs in the child
+    """Ask Linux to send ``sig`` to this process when its parent dies (prctl PR_SET_PDEATHSIG).
 
     Pass as ``preexec_fn`` to ``subprocess.Popen`` so a child never outlives the process that started it
-    (tests use it for worker subprocesses: an interrupted test run leaves no orphans)."""
+    (tests use it for worker subprocesses: an interrupted test run leaves no orphans); a child can also
+    call it itself (the ingest applier, with SIGKILL)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)
+        libc.prctl(1, sig)
     except OSError:
         pass
 

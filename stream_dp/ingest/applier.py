@@ -19,7 +19,6 @@ into backoff and replay, or into a stop for anything else.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import pickle
@@ -35,6 +34,7 @@ from multiprocessing.connection import Connection
 import redis
 
 from stream_dp.config import Config
+from stream_dp.devstack import die_with_parent
 from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
@@ -235,8 +235,14 @@ class _NotSent(Exception):
     """A segment not sent to Redis because an earlier segment of its batch failed."""
 
 
-def _failure(exc: BaseException) -> Failure:
-    return Failure(type(exc).__name__, str(exc), "redis" if redis_transient(exc) else None)
+def outcome_of(applier: BatchApplier, req: BatchRequest) -> BatchOutcome:
+    """``applier.apply_one(req)``, with an error turned into the outcome's failure (what both runners send
+    back to the loop)."""
+    try:
+        return applier.apply_one(req)
+    except Exception as exc:  # noqa: BLE001 - carried to the loop as an outcome
+        return BatchOutcome(failure=Failure(type(exc).__name__, str(exc),
+                                            "redis" if redis_transient(exc) else None))
 
 
 class ThreadRunner:
@@ -250,13 +256,7 @@ class ThreadRunner:
     def submit(self, req: BatchRequest) -> None:
         if self._future is not None:
             raise RuntimeError("a batch is already in flight")
-        self._future = self._executor.submit(self._run, req)
-
-    def _run(self, req: BatchRequest) -> BatchOutcome:
-        try:
-            return self.applier.apply_one(req)
-        except Exception as exc:  # noqa: BLE001 - carried to the loop as an outcome
-            return BatchOutcome(failure=_failure(exc))
+        self._future = self._executor.submit(outcome_of, self.applier, req)
 
     def result(self) -> BatchOutcome:
         """The outcome of the batch in flight (waits for it)."""
@@ -359,10 +359,7 @@ def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs
                 raw = conn.recv_bytes()
             except (EOFError, OSError):
                 return
-            try:
-                out = applier.apply_one(pickle.loads(raw))
-            except Exception as exc:  # noqa: BLE001 - carried to the loop as an outcome
-                out = BatchOutcome(failure=_failure(exc))
+            out = outcome_of(applier, pickle.loads(raw))
             try:
                 conn.send_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
             except OSError:
@@ -373,9 +370,6 @@ def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs
 
 def _kill_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in the applier process
     """SIGKILL this process when its parent dies (nothing to finish: every chunk is atomic in Redis)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    die_with_parent(signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before the prctl
         os._exit(1)

@@ -124,22 +124,24 @@ class WindowStore:
             return []
         closed = "-inf" if closed_through is None else repr(float(closed_through))
         script = self._apply
-        for attempt in (1, 2):
+
+        def pipeline() -> redis.client.Pipeline:
             # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip)
             pipe = self.client.pipeline(transaction=False)
             for ch in chunks:
                 pipe.evalsha(script.sha, 4, *self.window_keys(ch.start), ch.start, ch.start + self.window_size,
                              ch.partition, self.unit, self.max_keys_per_user, "1e308" if ch.closed else closed,
                              ",".join(map(str, ch.offsets)), "\0".join(ch.users), "\0".join(ch.keys))
-            try:
-                return [ChunkResult(*map(int, r)) for r in pipe.execute()]
-            except redis.exceptions.NoScriptError:
-                if attempt == 2:
-                    raise
-                # Redis restarted or flushed its scripts: load and retry (a chunk that did run before the
-                # flush is skipped by its offset record)
-                self.client.script_load(script.script)
-        raise AssertionError("unreachable")
+            return pipe
+
+        try:
+            replies = pipeline().execute()
+        except redis.exceptions.NoScriptError:
+            # Redis restarted or flushed its scripts: load and send again (a chunk that did run before the
+            # flush is skipped by its offset record)
+            self.client.script_load(script.script)
+            replies = pipeline().execute()
+        return [ChunkResult(*map(int, r)) for r in replies]
 
     # --- watermarks ------------------------------------------------------------------------------
     def advance_watermark(self, owned: dict[int, tuple[float | None, bool]], *, known_partitions: Iterable[int] = (),

@@ -39,7 +39,7 @@ from kafka.structs import OffsetAndMetadata
 
 from stream_dp.config import Config
 from stream_dp.ingest.applier import (ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords,
-                                      ThreadRunner, redis_transient)
+                                      ThreadRunner)
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WatermarkState
 
@@ -48,10 +48,8 @@ log = logging.getLogger(__name__)
 
 def is_transient(exc: BaseException) -> str | None:
     """The dependency a retriable error came from (``"redis"`` / ``"kafka"``), or None if not retriable."""
-    if isinstance(exc, ApplyFailed):
+    if isinstance(exc, ApplyFailed):  # Redis is the applier's: its errors arrive as failed outcomes
         return exc.dependency
-    if redis_transient(exc):
-        return "redis"
     if isinstance(exc, KafkaError):
         return "kafka"
     return None
@@ -240,19 +238,19 @@ class IngestWorker:
 
     def _prepare(self, records: dict) -> "_Batch":
         """Cut one poll's records into per-partition columns for the applier (no decoding here)."""
+        t0 = time.perf_counter()
         parts: list[PartitionRecords] = []
-        b = _Batch(t0=time.perf_counter(), request=None, records=records)  # type: ignore[arg-type]
+        first: dict[TopicPartition, int] = {}
+        last: dict[TopicPartition, int] = {}
         for tp, recs in records.items():
-            if not recs:
-                continue
-            b.n += len(recs)
-            parts.append(PartitionRecords(tp.partition, [r.offset for r in recs], [r.timestamp for r in recs],
-                                          [r.value for r in recs]))
-            b.first_offsets[tp] = recs[0].offset
-            b.last_offsets[tp] = recs[-1].offset
+            if recs:
+                parts.append(PartitionRecords(tp.partition, [r.offset for r in recs], [r.timestamp for r in recs],
+                                              [r.value for r in recs]))
+                first[tp], last[tp] = recs[0].offset, recs[-1].offset
+        b = _Batch(t0=t0, request=self._request(parts, {p.partition for p in parts}), records=records,
+                   n=sum(len(p.offsets) for p in parts), first_offsets=first, last_offsets=last)
         self.metrics.consumed.inc(b.n)
         self.metrics.batch_events.observe(b.n)
-        b.request = self._request(parts, {tp.partition for tp in b.last_offsets})
         return b
 
     def _request(self, parts: list[PartitionRecords], busy: set[int]) -> BatchRequest:

@@ -21,6 +21,7 @@ from stream_dp.ingest.applier import (ApplierDied, BatchApplier, BatchRequest, P
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 
+from demo_helpers import running
 from ingest_helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -150,23 +151,15 @@ def test_the_applier_process_ends_with_the_process_that_started_it(redis_url, tm
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         child = int(parent.stdout.readline())
-        assert _alive(child)
+        assert running(child)
         parent.kill()
         parent.wait(timeout=10)
-        wait_for(lambda: not _alive(child), timeout=10, interval=0.05, what="the applier process to end")
+        wait_for(lambda: not running(child), timeout=10, interval=0.05, what="the applier process to end")
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
         parent.stdout.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_the_applier_process_ignores_sigint_and_sigterm(redis_client, redis_url):
