@@ -8,10 +8,14 @@ one window a user
   *in Kafka offset order* are kept, every later new key is dropped.
 
 Producers key events by user, so all of one user's events are in one partition and offset order is a
-total order on them: a replay after a crash makes exactly the same choice. The production implementation
-is the Redis script ``lua/apply_window.lua`` (the bounding state lives next to the counts and the applied
-offsets, in one hash tag, so it is replay-safe); :class:`ContributionBounder` is the same rule for tests
-and simulations, and the ground truth the integration tests compare Redis against.
+total order on them: a replay after a crash makes exactly the same choice. (A user whose events are spread
+over partitions is still held to Δ keys per window; which keys are kept then follows the order in which the
+chunks were applied.)
+
+Two implementations of the one rule live here: :class:`ContributionBounder`, event by event, for tests,
+simulations and the ground truth of the integration tests; and :class:`WindowBounding`, the production
+planner the ingest worker runs chunk by chunk on a cache of a window's state, whose outcome Redis records
+only if the window is still in the state the cache was made for (``lua/apply_window.lua``).
 
 With ``unit = "event"`` (event-level privacy) there is no per-user state: every valid event adds 1 to
 its key's count. Releases computed on such counts protect single events, not users.
@@ -26,7 +30,8 @@ its key's count. Releases computed on such counts protect single events, not use
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 #: Outcome of offering one event to the bounder ("linf" and "l0" are metric labels).
 OUTCOMES: tuple[str, ...] = ("counted", "linf", "l0")
@@ -76,3 +81,180 @@ def bounded_window_counts(events: Iterable[tuple[int, str, str]], *, window_size
             bounders[start] = ContributionBounder(max_keys_per_user, unit=unit)
         bounders[start].offer(user, key)
     return {start: dict(b.counts) for start, b in sorted(bounders.items())}
+
+
+# --- the production planner ----------------------------------------------------------------------------
+#
+# The rule above is evaluated in the ingest worker, on a cache of the window's bounding state, and Redis
+# only records the outcome. What makes that safe is optimistic concurrency: the cache is valid for exactly
+# one version ("token") of the window's state in Redis, the apply script refuses a plan made for any other
+# version, and the refusal carries what changed so the plan can be made again on the current state.
+
+#: Separator in the bounding log; the decoder rejects NUL in users and keys, so the log parses uniquely.
+LOG_SEPARATOR = "\0"
+
+
+def _not_increasing(partition: int, offset: int, previous: int) -> ValueError:
+    return ValueError(f"chunk of partition {partition}: offsets must increase within a chunk "
+                      f"({offset} after {previous})")
+
+
+def _undo(keys_of: dict[str, list[str]], counted: list[str]) -> None:
+    """Take the counted ``[user, key, ...]`` pairs back out of ``keys_of``, newest first."""
+    for i in range(len(counted) - 2, -1, -2):
+        mine = keys_of[counted[i]]
+        mine.pop()
+        if not mine:
+            del keys_of[counted[i]]
+
+
+def encode_log(pairs: list[str]) -> bytes:
+    """``[user1, key1, user2, key2, ...]`` → the log record ``user1\\0key1\\0user2\\0key2\\0`` (UTF-8)."""
+    return (LOG_SEPARATOR.join(pairs) + LOG_SEPARATOR).encode() if pairs else b""
+
+
+def decode_log(raw: bytes) -> list[tuple[str, str]]:
+    """Inverse of :func:`encode_log` (for any concatenation of records)."""
+    if not raw:
+        return []
+    parts = raw.decode().split(LOG_SEPARATOR)
+    if parts[-1] != "" or len(parts) % 2 != 1:
+        raise ValueError(f"bounding log: {len(raw)} bytes do not end on a (user, key) pair boundary")
+    return list(zip(parts[0:-1:2], parts[1:-1:2]))
+
+
+@dataclass
+class ChunkPlan:
+    """The effect of one (window, partition) chunk on the cached state, before Redis has applied it.
+
+    ``duplicate`` leading events are at or below the partition's applied offset (a replay); of the rest,
+    ``applied`` are counted, ``linf``/``l0`` bounded away. ``log`` holds the counted (user, key) pairs,
+    ``increments`` the count added per key. ``token_before``/``token`` name the state the plan was made on
+    and the state it creates.
+    """
+
+    partition: int
+    events: int
+    duplicate: int
+    applied: int
+    linf: int
+    l0: int
+    last_offset: int | None  # the chunk's highest offset, None when every event is a duplicate
+    log: bytes
+    increments: dict[str, int]
+    token_before: str
+    token: str
+    _counted: list[str]  # [user, key, ...] of the counted events, in order (for rollback)
+    _offset_before: int | None
+    _log_bytes_before: int
+
+
+class WindowBounding:
+    """The bounding state of ONE window as of one version of it in Redis (the planner's cache).
+
+    - ``token``: the version (set by every apply; ``""`` before the first);
+    - ``log_bytes``: how much of the window's bounding log (``{w:<start>}:users``, the counted
+      ``user\\0key\\0`` pairs in apply order) this cache has absorbed;
+    - the counted keys of every user, in first-seen order, and the highest applied offset per partition.
+
+    :meth:`plan` applies the rule of :class:`ContributionBounder` to a chunk and advances the cache
+    tentatively; :meth:`rollback` undoes the latest plans (newest first) when Redis refused them or the
+    outcome is unknown; :meth:`absorb` adds what other writers appended since ``log_bytes``.
+    """
+
+    def __init__(self, max_keys_per_user: int, *, unit: str = "user") -> None:
+        if max_keys_per_user < 1:
+            raise ValueError(f"contribution.max_keys_per_user must be >= 1, got {max_keys_per_user}")
+        if unit not in ("user", "event"):
+            raise ValueError(f"contribution.unit must be 'user' or 'event', got {unit!r}")
+        self.max_keys_per_user = max_keys_per_user
+        self.unit = unit
+        self.token = ""
+        self.log_bytes = 0
+        self.keys_of: dict[str, list[str]] = {}
+        self.applied_through: dict[int, int] = {}
+
+    def plan(self, partition: int, events: Sequence[tuple[int, str, str]], *, token: str) -> ChunkPlan:
+        """Bound one chunk, ``(offset, user, key)`` in strictly increasing offset order, on the cached
+        state; the cache then reflects the chunk as applied, under the version ``token``."""
+        n = len(events)
+        last = self.applied_through.get(partition)
+        first, prev = 0, -1
+        if last is not None:
+            while first < n and events[first][0] <= last:
+                if events[first][0] <= prev:
+                    raise _not_increasing(partition, events[first][0], prev)
+                prev = events[first][0]
+                first += 1
+        counted: list[str] = []
+        linf = l0 = 0
+        if self.unit == "event":
+            for off, _, _ in events[first:]:
+                if off <= prev:
+                    raise _not_increasing(partition, off, prev)
+                prev = off
+            increments = Counter(key for _, _, key in events[first:])
+            applied = n - first
+        else:
+            keys_of, cap, add = self.keys_of, self.max_keys_per_user, counted.extend
+            for off, user, key in events[first:]:
+                if off <= prev:
+                    _undo(keys_of, counted)  # leave the cache as it was
+                    raise _not_increasing(partition, off, prev)
+                prev = off
+                mine = keys_of.get(user)
+                if mine is None:
+                    keys_of[user] = [key]
+                elif key in mine:
+                    linf += 1
+                    continue
+                elif len(mine) >= cap:
+                    l0 += 1
+                    continue
+                else:
+                    mine.append(key)
+                add((user, key))
+            increments = Counter(counted[1::2])
+            applied = len(counted) // 2
+        log = encode_log(counted)
+        plan = ChunkPlan(partition=partition, events=n, duplicate=first, applied=applied, linf=linf, l0=l0,
+                         last_offset=events[-1][0] if first < n else None, log=log, increments=increments,
+                         token_before=self.token, token=token, _counted=counted, _offset_before=last,
+                         _log_bytes_before=self.log_bytes)
+        if first < n:
+            self.applied_through[partition] = events[-1][0]
+            self.log_bytes += len(log)
+            self.token = token
+        return plan
+
+    def rollback(self, plan: ChunkPlan) -> None:
+        """Undo ``plan``, which must be the newest plan not yet undone."""
+        if plan.last_offset is None:
+            return
+        if self.token != plan.token:
+            raise RuntimeError("bounding cache: plans must be rolled back newest first")
+        _undo(self.keys_of, plan._counted)
+        if plan._offset_before is None:
+            del self.applied_through[plan.partition]
+        else:
+            self.applied_through[plan.partition] = plan._offset_before
+        self.log_bytes = plan._log_bytes_before
+        self.token = plan.token_before
+
+    def absorb(self, *, token: str, log_from: int, log_tail: bytes, applied_through: dict[int, int]) -> None:
+        """Catch up with Redis: ``log_tail`` is the window's log from byte ``log_from`` to its end (from 0
+        when the log is shorter than this cache: it was reset, and so is the cache)."""
+        if log_from == 0 and self.log_bytes:
+            self.keys_of.clear()
+        elif log_from != self.log_bytes:
+            raise ValueError(f"bounding log read from byte {log_from}, but the cache holds {self.log_bytes} bytes")
+        keys_of = self.keys_of
+        for user, key in decode_log(log_tail):
+            mine = keys_of.get(user)
+            if mine is None:
+                keys_of[user] = [key]
+            else:
+                mine.append(key)
+        self.log_bytes = log_from + len(log_tail)
+        self.applied_through = dict(applied_through)
+        self.token = token
