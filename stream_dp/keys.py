@@ -31,7 +31,8 @@ class Keys:
         return f"{self.prefix}:{{w:{start}}}:counts"
 
     def window_users(self, start: int) -> str:
-        """Per-user contribution-bounding state of the window (ingest-internal)."""
+        """String: the window's contribution-bounding log, counted ``user\0key\0`` pairs in apply order
+        (ingest-internal)."""
         return f"{self.prefix}:{{w:{start}}}:users"
 
     def window_offsets(self, start: int) -> str:

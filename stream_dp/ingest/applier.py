@@ -106,6 +106,7 @@ class BatchOutcome:
     linf: int = 0
     l0: int = 0
     late: int = 0
+    replanned: int = 0
     watermark: WatermarkState | None = None
     failure: Failure | None = None
 
@@ -166,9 +167,12 @@ class BatchApplier:
                 out.linf += r.linf
                 out.l0 += r.l0
                 out.late += r.late
+                out.replanned += r.replanned
         marks = {p: (self.clock.watermark(p), p in req.busy) for p in req.owned}
         state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout)
         self._closed_through = state.closing_through
+        if state.closing_through is not None:
+            self.store.forget_windows(closed_through=state.closing_through)
         out.watermark = state
         return out
 

@@ -42,6 +42,8 @@ class IngestMetrics:
                                ["rule"], **kw)
         self.duplicate = Counter("events_duplicate", "Events skipped because their offset was already applied "
                                  "(replays after a crash or rebalance)", **kw)
+        self.replanned = Counter("chunks_replanned", "Chunks bounded again because another writer changed the "
+                                 "window's bounding state first (several workers on one window)", **kw)
         self.dead_lettered = Counter("dead_letters_produced", "Records written to the dead-letter topic", **kw)
         self.batch_duration = Histogram("batch_duration_seconds", "Wall time to decode, apply and commit one batch",
                                         buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),

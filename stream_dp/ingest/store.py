@@ -2,17 +2,28 @@
 
 Layout (``stream_dp.keys``; the contract in INTERFACES.md, read concurrently by the release worker):
 
-- per window ``{w:<start>}``: ``counts`` (ZSET key → distinct bounded users), ``users`` (bounding state),
-  ``offsets`` (HASH partition → highest applied offset), ``meta`` (HASH start, end, state, events_applied,
-  events_bounded; state ``open`` → ``closed`` by ingest → ``released`` by the release worker);
+- per window ``{w:<start>}``: ``counts`` (ZSET key → distinct bounded users), ``users`` (STRING, the
+  bounding log: counted ``user\0key\0`` pairs in apply order), ``offsets`` (HASH partition → highest applied
+  offset), ``meta`` (HASH start, end, state, events_applied, events_bounded, apply_token; state ``open`` →
+  ``closed`` by ingest → ``released`` by the release worker);
 - ``{ingest}``: ``windows`` (ZSET of window starts) and ``watermarks`` (HASH: per-partition watermarks,
   ``seen:<partition>`` activity times, ``global``, and ``closing`` while a new global is being installed).
 
-**Exactly-once effect.** A batch is split into (window, partition) chunks; each chunk's bounding,
+**Exactly-once effect.** A batch is split into (window, partition) chunks; each chunk's bounding log,
 increments, metadata and its offset record are one Lua script over one hash tag, so a chunk is applied
 completely or not at all. Events at or below the recorded offset are skipped, so replaying any prefix of
 the log (after a crash, a rebalance, a failed commit) changes nothing. Kafka offsets are committed only
 after every chunk of the batch was applied.
+
+**Bounding on a cache, checked by Redis.** The store bounds each chunk itself, on its cache of the window
+(:class:`~stream_dp.ingest.bounding.WindowBounding`): the keys each user already has, the applied offsets,
+how much of the log it has read, and ``apply_token``, the version of the window the cache reflects. The
+script records the plan only if the window's ``apply_token`` and log length are still those (every apply
+sets a new, unique token); otherwise it records nothing and returns what changed (the log since the
+cache's length, the offsets, the token), and the store catches up and bounds the chunk again. So a plan
+is never recorded on a state it was not made for — another worker's writes, a reply lost with the
+connection, a restart with an empty cache — and Redis does one append and one ZINCRBY per distinct key
+per chunk instead of evaluating the rule per event.
 
 **Closing windows without a race.** A global watermark is installed in three steps: (1) one script on
 ``{ingest}`` computes the target and records it as ``closing`` — from then on no window the target covers
@@ -25,12 +36,21 @@ A crash between the steps leaves ``closing`` set; the next advance by any worker
 from __future__ import annotations
 
 import importlib.resources
+import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 
+from stream_dp.ingest.bounding import ChunkPlan, WindowBounding
 from stream_dp.keys import Keys
+
+#: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
+MAX_STALE_ROUNDS = 50
+
+
+class StaleBoundingState(RuntimeError):
+    """Other writers kept changing a window's bounding state faster than this worker could plan on it."""
 
 
 def _script(name: str) -> str:
@@ -39,22 +59,19 @@ def _script(name: str) -> str:
 
 @dataclass(frozen=True)
 class Chunk:
-    """The events of one batch for one (window, partition) as three columns in increasing offset order
-    (``offsets[i]``, ``users[i]``, ``keys[i]`` are one event). :meth:`of` builds one from event tuples."""
+    """The events of one batch for one (window, partition): ``(offset, user, key)`` in increasing offset
+    order."""
 
     start: int
     partition: int
-    offsets: Sequence[int]
-    users: Sequence[str]
-    keys: Sequence[str]
+    events: Sequence[tuple[int, str, str]]
     closed: bool = False  # known closed (registration refused): only sort duplicates from late events
 
     @classmethod
     def of(cls, start: int, partition: int, events: Iterable[tuple[int, str, str]], *,
            closed: bool = False) -> "Chunk":
         """A chunk from ``(offset, user, key)`` tuples in offset order."""
-        cols = tuple(zip(*events)) or ((), (), ())
-        return cls(start, partition, cols[0], cols[1], cols[2], closed=closed)
+        return cls(start, partition, events if isinstance(events, list) else list(events), closed=closed)
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,7 @@ class ChunkResult:
     linf: int = 0
     l0: int = 0
     late: int = 0
+    replanned: int = 0  # times the chunk was refused as stale (another writer got there first) and planned again
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,9 @@ class WindowStore:
         self._advance = client.register_script(_script("advance_watermark.lua"))
         self._close = client.register_script(_script("close_window.lua"))
         self._finalize = client.register_script(_script("finalize_watermark.lua"))
+        self._bounding: dict[int, WindowBounding] = {}  # window start -> cache of its bounding state
+        self._id = os.urandom(6).hex()  # makes this store's apply tokens unique
+        self._tokens = 0
 
     # --- applying events -------------------------------------------------------------------------
     def window_keys(self, start: int) -> list[str]:
@@ -115,33 +136,128 @@ class WindowStore:
         return {s: bool(f) for s, f in zip(starts, flags)}
 
     def apply(self, chunks: Sequence[Chunk], *, closed_through: float | None) -> list[ChunkResult]:
-        """Apply chunks (one script each, one pipelined round trip); raises redis errors unchanged.
+        """Bound and apply chunks (one script each, pipelined); raises redis errors unchanged.
 
         ``closed_through`` is the caller's latest view of the global watermark: a chunk of a window with
-        ``end <= closed_through`` is late whatever its state in Redis says.
+        ``end <= closed_through`` is late whatever its state in Redis says. Chunks of one (window,
+        partition) must come in offset order, here and across calls.
+
+        Each chunk is bounded on this store's cache of its window (:class:`WindowBounding`) and recorded
+        only if the window is still in the state the cache was made for; a chunk refused as stale is
+        planned again on the absorbed changes and resent (up to :data:`MAX_STALE_ROUNDS` rounds). When the
+        call raises, every plan not known to be applied is rolled back: the next call finds out from Redis.
         """
-        if not chunks:
-            return []
+        results: list[ChunkResult | None] = [None] * len(chunks)
         closed = "-inf" if closed_through is None else repr(float(closed_through))
+        pending = list(range(len(chunks)))
+        refused = [0] * len(chunks)
+        for _ in range(MAX_STALE_ROUNDS):
+            pending = self._apply_round(chunks, pending, results, closed_through, closed)
+            if not pending:
+                return [replace(r, replanned=n) if n else r  # type: ignore[type-var]
+                        for r, n in zip(results, refused)]
+            for i in pending:
+                refused[i] += 1
+        starts = sorted({chunks[i].start for i in pending})
+        raise StaleBoundingState(f"windows {starts}: the bounding state changed under this worker in "
+                                 f"{MAX_STALE_ROUNDS} rounds in a row (too many writers on one window?)")
+
+    def _apply_round(self, chunks: Sequence[Chunk], pending: list[int], results: list[ChunkResult | None],
+                     closed_through: float | None, closed: str) -> list[int]:
+        """Plan and send the ``pending`` chunks once; fills ``results``; returns the chunks refused as stale."""
+        sent: list[tuple[int, ChunkPlan | None]] = []
+        args: list[list[object]] = []
+        size = self.window_size
+        for i in pending:
+            ch = chunks[i]
+            if ch.closed or (closed_through is not None and ch.start + size <= closed_through):
+                # known late: Redis still tells replayed (duplicate) events from late ones
+                sent.append((i, None))
+                args.append([ch.start, ch.start + size, ch.partition, "1e308" if ch.closed else closed,
+                             "", "", 0, -1, 0, 0, b"", "", ""])
+                continue
+            bounding = self._bounding.get(ch.start)
+            if bounding is None:
+                bounding = self._bounding[ch.start] = WindowBounding(self.max_keys_per_user, unit=self.unit)
+            self._tokens += 1
+            plan = bounding.plan(ch.partition, ch.events, token=f"{self._id}:{self._tokens}")
+            if plan.last_offset is None:  # every event already applied: nothing to send
+                results[i] = ChunkResult(duplicate=plan.duplicate)
+                continue
+            sent.append((i, plan))
+            args.append([ch.start, ch.start + size, ch.partition, closed, plan.token_before, plan.token,
+                         plan._log_bytes_before, plan.last_offset, plan.applied, plan.linf + plan.l0, plan.log,
+                         "\0".join(plan.increments), ",".join(map(str, plan.increments.values()))])
+        if not sent:
+            return []
+        try:
+            replies = self._send(sent, chunks, args)
+        except BaseException:
+            self._rollback([(chunks[i].start, plan) for i, plan in sent if plan is not None])
+            raise
+        undo: list[tuple[int, ChunkPlan]] = []
+        stale: list[int] = []
+        catch_up: dict[int, list] = {}  # window -> the stale reply of its first refused chunk
+        late_windows: set[int] = set()
+        for (i, plan), reply in zip(sent, replies):
+            ch = chunks[i]
+            status = reply[0]
+            if status == b"ok":
+                results[i] = ChunkResult(applied=plan.applied, duplicate=plan.duplicate, linf=plan.linf,
+                                         l0=plan.l0)
+                continue
+            if plan is not None:
+                undo.append((ch.start, plan))
+            if status == b"late":
+                last = int(reply[1])
+                dup = sum(1 for off, _, _ in ch.events if off <= last)
+                results[i] = ChunkResult(duplicate=dup, late=len(ch.events) - dup)
+                late_windows.add(ch.start)
+            elif status == b"stale":
+                stale.append(i)
+                catch_up.setdefault(ch.start, reply)
+            else:
+                raise RuntimeError(f"apply_window: unexpected reply {status!r}")
+        self._rollback(undo)
+        for start, reply in catch_up.items():
+            _, token, log_from, tail, flat = reply
+            self._bounding[start].absorb(
+                token=_text(token), log_from=int(log_from), log_tail=tail,
+                applied_through={int(flat[j]): int(flat[j + 1]) for j in range(0, len(flat), 2)})
+        for start in late_windows:
+            self._bounding.pop(start, None)  # closed: never planned on again
+        return stale
+
+    def _send(self, sent: list[tuple[int, ChunkPlan | None]], chunks: Sequence[Chunk],
+              args: list[list[object]]) -> list:
         script = self._apply
 
         def pipeline() -> redis.client.Pipeline:
             # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip)
             pipe = self.client.pipeline(transaction=False)
-            for ch in chunks:
-                pipe.evalsha(script.sha, 4, *self.window_keys(ch.start), ch.start, ch.start + self.window_size,
-                             ch.partition, self.unit, self.max_keys_per_user, "1e308" if ch.closed else closed,
-                             ",".join(map(str, ch.offsets)), "\0".join(ch.users), "\0".join(ch.keys))
+            for (i, _), a in zip(sent, args):
+                pipe.evalsha(script.sha, 4, *self.window_keys(chunks[i].start), *a)
             return pipe
 
         try:
-            replies = pipeline().execute()
+            return pipeline().execute()
         except redis.exceptions.NoScriptError:
             # Redis restarted or flushed its scripts: load and send again (a chunk that did run before the
-            # flush is skipped by its offset record)
+            # flush is refused as stale and planned again)
             self.client.script_load(script.script)
-            replies = pipeline().execute()
-        return [ChunkResult(*map(int, r)) for r in replies]
+            return pipeline().execute()
+
+    def _rollback(self, plans: list[tuple[int, ChunkPlan]]) -> None:
+        """Undo plans, newest first (the cache of each window then matches its last confirmed state)."""
+        for start, plan in reversed(plans):
+            bounding = self._bounding.get(start)
+            if bounding is not None:
+                bounding.rollback(plan)
+
+    def forget_windows(self, *, closed_through: float) -> None:
+        """Drop the bounding cache of windows with ``end <= closed_through`` (closed: no more events)."""
+        for start in [s for s in self._bounding if s + self.window_size <= closed_through]:
+            del self._bounding[start]
 
     # --- watermarks ------------------------------------------------------------------------------
     def advance_watermark(self, owned: dict[int, tuple[float | None, bool]], *, known_partitions: Iterable[int] = (),

@@ -282,6 +282,7 @@ class IngestWorker:
         m.dependency_up.labels(dependency="redis").set(1)
         m.applied.inc(out.applied)
         m.duplicate.inc(out.duplicate)
+        m.replanned.inc(out.replanned)
         if out.duplicate:
             log.info("skipped %d events already applied (a replay after a crash or rebalance)", out.duplicate)
         m.bounded.labels(rule="linf").inc(out.linf)

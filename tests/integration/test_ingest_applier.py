@@ -106,8 +106,8 @@ def test_redis_failure_is_an_outcome_and_the_applier_keeps_serving(redis_client,
 
 def test_a_failed_segment_stops_the_rest_of_the_batch(redis_client, redis_url, monkeypatch):
     monkeypatch.setattr(applier_mod, "SEGMENT_RECORDS", 2)
-    # window 0's bounding state is not a hash: its chunk fails with WRONGTYPE inside Redis
-    redis_client.set(Keys("sdp").window_users(0), "not a hash")
+    # window 0's bounding log is not a string: its chunk fails with WRONGTYPE inside Redis
+    redis_client.hset(Keys("sdp").window_users(0), "a", "x")
     values = [{"user": "a", "key": "x", "ts": 5}, {"user": "b", "key": "x", "ts": 6},  # segment 1: window 0
               {"user": "c", "key": "x", "ts": 150}, {"user": "d", "key": "x", "ts": 160}]  # segment 2: window 100
     applier = BatchApplier(_cfg(redis_url), redis_client)

@@ -9,8 +9,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stream_dp.ingest.bounding import bounded_window_counts
-from stream_dp.ingest.store import Chunk, WindowStore
+from stream_dp.ingest import store as store_mod
+from stream_dp.ingest.bounding import ContributionBounder, bounded_window_counts, decode_log
+from stream_dp.ingest.store import Chunk, StaleBoundingState, WindowStore
 from stream_dp.ingest.windowing import global_watermark, window_start
 from stream_dp.keys import Keys
 
@@ -181,7 +182,7 @@ _TRICKY_KEYS = ["a", "ab", "b", "ba", "aba", "a b", "%z", "."]
 @given(events=st.lists(st.tuples(st.sampled_from(["u1", "u2", "u1a"]), st.sampled_from(_TRICKY_KEYS)),
                        min_size=1, max_size=40),
        max_keys=st.integers(1, 4), cuts=st.lists(st.integers(1, 40), max_size=4))
-def test_bounding_in_lua_equals_the_python_rule_for_overlapping_keys(redis_client, events, max_keys, cuts):
+def test_bounding_in_the_store_equals_the_python_rule_for_overlapping_keys(redis_client, events, max_keys, cuts):
     redis_client.flushdb()
     store = _store(redis_client, max_keys_per_user=max_keys)
     bounds = sorted({c for c in cuts if c < len(events)}) + [len(events)]
@@ -198,7 +199,7 @@ def test_bounding_in_lua_equals_the_python_rule_for_overlapping_keys(redis_clien
 
 def test_offsets_must_increase_within_a_chunk(redis_client):
     store = _store(redis_client)
-    with pytest.raises(redis.ResponseError, match="offsets must increase within a chunk"):
+    with pytest.raises(ValueError, match="offsets must increase within a chunk"):
         store.apply([Chunk.of(0, 0, [(5, "a", "x"), (5, "b", "x")])], closed_through=None)
     assert store.counts(0) == {}
 
@@ -208,3 +209,91 @@ def test_apply_loads_its_script_after_redis_forgot_it(redis_client):
     redis_client.script_flush()  # as after a restart
     res = store.apply([Chunk.of(0, 0, [(0, "a", "x")])], closed_through=None)
     assert res[0].applied == 1 and store.counts(0) == {"x": 1}
+
+
+# --- several writers on one window: the bounding cache is only trusted for the state it was made on ------
+
+def test_a_user_on_two_partitions_is_bounded_across_two_workers(redis_client):
+    """Worker A counts u's first two keys from partition 0; worker B, whose cache is empty, must not count
+    two more from partition 1: its plan is refused as stale, and it bounds again on A's log."""
+    a, b = _store(redis_client, max_keys_per_user=2), _store(redis_client, max_keys_per_user=2)
+    r, = a.apply([Chunk.of(0, 0, [(0, "u", "x"), (1, "u", "y")])], closed_through=None)
+    assert (r.applied, r.replanned) == (2, 0)
+    r, = b.apply([Chunk.of(0, 1, [(0, "u", "z"), (1, "u", "x"), (2, "v", "z")])], closed_through=None)
+    assert (r.applied, r.linf, r.l0, r.replanned) == (1, 1, 1, 1)
+    r, = a.apply([Chunk.of(0, 0, [(2, "v", "w"), (3, "v", "x")])], closed_through=None)  # A is stale now
+    assert (r.applied, r.l0, r.replanned) == (1, 1, 1)
+    assert a.counts(0) == {"x": 1, "y": 1, "z": 1, "w": 1}
+    assert decode_log(redis_client.get(Keys("t").window_users(0))) == [
+        ("u", "x"), ("u", "y"), ("v", "z"), ("v", "w")]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), max_keys=st.integers(1, 3), writers=st.integers(2, 3))
+def test_interleaved_writers_with_restarts_and_replays_equal_one_bounder(redis_client, data, max_keys, writers):
+    """Random chunks of 3 partitions (users NOT pinned to one partition) applied by 2–3 stores in random
+    order, sometimes replaying an applied span, sometimes through a fresh store (a restarted worker, empty
+    cache): the counts equal one bounder fed the same events in the order they were first applied."""
+    redis_client.flushdb()
+    logs = {p: data.draw(st.lists(st.tuples(st.sampled_from(["u1", "u2", "u3"]), st.sampled_from("abcde")),
+                                  max_size=25)) for p in range(3)}
+    stores = [_store(redis_client, max_keys_per_user=max_keys) for _ in range(writers)]
+    truth = ContributionBounder(max_keys)
+    pos = {p: 0 for p in logs}
+    while any(pos[p] < len(logs[p]) for p in logs):
+        p = data.draw(st.sampled_from([q for q in logs if pos[q] < len(logs[q])]))
+        lo = data.draw(st.integers(max(0, pos[p] - 4), pos[p]))  # lo < pos[p]: a replayed span
+        hi = data.draw(st.integers(pos[p] + 1, len(logs[p])))
+        w = data.draw(st.integers(0, writers))
+        if w == writers:  # a restarted worker
+            w = data.draw(st.integers(0, writers - 1))
+            stores[w] = _store(redis_client, max_keys_per_user=max_keys)
+        r, = stores[w].apply([Chunk.of(0, p, [(i, u, k) for i, (u, k) in enumerate(logs[p][lo:hi], start=lo)])],
+                             closed_through=None)
+        assert r.duplicate == pos[p] - lo
+        outcomes = [truth.offer(u, k) for u, k in logs[p][pos[p]:hi]]
+        assert (r.applied, r.linf, r.l0) == (outcomes.count("counted"), outcomes.count("linf"), outcomes.count("l0"))
+        pos[p] = hi
+    assert stores[0].counts(0) == dict(+truth.counts)
+
+
+def test_a_lost_reply_is_rolled_back_and_the_replay_finds_out_from_redis(redis_client, monkeypatch):
+    """Redis applies the chunk but the reply is lost: the cache goes back to the state before it, and the
+    replayed chunk is recognised as already applied (refused as stale, caught up, all duplicates)."""
+    store = _store(redis_client, max_keys_per_user=1)
+    send = WindowStore._send
+
+    def applied_then_lost(self, *args):
+        send(self, *args)
+        raise redis.ConnectionError("connection lost before the reply")
+
+    monkeypatch.setattr(WindowStore, "_send", applied_then_lost)
+    with pytest.raises(redis.ConnectionError):
+        store.apply([Chunk.of(0, 0, [(0, "u", "x"), (1, "u", "y")])], closed_through=None)
+    assert store._bounding[0].keys_of == {} and store._bounding[0].token == ""
+    monkeypatch.setattr(WindowStore, "_send", send)
+    r, = store.apply([Chunk.of(0, 0, [(0, "u", "x"), (1, "u", "y"), (2, "u", "z")])], closed_through=None)
+    assert (r.duplicate, r.applied, r.l0, r.replanned) == (2, 0, 1, 1)
+    assert store.counts(0) == {"x": 1}
+
+
+def test_a_writer_that_never_catches_up_gives_up_without_writing(redis_client, monkeypatch):
+    a, b = _store(redis_client), _store(redis_client)
+    a.apply([Chunk.of(0, 0, [(0, "u", "x")])], closed_through=None)
+    monkeypatch.setattr(store_mod, "MAX_STALE_ROUNDS", 1)
+    with pytest.raises(StaleBoundingState, match=r"windows \[0\]: the bounding state changed under this worker"):
+        b.apply([Chunk.of(0, 1, [(0, "v", "y")])], closed_through=None)
+    assert b.counts(0) == {"x": 1}
+    monkeypatch.setattr(store_mod, "MAX_STALE_ROUNDS", 50)
+    r, = b.apply([Chunk.of(0, 1, [(0, "v", "y")])], closed_through=None)
+    assert r.applied == 1 and b.counts(0) == {"x": 1, "y": 1}
+
+
+def test_closed_windows_are_dropped_from_the_cache(redis_client):
+    store = _store(redis_client)
+    store.apply([Chunk.of(0, 0, [(0, "u", "x")]), Chunk.of(SIZE, 0, [(1, "u", "x")])], closed_through=None)
+    store.forget_windows(closed_through=float(SIZE))
+    assert set(store._bounding) == {SIZE}
+    redis_client.hset(Keys("t").window_meta(SIZE), "state", "closed")  # closed by another worker
+    r, = store.apply([Chunk.of(SIZE, 0, [(1, "u", "x"), (2, "v", "x")])], closed_through=None)
+    assert (r.duplicate, r.late) == (1, 1) and store._bounding == {}

@@ -1,126 +1,75 @@
--- Apply one (window, partition) chunk of an ingest batch atomically: contribution bounding, counts,
--- window metadata and the partition's applied-offset record. All keys share the window's hash tag.
+-- Record one (window, partition) chunk that the worker has bounded (stream_dp.ingest.bounding, ChunkPlan)
+-- on its cache of the window's bounding state: the counted (user, key) pairs, the count increments, the
+-- metadata and the partition's applied-offset record change together or not at all.
 --
--- KEYS[1] counts  ZSET  key -> distinct bounded users (or events, unit "event")
--- KEYS[2] users   HASH  user -> the user's counted keys, NUL-separated, in first-seen order
--- KEYS[3] offsets HASH  partition -> highest offset applied to this window
--- KEYS[4] meta    HASH  start, end, state (open|closed|released), events_applied, events_bounded
--- ARGV: start, end, partition, unit ("user"|"event"), max_keys_per_user, closed_through,
---       offsets, users, keys
--- offsets: "o1,o2,..." strictly increasing, all of that partition; users and keys: the events' users
--- and keys in the same order, NUL-separated (the decoder rejects empty strings and NUL, so the split is
--- unambiguous). Three strings instead of three arguments per event keep the client's packing to three
--- C-level joins.
+-- KEYS[1] counts  ZSET   key -> distinct bounded users (or events, unit "event")
+-- KEYS[2] users   STRING bounding log: the counted pairs "user\0key\0" in apply order (append only)
+-- KEYS[3] offsets HASH   partition -> highest offset applied to this window
+-- KEYS[4] meta    HASH   start, end, state (open|closed|released), events_applied, events_bounded, apply_token
+-- ARGV: start, end, partition, closed_through, token_before, token, log_bytes_before, last_offset,
+--       applied, bounded, log, increment keys (NUL-separated), increment counts (comma-separated)
 -- closed_through: the caller's view of the global watermark (the window is late when end <= it).
--- Returns {applied, duplicate (offset already applied), linf, l0, late}.
 --
--- Bounding is evaluated event by event in offset order, exactly as stream_dp.ingest.bounding states it.
+-- The plan is valid only for the state it was made on: apply_token names that state, every apply
+-- replaces it, and a plan made on any other state (or on a log of another length) is refused. Replies:
+--   {"ok"}                                   recorded
+--   {"late", applied offset | "-1"}          the window is closed: nothing recorded
+--   {"stale", apply_token, from, log[from:], offsets (flat HGETALL)}
+--                                            the state moved on (another writer, or an outcome the caller
+--                                            never saw): nothing recorded; the caller absorbs what changed
+--                                            (from = log_bytes_before, or 0 if the log is shorter) and plans again
 local counts, users, offsets, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local w_start, w_end, partition = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local per_user = ARGV[4] == 'user'
-local max_keys = tonumber(ARGV[5])
-local SEP = '\0'
+local partition = ARGV[3]
 
--- whether the NUL-separated list `seen` holds `key`, and how many keys it holds (without building strings)
-local function has_key(seen, key)
-  local pos, len = 1, #seen
-  while true do
-    local s, e = string.find(seen, key, pos, true)
-    if not s then return false end
-    if (s == 1 or string.byte(seen, s - 1) == 0) and (e == len or string.byte(seen, e + 1) == 0) then
-      return true
-    end
-    pos = s + 1
-  end
-end
-
-local function count_keys(seen)
-  local n, pos = 1, 1
-  while true do
-    local s = string.find(seen, SEP, pos, true)
-    if not s then return n end
-    n, pos = n + 1, s + 1
-  end
-end
-
-local offs, us, ks = {}, {}, {}
-local n = 0
-for o in string.gmatch(ARGV[7], '%d+') do
-  n = n + 1
-  offs[n] = tonumber(o)
-  if n > 1 and offs[n] <= offs[n - 1] then
-    return redis.error_reply('apply_window: offsets must increase within a chunk (' .. o .. ' after ' ..
-      string.format('%d', offs[n - 1]) .. ')')
-  end
-end
-local i = 0
-for u in string.gmatch(ARGV[8], '[^%z]+') do
-  i = i + 1
-  us[i] = u
-end
-local j = 0
-for k in string.gmatch(ARGV[9], '[^%z]+') do
-  j = j + 1
-  ks[j] = k
-end
-if i ~= n or j ~= n then
-  return redis.error_reply('apply_window: ' .. n .. ' offsets, ' .. i .. ' users, ' .. j .. ' keys')
-end
-
-local last = tonumber(redis.call('HGET', offsets, partition) or '-1')
--- offsets increase within a chunk, so the events applied before (a replay) are a prefix
-local first = 1
-while first <= n and offs[first] <= last do first = first + 1 end
-local dup = first - 1
-
+local last = redis.call('HGET', offsets, partition)
 local state = redis.call('HGET', meta, 'state')
-if state == 'closed' or state == 'released' or w_end <= tonumber(ARGV[6]) then
-  -- closed: nothing changes; events applied before (a replay) are duplicates, the others are late
-  return {0, dup, 0, 0, n - dup}
+if state == 'closed' or state == 'released' or tonumber(ARGV[2]) <= tonumber(ARGV[4]) then
+  return {'late', last or '-1'}
 end
 
-local applied, linf, l0 = 0, 0, 0
-local incr = {}
-for e = first, n do
-  local key = ks[e]
-  local counted = true
-  if per_user then
-    local user = us[e]
-    local seen = redis.call('HGET', users, user)
-    if not seen then
-      redis.call('HSET', users, user, key)
-    elseif has_key(seen, key) then
-      linf = linf + 1
-      counted = false
-    elseif count_keys(seen) >= max_keys then
-      l0 = l0 + 1
-      counted = false
-    else
-      redis.call('HSET', users, user, seen .. SEP .. key)
-    end
-  end
-  if counted then
-    incr[key] = (incr[key] or 0) + 1
-    applied = applied + 1
-  end
+local token = redis.call('HGET', meta, 'apply_token') or ''
+local len = redis.call('STRLEN', users)
+local from = tonumber(ARGV[7])
+if token ~= ARGV[5] or len ~= from then
+  if len < from then from = 0 end
+  local tail = ''
+  if len > from then tail = redis.call('GETRANGE', users, from, len - 1) end
+  return {'stale', token, from, tail, redis.call('HGETALL', offsets)}
+end
+if last and tonumber(ARGV[8]) <= tonumber(last) then
+  -- same token, yet the plan's offsets are already applied: the caller's cache is broken, not stale
+  return redis.error_reply('apply_window: plan up to offset ' .. ARGV[8] .. ' of partition ' .. partition ..
+    ' but ' .. last .. ' is already applied under the same apply_token')
 end
 
-for key, by in pairs(incr) do
-  redis.call('ZINCRBY', counts, by, key)
+-- parse and check everything before the first write: a script that fails half way keeps its writes
+local ks, cs, n, i = {}, {}, 0, 0
+for k in string.gmatch(ARGV[12], '[^%z]+') do
+  n = n + 1
+  ks[n] = k
+end
+for c in string.gmatch(ARGV[13], '%d+') do
+  i = i + 1
+  cs[i] = c
+end
+if i ~= n then
+  return redis.error_reply('apply_window: ' .. n .. ' increment keys but ' .. i .. ' counts')
 end
 
-if n > dup and offs[n] > last then
-  redis.call('HSET', offsets, partition, string.format('%d', offs[n]))
+if ARGV[11] ~= '' then
+  redis.call('APPEND', users, ARGV[11])
 end
+for j = 1, n do
+  redis.call('ZINCRBY', counts, cs[j], ks[j])
+end
+redis.call('HSET', offsets, partition, ARGV[8])
 if not state then
-  redis.call('HSET', meta, 'start', w_start, 'end', ARGV[2], 'state', 'open')
-end
-if applied > 0 then
-  redis.call('HINCRBY', meta, 'events_applied', applied)
+  redis.call('HSET', meta, 'start', ARGV[1], 'end', ARGV[2], 'state', 'open', 'apply_token', ARGV[6])
 else
-  redis.call('HSETNX', meta, 'events_applied', 0)
+  redis.call('HSET', meta, 'apply_token', ARGV[6])
 end
-if linf + l0 > 0 then
-  redis.call('HINCRBY', meta, 'events_bounded', linf + l0)
+redis.call('HINCRBY', meta, 'events_applied', tonumber(ARGV[9]))
+if ARGV[10] ~= '0' then
+  redis.call('HINCRBY', meta, 'events_bounded', tonumber(ARGV[10]))
 end
-return {applied, dup, linf, l0, 0}
+return {'ok'}
