@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import redis
 from kafka import TopicPartition
-from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
@@ -99,14 +99,26 @@ class _Batch:
     idle: bool = False
 
 
-class _Rebalance(ConsumerRebalanceListener):
+class _Rebalance(AsyncConsumerRebalanceListener):
+    """kafka-python (3.x) calls these on its IO thread while the loop waits inside ``poll()``. A blocking
+    consumer call is refused there, so the handover commit is sent and awaited on that thread's loop."""
+
     def __init__(self, worker: "IngestWorker") -> None:
         self.worker = worker
 
-    def on_partitions_revoked(self, revoked: Any) -> None:
-        self.worker._on_revoked({tp for tp in revoked})
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        w = self.worker
+        offsets = w._prepare_handover({tp for tp in revoked})
+        if offsets:
+            try:
+                await w.consumer.commit_async(offsets)
+            except Exception as exc:  # noqa: BLE001 - a lost commit only means a replay the offset records skip
+                w._commit_failed(exc)
+            else:
+                w._committed(offsets, None)
+        w._hand_over({tp for tp in revoked})
 
-    def on_partitions_assigned(self, assigned: Any) -> None:
+    async def on_partitions_assigned(self, assigned: Any) -> None:
         self.worker._on_assigned({tp for tp in assigned})
 
 
@@ -399,9 +411,11 @@ class IngestWorker:
         self.metrics.lag.set(sum(self._lags().values()))
 
     # --- rebalance callbacks (run inside poll, between batches) -----------------------------------
-    def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+    def _prepare_handover(self, revoked: set[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Before partitions go to another worker: finish the batch in flight, and return the offsets
+        applied but not committed yet (the listener commits them before the group moves on)."""
         if not revoked:
-            return
+            return {}
         self.metrics.rebalances.labels(change="revoked").inc()
         log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
         try:
@@ -410,7 +424,11 @@ class IngestWorker:
             self._failed_batch = None
             log.warning("batch in flight not applied before the rebalance (%s); the new owner replays it",
                         exc if isinstance(exc, ApplyFailed) else f"{type(exc).__name__}: {exc}")
-        self._commit_pending()
+        owned = self.consumer.assignment()
+        return {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending_commit.items() if tp in owned}
+
+    def _hand_over(self, revoked: set[TopicPartition]) -> None:
+        """After the handover commit (or its failure): forget the revoked partitions."""
         for tp in revoked:
             self._pending_commit.pop(tp, None)
             self._positions.pop(tp, None)

@@ -3,6 +3,7 @@
 - SIGKILL at random moments during a replay (≥ 10 times), restart each time: final counts exact.
 - 2 and 3 workers in one consumer group share the partitions: counts exact, no late events while
   partitions are handed over, windows closed by the shared global watermark.
+- A worker joining mid-stream: the one handing partitions over commits first, nothing is replayed.
 - Redis stopped and restarted under a running worker: it reconnects and the counts stay exact.
 """
 
@@ -113,10 +114,38 @@ def test_workers_in_one_group_share_partitions_and_counts_stay_exact(bootstrap_s
     owners = sum(1 for text in logs if "partitions assigned: [" in text.replace("partitions assigned: []", ""))
     assert owners >= 2, "the group must spread partitions over several workers"
     assert all("ingest stopped (stop requested)" in text for text in logs)
+    # handing partitions over commits what was applied (kafka-python runs the rebalance listener on its IO
+    # thread, where a blocking commit is refused)
+    assert not any("failed on_partitions_revoked" in text or "offset commit failed" in text for text in logs)
     closed = [s for s in store.windows() if store.meta(s)["state"] == "closed"]
     assert closed, "the global watermark over all partitions closed the early windows"
     wm = store.global_watermark()
     assert all(s + SIZE <= wm for s in closed)
+
+
+def test_a_worker_joining_mid_stream_takes_over_without_a_replay(bootstrap_servers, redis_client, redis_url,
+                                                                topic_name, tmp_path):
+    """The worker that hands partitions over finishes its batch in flight and commits before the group
+    moves on, so the new owner starts exactly where it stopped: no event is read twice."""
+    # small batches keep the first worker busy long enough for the second to join mid-stream
+    topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=40_000, seed=11,
+                                            lateness=SIZE // 4, kafka={"max_poll_records": 20})
+    store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
+    first = start_worker(cfg_file, tmp_path / "first.log")
+    procs = [first]
+    try:
+        wait_for(lambda: _applied(redis_client, store) > 5_000, timeout=60, what="the first worker under way")
+        procs.append(start_worker(cfg_file, tmp_path / "second.log"))
+        wait_for(lambda: "partitions revoked: [" in (tmp_path / "first.log").read_text(), timeout=60,
+                 what="the first worker handing partitions over")
+    finally:
+        _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path, procs)
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
+    assert redis_counts(store, truth) == truth
+    first_log, second_log = (tmp_path / "first.log").read_text(), (tmp_path / "second.log").read_text()
+    assert "partitions assigned: [" in second_log.replace("partitions assigned: []", "")
+    assert "failed on_partitions_revoked" not in first_log
+    assert "already applied" not in first_log + second_log, "a handover must not replay applied events"
 
 
 def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_name, tmp_path):
