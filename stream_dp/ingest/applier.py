@@ -36,7 +36,7 @@ import redis
 from stream_dp.config import Config
 from stream_dp.devstack import die_with_parent
 from stream_dp.ingest.decode import Event, EventDecoder
-from stream_dp.ingest.store import Chunk, ChunkResult, WatermarkState, WindowStore
+from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.keys import Keys
 
@@ -54,8 +54,9 @@ _TRANSIENT_REDIS_REPLIES = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", 
 
 
 def redis_transient(exc: BaseException) -> bool:
-    """Whether a Redis error is worth retrying with backoff (connection lost, server loading, resharding)."""
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+    """Whether a Redis error is worth retrying with backoff (connection lost, server loading, resharding,
+    or other workers changing a window's bounding state faster than this one could catch up)."""
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, StaleBoundingState)):
         return True
     return isinstance(exc, redis.ResponseError) and str(exc).startswith(_TRANSIENT_REDIS_REPLIES)
 

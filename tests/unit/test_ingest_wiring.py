@@ -40,3 +40,16 @@ def test_bad_config_exits_2_and_names_the_setting(tmp_path, caplog):
     assert ingest.main(["--config", str(bad)]) == 2
     assert main(["ingest", "--config", str(bad)]) == 2
     assert "windows.size_seconds" in caplog.text
+
+
+def test_which_apply_errors_are_retried_with_backoff():
+    import redis
+
+    from stream_dp.ingest.applier import redis_transient
+    from stream_dp.ingest.store import StaleBoundingState
+
+    assert redis_transient(redis.ConnectionError("gone"))
+    assert redis_transient(redis.ResponseError("LOADING Redis is loading the dataset in memory"))
+    assert redis_transient(StaleBoundingState("windows [0]: ..."))  # contention: replay the batch later
+    assert not redis_transient(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"))
+    assert not redis_transient(ValueError("chunk of partition 0: offsets must increase within a chunk"))
