@@ -3,8 +3,8 @@
 A replay goes through the same functions the workers run, against a real redis-server:
 
 1. **ingest** -- :class:`stream_dp.ingest.store.WindowStore`: every event (offset order = event-time order,
-   one partition) is bounded and counted per event-time window by the production Lua script; then the
-   global watermark is advanced past the last window, which closes every window;
+   one partition) is bounded and counted per event-time window by the production planner and apply
+   script; then the global watermark is advanced past the last window, which closes every window;
 2. **release** -- :class:`stream_dp.release.worker.ReleaseWorker` with the real
    :class:`~stream_dp.accounting.ledger.Ledger` and :class:`~stream_dp.release.outbox.Outbox`: each closed
    window, oldest first, is reserved in the ledger, released, settled (pay-what-you-get) and published.

@@ -135,7 +135,7 @@ def section_continual(out: Path) -> str:
         figs += [f"![{s['setup']} utility]({p1.name})\n", f"![{s['setup']} budget]({p2.name})\n"]
     return f"""## 2. Continual release (in-process, production code path)
 
-Each stream is replayed through ingest's `WindowStore` (the production Lua bounding and counting, one
+Each stream is replayed through ingest's `WindowStore` (the production bounding and counting, one
 partition, offset order = event-time order) into a real redis-server, the watermark is advanced past the
 last window, and the release worker (`ReleaseWorker.run_once`, real ledger and outbox; only the Kafka
 producer is an in-memory list) releases every closed window, oldest first. Each replay releases the
