@@ -69,6 +69,7 @@ class RedisConfig:
     password: str = ""
     ssl_ca_certs: str = ""
     socket_timeout_seconds: float = 5.0
+    allow_eviction: bool = False  # run even if Redis's maxmemory-policy may evict keys (see connections.py)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ everywhere the same way.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import redis
@@ -14,6 +15,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from stream_dp.config import KafkaConfig, RedisConfig
+
+log = logging.getLogger(__name__)
 
 
 def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
@@ -30,6 +33,51 @@ def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
         opts["ssl_ca_certs"] = cfg.ssl_ca_certs
     opts.update(overrides)
     return redis.Redis.from_url(cfg.url, **opts)
+
+
+class UnsafeRedis(RuntimeError):
+    """The Redis server may evict keys, and ``redis.allow_eviction`` is false."""
+
+
+def require_noeviction(client: redis.Redis, cfg: RedisConfig) -> str:
+    """Refuse a Redis that may evict keys; returns the policy seen (``""`` when it could not be read).
+
+    Under ``maxmemory`` with any policy but ``noeviction``, Redis drops keys when memory runs short: a
+    window's bounding log (users could then contribute beyond Δ keys), its counts, the ledger's charges
+    (budget spent would be forgotten) or a stored release (it could be recomputed with fresh noise). None
+    of that would be visible. With ``noeviction`` a full Redis refuses writes instead, which the workers
+    treat as an outage. Raises :class:`UnsafeRedis` unless ``cfg.allow_eviction`` (then it only warns).
+    """
+    try:
+        reply = client.config_get("maxmemory-policy")
+    except redis.ResponseError as exc:  # CONFIG disabled or renamed (common on managed services)
+        log.warning("could not read Redis maxmemory-policy (%s); make sure it is noeviction", exc)
+        return ""
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        log.warning("Redis unreachable at startup (%s: %s); its maxmemory-policy was not checked",
+                    type(exc).__name__, exc)
+        return ""
+    raw = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy", b""))
+    policy = raw.decode() if isinstance(raw, bytes) else str(raw)
+    if policy == "noeviction":
+        return policy
+    msg = (f"Redis maxmemory-policy is {policy!r}: when memory runs short Redis may evict bounding logs, "
+           "counts, ledger charges or stored releases, which would silently break the privacy guarantee. "
+           "Set maxmemory-policy noeviction, or redis.allow_eviction = true to run anyway")
+    if cfg.allow_eviction:
+        log.warning("%s (redis.allow_eviction is true)", msg)
+        return policy
+    raise UnsafeRedis(msg)
+
+
+def preflight_redis(cfg: RedisConfig) -> None:
+    """What a worker checks before it starts: a Redis URL is configured and the server does not evict
+    keys (:func:`require_noeviction`). Raises ValueError or :class:`UnsafeRedis` naming the setting."""
+    client = redis_client(cfg)
+    try:
+        require_noeviction(client, cfg)
+    finally:
+        client.close()
 
 
 def _require_bootstrap(cfg: KafkaConfig) -> None:
