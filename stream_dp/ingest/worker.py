@@ -143,6 +143,7 @@ class IngestWorker:
         self.backoff = Backoff(cfg.ingest.backoff_initial_seconds, cfg.ingest.backoff_max_seconds)
         self._stop = threading.Event()
         self._pending_commit: dict[TopicPartition, int] = {}  # applied in Redis, not yet committed
+        self._commit_in_flight: Any = None  # the future of the async commit not answered yet
         self._positions: dict[TopicPartition, int] = {}  # next offset per owned partition (for lag)
         self._known_partitions: set[int] = set()
         self._revoked: set[int] = set()  # revoked since the last request (the applier forgets their clocks)
@@ -354,10 +355,14 @@ class IngestWorker:
     def _commit_pending(self, *, wait: bool = True) -> None:
         """Commit the offsets applied in Redis but not yet committed. ``wait=False`` (after each batch)
         sends the commit and returns; its outcome arrives in :meth:`_committed` during a later poll, and
-        whatever is still pending goes with the next commit. Synchronous before a rebalance hands the
-        partitions over, on shutdown and when idle. Either way a lost commit only means a replay, which
-        the offset records in Redis skip."""
+        whatever is still pending goes with the next commit. While one async commit is unanswered no
+        other is sent: the offsets of the batches meanwhile go together with the next one (small batches
+        would otherwise fill the connection's in-flight slots, and commits would fail for no reason).
+        Synchronous when idle and on shutdown; awaited before a rebalance hands the partitions over.
+        Either way a lost commit only means a replay, which the offset records in Redis skip."""
         if not self._pending_commit:
+            return
+        if not wait and self._commit_in_flight is not None and not self._commit_in_flight.is_done:
             return
         owned = self.consumer.assignment()
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending_commit.items() if tp in owned}
@@ -366,7 +371,7 @@ class IngestWorker:
             return
         if not wait:
             try:
-                self.consumer.commit_async(offsets, callback=self._committed)
+                self._commit_in_flight = self.consumer.commit_async(offsets, callback=self._committed)
             except KafkaError as exc:
                 self._commit_failed(exc)
             return

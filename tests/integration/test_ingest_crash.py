@@ -4,6 +4,8 @@
 - 2 and 3 workers in one consumer group share the partitions: counts exact, no late events while
   partitions are handed over, windows closed by the shared global watermark.
 - A worker joining mid-stream: the one handing partitions over commits first, nothing is replayed.
+- The broker hung (SIGSTOP) for longer than the session timeout mid-stream, then resumed: counts exact,
+  and no commit failed on the way (async commits wait for the unanswered one).
 - Redis stopped and restarted under a running worker: it reconnects and the counts stay exact.
 """
 
@@ -169,6 +171,40 @@ def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_n
     finally:
         code = stop_worker(proc)
     assert code == 0
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
+    assert redis_counts(store, truth) == truth
+    client.close()
+
+
+def test_broker_hung_mid_stream_worker_survives_and_counts_stay_exact(own_stack, topic_name, tmp_path):
+    """SIGSTOP the broker for longer than the group's session timeout while the worker consumes, then
+    SIGCONT: the worker must neither crash nor lose or double count (the group may rebalance on resume)."""
+    import redis
+
+    bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
+    topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=40_000, seed=12,
+                                            kafka={"max_poll_records": 20})
+    client = redis.Redis.from_url(redis_url)
+    store = WindowStore(client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
+    proc = start_worker(cfg_file, tmp_path / "hung.log")
+    try:
+        wait_for(lambda: _applied(client, store) > 0, timeout=60, interval=0.02, what="progress")
+        os.kill(own_stack.broker.pid, signal.SIGSTOP)
+        paused_at = _applied(client, store)
+        try:
+            time.sleep(8)  # the outage itself: longer than the 6 s session timeout
+            assert proc.poll() is None, "the worker must survive a hung broker"
+            assert paused_at < len(events) // 2, "the outage must hit the middle of the stream"
+        finally:
+            os.kill(own_stack.broker.pid, signal.SIGCONT)
+        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=120, interval=0.3,
+                 what="every event committed after the broker came back")
+    finally:
+        code = stop_worker(proc)
+    assert code == 0
+    # batches of 20 finish far faster than the broker answers commits: they must wait for the unanswered
+    # one and go together, not pile up until the connection refuses them
+    assert "offset commit failed" not in (tmp_path / "hung.log").read_text()
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
     assert redis_counts(store, truth) == truth
     client.close()
