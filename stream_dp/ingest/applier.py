@@ -8,7 +8,10 @@ run beside the Kafka consumer instead of competing with it for the GIL:
   registration cache and the :class:`~stream_dp.ingest.store.WindowStore`.
 - :class:`ThreadRunner` runs it on a thread of the calling process (tests, embedding with an injected
   Redis client); :class:`ProcessRunner` runs it in a child process (what ``workers.ingest`` uses). Both
-  keep at most one batch in flight, so chunks of one partition reach Redis in offset order.
+  take up to :data:`MAX_IN_FLIGHT` batches and apply them strictly one after another, in order, so
+  chunks of one partition reach Redis in offset order. After a failed batch, the ones queued behind it
+  are not applied (their outcome says so) until the loop has rewound and calls ``resume()``: a later
+  batch must never move an offset record past events of a failed one.
 
 Exactly-once is unchanged by where it runs: each (window, partition) chunk and its offset record are one
 Lua script; the loop commits Kafka offsets only after the outcome says the batch was applied, and a
@@ -27,6 +30,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -41,6 +45,10 @@ from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.keys import Keys
 
 log = logging.getLogger(__name__)
+
+#: Batches a runner accepts before the loop must collect an outcome: the loop hands over the next batch
+#: while the applier still works on the previous one, so neither waits for the other.
+MAX_IN_FLIGHT = 2
 
 #: Records decoded per Redis round trip: Redis applies one segment while the next is decoded.
 SEGMENT_RECORDS = 1000
@@ -240,6 +248,32 @@ class _NotSent(Exception):
     """A segment not sent to Redis because an earlier segment of its batch failed."""
 
 
+class InOrder:
+    """Applies batches one after another; after a failed one, refuses the rest until :meth:`resume`.
+
+    Both runners serve requests through one of these, so "queued behind a failed batch" means the same
+    everywhere: not applied, with a failure outcome that names the original error.
+    """
+
+    def __init__(self, applier: BatchApplier) -> None:
+        self.applier = applier
+        self.failed: Failure | None = None
+
+    def outcome(self, req: BatchRequest) -> BatchOutcome:
+        if self.failed is not None:
+            return BatchOutcome(failure=Failure(
+                "NotApplied", f"queued behind a batch that failed ({self.failed.error}); replayed after the rewind",
+                self.failed.dependency))
+        out = outcome_of(self.applier, req)
+        if out.failure is not None:
+            self.failed = out.failure
+        return out
+
+    def resume(self) -> None:
+        """The loop has collected every outcome and rewound: apply again."""
+        self.failed = None
+
+
 def outcome_of(applier: BatchApplier, req: BatchRequest) -> BatchOutcome:
     """``applier.apply_one(req)``, with an error turned into the outcome's failure (what both runners send
     back to the loop)."""
@@ -251,28 +285,39 @@ def outcome_of(applier: BatchApplier, req: BatchRequest) -> BatchOutcome:
 
 
 class ThreadRunner:
-    """Runs a :class:`BatchApplier` on one thread of this process (one batch in flight)."""
+    """Runs a :class:`BatchApplier` on one thread of this process (up to :data:`MAX_IN_FLIGHT` batches,
+    applied in order)."""
 
     def __init__(self, applier: BatchApplier) -> None:
         self.applier = applier
+        self._in_order = InOrder(applier)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-apply")
-        self._future: Future | None = None
+        self._futures: deque[Future] = deque()
 
     def submit(self, req: BatchRequest) -> None:
-        if self._future is not None:
-            raise RuntimeError("a batch is already in flight")
-        self._future = self._executor.submit(outcome_of, self.applier, req)
+        if len(self._futures) >= MAX_IN_FLIGHT:
+            raise RuntimeError(f"{MAX_IN_FLIGHT} batches are already in flight")
+        self._futures.append(self._executor.submit(self._in_order.outcome, req))
 
     def result(self) -> BatchOutcome:
-        """The outcome of the batch in flight (waits for it)."""
-        if self._future is None:
+        """The outcome of the oldest batch in flight (waits for it)."""
+        if not self._futures:
             raise RuntimeError("no batch in flight")
-        fut, self._future = self._future, None
-        return fut.result()
+        return self._futures.popleft().result()
+
+    def resume(self) -> None:
+        """Apply again after a failure (call with no batch in flight)."""
+        if self._futures:
+            raise RuntimeError("resume() with batches in flight: collect their outcomes first")
+        self._in_order.resume()
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self.applier.close()
+
+
+#: The message that tells the applier process to apply again after a failure.
+RESUME = "resume"
 
 
 class ApplierDied(RuntimeError):
@@ -281,7 +326,8 @@ class ApplierDied(RuntimeError):
 
 class ProcessRunner:
     """Runs a :class:`BatchApplier` in a child process, ``python -m stream_dp.ingest.applier_process``
-    (one batch in flight; requests and outcomes are pickles over a socket pair).
+    (up to :data:`MAX_IN_FLIGHT` batches, applied in order; requests and outcomes are pickles over a
+    socket pair).
 
     The child runs in its own session and ignores SIGINT/SIGTERM (the loop decides when to stop: it
     finishes the batch first); the kernel SIGKILLs it if the loop's process dies (PR_SET_PDEATHSIG), so it
@@ -299,25 +345,35 @@ class ProcessRunner:
             theirs.close()
         self._conn = Connection(ours.detach())
         self._conn.send_bytes(pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
-        self._in_flight = False
+        self._in_flight = 0
 
     @property
     def pid(self) -> int:
         return self._proc.pid
 
     def submit(self, req: BatchRequest) -> None:
+        if self._in_flight >= MAX_IN_FLIGHT:
+            raise RuntimeError(f"{MAX_IN_FLIGHT} batches are already in flight")
+        self._send(req)
+        self._in_flight += 1
+
+    def resume(self) -> None:
+        """Apply again after a failure (call with no batch in flight)."""
         if self._in_flight:
-            raise RuntimeError("a batch is already in flight")
+            raise RuntimeError("resume() with batches in flight: collect their outcomes first")
+        self._send(RESUME)
+
+    def _send(self, message: object) -> None:
         try:
-            self._conn.send_bytes(pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL))
+            self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError as exc:
             raise ApplierDied(f"the applier process ended (exit code {self._proc.poll()})") from exc
-        self._in_flight = True
 
     def result(self) -> BatchOutcome:
+        """The outcome of the oldest batch in flight (waits for it)."""
         if not self._in_flight:
             raise RuntimeError("no batch in flight")
-        self._in_flight = False
+        self._in_flight -= 1
         try:
             return pickle.loads(self._conn.recv_bytes())
         except (EOFError, OSError) as exc:
@@ -358,13 +414,18 @@ def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs
     except (EOFError, OSError):
         return
     applier = BatchApplier(cfg, redis_client(cfg.redis))
+    in_order = InOrder(applier)
     try:
         while True:
             try:
                 raw = conn.recv_bytes()
             except (EOFError, OSError):
                 return
-            out = outcome_of(applier, pickle.loads(raw))
+            message = pickle.loads(raw)
+            if isinstance(message, str) and message == RESUME:
+                in_order.resume()
+                continue
+            out = in_order.outcome(message)
             try:
                 conn.send_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
             except OSError:

@@ -6,7 +6,8 @@ One iteration (a *batch*):
 2. hand them, as columns, to the applier (:mod:`~stream_dp.ingest.applier`: decode and validate, group
    valid events per (window, partition), register new windows, apply every chunk in Redis — bounding,
    increments and offset record atomically per chunk, already applied offsets skipped — then advance the
-   watermark), which works while the loop polls the next batch;
+   watermark), queued behind the previous batch: the applier takes two and applies them in order, and
+   one queued behind a failed batch is not applied until the loop has rewound;
 3. take the previous batch's outcome; send its rejects to the dead-letter topic (original key and bytes,
    the reason and the source partition/offset in headers) and wait for them; count everything by reason;
 4. commit the batch's offsets to Kafka — only now (asynchronously: the outcome is collected in a later
@@ -27,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -82,6 +84,8 @@ class Runner(Protocol):
     def submit(self, req: BatchRequest) -> None: ...
 
     def result(self) -> BatchOutcome: ...
+
+    def resume(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -148,7 +152,7 @@ class IngestWorker:
         self._known_partitions: set[int] = set()
         self._revoked: set[int] = set()  # revoked since the last request (the applier forgets their clocks)
         self._last_advance = float("-inf")
-        self._inflight: _Batch | None = None  # submitted to the applier, not yet committed
+        self._inflight: deque[_Batch] = deque()  # submitted to the applier, oldest first (at most 2)
         self._failed_batch: _Batch | None = None  # being drained when an error struck (to rewind)
         self.batches = 0
 
@@ -181,7 +185,7 @@ class IngestWorker:
 
     def _shutdown(self, reason: str) -> None:
         try:
-            self._drain()
+            self._drain_all()
         except Exception as exc:  # noqa: BLE001 - the unfinished batch is replayed on the next start
             log.warning("last batch not applied (%s: %s); it will be replayed", type(exc).__name__, exc)
         self._commit_pending()
@@ -197,9 +201,9 @@ class IngestWorker:
 
     # --- one iteration ---------------------------------------------------------------------------
     def step(self) -> None:
-        """Poll once; while the applier works on the previous batch, cut the new one into columns; finish
-        the previous batch (dead letters, commit); hand the new one over. When nothing came, finish the
-        previous batch and keep the watermark moving."""
+        """Poll once and hand the new batch to the applier at once (it queues behind the batch in flight),
+        then finish the previous batch (dead letters, commit) while the applier works on the new one.
+        When nothing came, finish what is in flight and keep the watermark moving."""
         try:
             records = self.consumer.poll(timeout_ms=self.cfg.ingest.poll_timeout_ms)
         except KafkaError as exc:
@@ -207,22 +211,40 @@ class IngestWorker:
             return
         batch = self._prepare(records) if records else None
         try:
-            self._drain()
             if batch is not None:
                 self._submit(batch)
-            elif self.clock() - self._last_advance >= self.cfg.ingest.watermark_interval_seconds:
-                self._submit(_Batch(t0=time.perf_counter(), request=self._request([], set()), idle=True))
-                self._drain()
-                self._commit_pending()
+                while len(self._inflight) > 1:
+                    self._drain()
+            else:
+                self._drain_all()
+                if self.clock() - self._last_advance >= self.cfg.ingest.watermark_interval_seconds:
+                    self._submit(_Batch(t0=time.perf_counter(), request=self._request([], set()), idle=True))
+                    self._drain_all()
+                    self._commit_pending()
         except Exception as exc:  # noqa: BLE001 - classified below; non-transient ones re-raise
             dep = is_transient(exc)
             if dep is None:
                 raise
-            self._failed(dep, exc, [b for b in (self._failed_batch, batch) if b is not None])
+            self._failed(dep, exc, self._abandon(batch))
             return
         self.backoff.reset()
         self.metrics.up.set(1)
         self._update_lag()
+
+    def _abandon(self, polled: "_Batch | None") -> list["_Batch"]:
+        """After a failure: the batches to rewind to — the one that failed, those still in flight, the
+        one just polled. The outcomes in flight are collected and dropped (the applier refused them after
+        the failure, or applied them, which the replay skips); then the applier may apply again."""
+        batches = {id(b): b for b in (self._failed_batch, *self._inflight, polled) if b is not None}
+        self._failed_batch = None
+        self._discard_in_flight()
+        return list(batches.values())
+
+    def _discard_in_flight(self) -> None:
+        while self._inflight:
+            self._inflight.popleft()
+            self.runner.result()
+        self.runner.resume()
 
     def _failed(self, dependency: str, exc: BaseException, batches: list["_Batch"]) -> None:
         """Rewind to the start of the unfinished batches, mark the dependency down, wait (stop-aware)."""
@@ -277,16 +299,19 @@ class IngestWorker:
                             known=frozenset(self._known_partitions), forget=forget)
 
     def _submit(self, b: "_Batch") -> None:
-        """Hand a batch to the applier (one batch in flight: chunk order must be kept)."""
+        """Hand a batch to the applier, which applies batches strictly in order (chunk order is kept)."""
         self.runner.submit(b.request)
-        self._inflight = b
+        self._inflight.append(b)
+
+    def _drain_all(self) -> None:
+        while self._inflight:
+            self._drain()
 
     def _drain(self) -> None:
-        """Finish the batch in flight: its outcome, then its dead letters, then commit its offsets."""
-        b = self._inflight
-        if b is None:
+        """Finish the oldest batch in flight: its outcome, then its dead letters, then commit its offsets."""
+        if not self._inflight:
             return
-        self._inflight = None
+        b = self._inflight.popleft()
         self._failed_batch = b
         out = self.runner.result()
         if out.failure is not None:
@@ -424,11 +449,12 @@ class IngestWorker:
         self.metrics.rebalances.labels(change="revoked").inc()
         log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
         try:
-            self._drain()  # finish the batch in flight so its offsets can be committed before handing over
+            self._drain_all()  # finish the batches in flight so their offsets can be committed before handing over
         except Exception as exc:  # noqa: BLE001 - the new owner replays it (the offset records skip duplicates)
             self._failed_batch = None
             log.warning("batch in flight not applied before the rebalance (%s); the new owner replays it",
                         exc if isinstance(exc, ApplyFailed) else f"{type(exc).__name__}: {exc}")
+            self._discard_in_flight()
         owned = self.consumer.assignment()
         return {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending_commit.items() if tp in owned}
 

@@ -99,6 +99,7 @@ def test_redis_failure_is_an_outcome_and_the_applier_keeps_serving(redis_client,
             out = runner.result()
             assert out.failure is not None and out.failure.dependency == "redis"
             assert out.failure.error == "ConnectionError"
+            runner.resume()  # what the loop does after it rewound
         assert runner._proc.poll() is None
     finally:
         runner.close()
@@ -123,6 +124,41 @@ def test_a_failed_segment_stops_the_rest_of_the_batch(redis_client, redis_url, m
         assert (out.applied, out.duplicate) == (4, 0)
     finally:
         applier.close()
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_a_batch_queued_behind_a_failed_one_is_not_applied_until_resume(redis_client, redis_url, kind):
+    """Two batches in flight, the first fails: the second must not be applied (its offset records would
+    move past the first's events, and the replay would skip them) until the loop resumes the applier."""
+    runner = (ThreadRunner(BatchApplier(_cfg(redis_url), redis_client)) if kind == "thread"
+              else ProcessRunner(_cfg(redis_url)))
+    redis_client.hset(Keys("sdp").window_users(0), "a", "x")  # window 0 fails with WRONGTYPE
+    first = _request(_records(0, [{"user": "a", "key": "x", "ts": 5}]))
+    second = _request(_records(0, [{"user": "b", "key": "x", "ts": 150}], first_offset=1))  # window 100
+    try:
+        runner.submit(first)
+        runner.submit(second)
+        with pytest.raises(RuntimeError, match="2 batches are already in flight"):
+            runner.submit(second)
+        failed, queued = runner.result(), runner.result()
+        assert "WRONGTYPE" in failed.failure.message
+        assert queued.failure.error == "NotApplied" and "ResponseError" in queued.failure.message
+        assert _store(redis_client).counts(100) == {}
+        assert redis_client.hget(Keys("sdp").window_offsets(100), "0") is None
+        runner.submit(second)  # still refused: the loop has not resumed
+        assert runner.result().failure.error == "NotApplied"
+        redis_client.delete(Keys("sdp").window_users(0))
+        runner.resume()
+        runner.submit(first)
+        runner.submit(second)
+        assert [runner.result().applied, runner.result().applied] == [1, 1]
+        assert _store(redis_client).counts(0) == {"x": 1} and _store(redis_client).counts(100) == {"x": 1}
+        runner.submit(first)
+        with pytest.raises(RuntimeError, match="with batches in flight"):
+            runner.resume()
+        runner.result()
+    finally:
+        runner.close()
 
 
 def test_result_raises_when_the_applier_process_dies(redis_url):
