@@ -38,14 +38,19 @@ OUTCOMES: tuple[str, ...] = ("counted", "linf", "l0")
 BOUNDING_RULES: tuple[str, ...] = ("linf", "l0")
 
 
+def check_bounding_settings(max_keys_per_user: int, unit: str) -> None:
+    """Raise ValueError naming the setting when Δ or the privacy unit is invalid."""
+    if max_keys_per_user < 1:
+        raise ValueError(f"contribution.max_keys_per_user must be >= 1, got {max_keys_per_user}")
+    if unit not in ("user", "event"):
+        raise ValueError(f"contribution.unit must be 'user' or 'event', got {unit!r}")
+
+
 class ContributionBounder:
     """Bounds the contributions to ONE window; offer events in offset order."""
 
     def __init__(self, max_keys_per_user: int, *, unit: str = "user") -> None:
-        if max_keys_per_user < 1:
-            raise ValueError(f"contribution.max_keys_per_user must be >= 1, got {max_keys_per_user}")
-        if unit not in ("user", "event"):
-            raise ValueError(f"contribution.unit must be 'user' or 'event', got {unit!r}")
+        check_bounding_settings(max_keys_per_user, unit)
         self.max_keys_per_user = max_keys_per_user
         self.unit = unit
         self.counts: Counter[str] = Counter()
@@ -163,10 +168,7 @@ class WindowBounding:
     """
 
     def __init__(self, max_keys_per_user: int, *, unit: str = "user") -> None:
-        if max_keys_per_user < 1:
-            raise ValueError(f"contribution.max_keys_per_user must be >= 1, got {max_keys_per_user}")
-        if unit not in ("user", "event"):
-            raise ValueError(f"contribution.unit must be 'user' or 'event', got {unit!r}")
+        check_bounding_settings(max_keys_per_user, unit)
         self.max_keys_per_user = max_keys_per_user
         self.unit = unit
         self.token = ""

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import redis
 
-from stream_dp.ingest.bounding import ChunkPlan, WindowBounding
+from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, check_bounding_settings
 from stream_dp.keys import Keys
 
 #: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
@@ -101,10 +101,7 @@ class WindowStore:
                  max_keys_per_user: int = 5) -> None:
         if window_size < 1:
             raise ValueError(f"windows.size_seconds must be >= 1, got {window_size}")
-        if unit not in ("user", "event"):
-            raise ValueError(f"contribution.unit must be 'user' or 'event', got {unit!r}")
-        if max_keys_per_user < 1:
-            raise ValueError(f"contribution.max_keys_per_user must be >= 1, got {max_keys_per_user}")
+        check_bounding_settings(max_keys_per_user, unit)
         self.client = client
         self.keys = keys
         self.window_size = window_size

@@ -150,23 +150,21 @@ def test_a_worker_joining_mid_stream_takes_over_without_a_replay(bootstrap_serve
     assert "already applied" not in first_log + second_log, "a handover must not replay applied events"
 
 
-def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_name, tmp_path):
+def _through_an_outage(own_stack, topic_name, tmp_path, *, seed: int, max_poll_records: int, outage) -> str:
+    """Run a worker on its own stack, call ``outage(proc, applied)`` once it made progress, wait until
+    every event is committed, stop it; counts must equal the ground truth. Returns the worker's log."""
     import redis
 
     bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
-    topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=40_000, seed=8,
-                                            kafka={"max_poll_records": 300})
+    topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=40_000, seed=seed,
+                                            kafka={"max_poll_records": max_poll_records})
     client = redis.Redis.from_url(redis_url)
     store = WindowStore(client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
-    proc = start_worker(cfg_file, tmp_path / "outage.log")
+    proc = start_worker(cfg_file, tmp_path / "worker.log")
     try:
         wait_for(lambda: _applied(client, store) > 0, timeout=60, interval=0.02, what="progress")
-        own_stack.redis.stop()
-        wait_for(lambda: "redis unavailable" in (tmp_path / "outage.log").read_text(), timeout=30,
-                 what="the worker noticing the outage")
-        assert proc.poll() is None, "the worker must survive the outage"
-        own_stack.redis.start()
-        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=90, interval=0.3,
+        outage(proc, lambda: _applied(client, store))
+        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=120, interval=0.3,
                  what="every event committed after the outage")
     finally:
         code = stop_worker(proc)
@@ -174,40 +172,38 @@ def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_n
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
     assert redis_counts(store, truth) == truth
     client.close()
+    return (tmp_path / "worker.log").read_text()
+
+
+def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_name, tmp_path):
+    def outage(proc, _applied_now) -> None:
+        own_stack.redis.stop()
+        wait_for(lambda: "redis unavailable" in (tmp_path / "worker.log").read_text(), timeout=30,
+                 what="the worker noticing the outage")
+        assert proc.poll() is None, "the worker must survive the outage"
+        own_stack.redis.start()
+
+    _through_an_outage(own_stack, topic_name, tmp_path, seed=8, max_poll_records=300, outage=outage)
 
 
 def test_broker_hung_mid_stream_worker_survives_and_counts_stay_exact(own_stack, topic_name, tmp_path):
     """SIGSTOP the broker for longer than the group's session timeout while the worker consumes, then
     SIGCONT: the worker must neither crash nor lose or double count (the group may rebalance on resume)."""
-    import redis
 
-    bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
-    topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=40_000, seed=12,
-                                            kafka={"max_poll_records": 20})
-    client = redis.Redis.from_url(redis_url)
-    store = WindowStore(client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
-    proc = start_worker(cfg_file, tmp_path / "hung.log")
-    try:
-        wait_for(lambda: _applied(client, store) > 0, timeout=60, interval=0.02, what="progress")
+    def outage(proc, applied_now) -> None:
         os.kill(own_stack.broker.pid, signal.SIGSTOP)
-        paused_at = _applied(client, store)
+        paused_at = applied_now()
         try:
             time.sleep(8)  # the outage itself: longer than the 6 s session timeout
             assert proc.poll() is None, "the worker must survive a hung broker"
-            assert paused_at < len(events) // 2, "the outage must hit the middle of the stream"
+            assert paused_at < 20_000, "the outage must hit the middle of the stream"
         finally:
             os.kill(own_stack.broker.pid, signal.SIGCONT)
-        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=120, interval=0.3,
-                 what="every event committed after the broker came back")
-    finally:
-        code = stop_worker(proc)
-    assert code == 0
+
+    log = _through_an_outage(own_stack, topic_name, tmp_path, seed=12, max_poll_records=20, outage=outage)
     # batches of 20 finish far faster than the broker answers commits: they must wait for the unanswered
     # one and go together, not pile up until the connection refuses them
-    assert "offset commit failed" not in (tmp_path / "hung.log").read_text()
-    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
-    assert redis_counts(store, truth) == truth
-    client.close()
+    assert "offset commit failed" not in log
 
 
 def test_applier_process_killed_worker_exits_non_zero_and_a_restart_finishes_exactly(
