@@ -57,8 +57,7 @@ def require_noeviction(client: redis.Redis, cfg: RedisConfig) -> str:
         log.warning("Redis unreachable at startup (%s: %s); its maxmemory-policy was not checked",
                     type(exc).__name__, exc)
         return ""
-    raw = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy", b""))
-    policy = raw.decode() if isinstance(raw, bytes) else str(raw)
+    policy = reply.get("maxmemory-policy", "")  # redis-py decodes CONFIG GET replies to str
     if policy == "noeviction":
         return policy
     msg = (f"Redis maxmemory-policy is {policy!r}: when memory runs short Redis may evict bounding logs, "

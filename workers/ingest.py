@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from stream_dp.cli.common import redis_preflight_or_report
 from stream_dp.config import Config, ConfigError, load_config
-from stream_dp.connections import UnsafeRedis, ensure_topics, kafka_consumer, kafka_producer, preflight_redis
+from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
 from stream_dp.ingest.applier import ProcessRunner
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.worker import IngestWorker
@@ -60,10 +61,7 @@ def install_signal_handlers(worker: IngestWorker) -> None:
 
 
 def run(cfg: Config) -> int:
-    try:
-        preflight_redis(cfg.redis)
-    except (UnsafeRedis, ValueError) as exc:
-        log.error("%s", exc)
+    if not redis_preflight_or_report(cfg):
         return 2
     registry = CollectorRegistry()
     if cfg.metrics.port:

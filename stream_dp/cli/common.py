@@ -1,11 +1,16 @@
-"""What several subcommands share: the ``--config`` option and loading it with a readable error."""
+"""What several subcommands share: the ``--config`` option, loading it with a readable error, and the
+workers' Redis preflight."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from stream_dp.config import Config, ConfigError, load_config
+from stream_dp.connections import UnsafeRedis, preflight_redis
+
+log = logging.getLogger(__name__)
 
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:
@@ -20,3 +25,14 @@ def load_config_or_report(path: str | None) -> Config | None:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return None
+
+
+def redis_preflight_or_report(cfg: Config) -> bool:
+    """Whether a worker may start on ``cfg.redis`` (:func:`~stream_dp.connections.preflight_redis`); logs
+    why not (naming the setting) when it may not."""
+    try:
+        preflight_redis(cfg.redis)
+    except (UnsafeRedis, ValueError) as exc:
+        log.error("%s", exc)
+        return False
+    return True

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
-from stream_dp.cli.common import add_config_option, load_config_or_report
-from stream_dp.connections import UnsafeRedis, preflight_redis
-
-log = logging.getLogger(__name__)
+from stream_dp.cli.common import add_config_option, load_config_or_report, redis_preflight_or_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,10 +30,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
         return 1
-    try:
-        preflight_redis(cfg.redis)
-    except (UnsafeRedis, ValueError) as exc:
-        log.error("%s", exc)
+    if not redis_preflight_or_report(cfg):
         return 2
     return run_until_signalled(cfg, worker_id=args.worker_id, poll_seconds=args.poll_seconds,
                                claim_ttl_seconds=args.claim_ttl_seconds)
