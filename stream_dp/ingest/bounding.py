@@ -29,9 +29,12 @@ its key's count. Releases computed on such counts protect single events, not use
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
+from operator import ge, itemgetter
 
 #: Outcome of offering one event to the bounder ("linf" and "l0" are metric labels).
 OUTCOMES: tuple[str, ...] = ("counted", "linf", "l0")
@@ -99,18 +102,19 @@ def bounded_window_counts(events: Iterable[tuple[int, str, str]], *, window_size
 LOG_SEPARATOR = "\0"
 
 
-def _not_increasing(partition: int, offset: int, previous: int) -> ValueError:
-    return ValueError(f"chunk of partition {partition}: offsets must increase within a chunk "
-                      f"({offset} after {previous})")
+def applied_prefix(events: Sequence[tuple[int, str, str]], applied_through: int | None) -> int:
+    """How many leading ``(offset, user, key)`` events (offsets increasing) are at or below the applied
+    offset ``applied_through`` (None: nothing applied yet), i.e. already applied: a replay."""
+    return 0 if applied_through is None else bisect_right(events, applied_through, key=itemgetter(0))
 
 
-def _undo(keys_of: dict[str, list[str]], counted: list[str]) -> None:
-    """Take the counted ``[user, key, ...]`` pairs back out of ``keys_of``, newest first."""
-    for i in range(len(counted) - 2, -1, -2):
-        mine = keys_of[counted[i]]
-        mine.pop()
-        if not mine:
-            del keys_of[counted[i]]
+def check_increasing(partition: int, events: Sequence[tuple[int, str, str]]) -> None:
+    """Raise ValueError unless the chunk's offsets strictly increase."""
+    offsets = list(map(itemgetter(0), events))
+    if any(map(ge, offsets, islice(offsets, 1, None))):
+        i = next(i for i in range(1, len(offsets)) if offsets[i] <= offsets[i - 1])
+        raise ValueError(f"chunk of partition {partition}: offsets must increase within a chunk "
+                         f"({offsets[i]} after {offsets[i - 1]})")
 
 
 def encode_log(pairs: list[str]) -> bytes:
@@ -139,7 +143,6 @@ class ChunkPlan:
     """
 
     partition: int
-    events: int
     duplicate: int
     applied: int
     linf: int
@@ -149,9 +152,9 @@ class ChunkPlan:
     increments: dict[str, int]
     token_before: str
     token: str
+    log_bytes_before: int  # the log length the plan was made on (the script checks it)
     _counted: list[str]  # [user, key, ...] of the counted events, in order (for rollback)
     _offset_before: int | None
-    _log_bytes_before: int
 
 
 class WindowBounding:
@@ -179,31 +182,18 @@ class WindowBounding:
     def plan(self, partition: int, events: Sequence[tuple[int, str, str]], *, token: str) -> ChunkPlan:
         """Bound one chunk, ``(offset, user, key)`` in strictly increasing offset order, on the cached
         state; the cache then reflects the chunk as applied, under the version ``token``."""
+        check_increasing(partition, events)
         n = len(events)
         last = self.applied_through.get(partition)
-        first, prev = 0, -1
-        if last is not None:
-            while first < n and events[first][0] <= last:
-                if events[first][0] <= prev:
-                    raise _not_increasing(partition, events[first][0], prev)
-                prev = events[first][0]
-                first += 1
+        first = applied_prefix(events, last)
         counted: list[str] = []
         linf = l0 = 0
         if self.unit == "event":
-            for off, _, _ in events[first:]:
-                if off <= prev:
-                    raise _not_increasing(partition, off, prev)
-                prev = off
             increments = Counter(key for _, _, key in events[first:])
             applied = n - first
         else:
             keys_of, cap, add = self.keys_of, self.max_keys_per_user, counted.extend
-            for off, user, key in events[first:]:
-                if off <= prev:
-                    _undo(keys_of, counted)  # leave the cache as it was
-                    raise _not_increasing(partition, off, prev)
-                prev = off
+            for _, user, key in events[first:]:
                 mine = keys_of.get(user)
                 if mine is None:
                     keys_of[user] = [key]
@@ -219,10 +209,10 @@ class WindowBounding:
             increments = Counter(counted[1::2])
             applied = len(counted) // 2
         log = encode_log(counted)
-        plan = ChunkPlan(partition=partition, events=n, duplicate=first, applied=applied, linf=linf, l0=l0,
+        plan = ChunkPlan(partition=partition, duplicate=first, applied=applied, linf=linf, l0=l0,
                          last_offset=events[-1][0] if first < n else None, log=log, increments=increments,
-                         token_before=self.token, token=token, _counted=counted, _offset_before=last,
-                         _log_bytes_before=self.log_bytes)
+                         token_before=self.token, token=token, log_bytes_before=self.log_bytes,
+                         _counted=counted, _offset_before=last)
         if first < n:
             self.applied_through[partition] = events[-1][0]
             self.log_bytes += len(log)
@@ -235,12 +225,17 @@ class WindowBounding:
             return
         if self.token != plan.token:
             raise RuntimeError("bounding cache: plans must be rolled back newest first")
-        _undo(self.keys_of, plan._counted)
+        counted, keys_of = plan._counted, self.keys_of
+        for i in range(len(counted) - 2, -1, -2):  # the counted pairs back out, newest first
+            mine = keys_of[counted[i]]
+            mine.pop()
+            if not mine:
+                del keys_of[counted[i]]
         if plan._offset_before is None:
             del self.applied_through[plan.partition]
         else:
             self.applied_through[plan.partition] = plan._offset_before
-        self.log_bytes = plan._log_bytes_before
+        self.log_bytes = plan.log_bytes_before
         self.token = plan.token_before
 
     def absorb(self, *, token: str, log_from: int, log_tail: bytes, applied_through: dict[int, int]) -> None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import redis
 
-from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, check_bounding_settings
+from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix, check_bounding_settings
 from stream_dp.keys import Keys
 
 #: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
@@ -183,7 +183,7 @@ class WindowStore:
                 continue
             sent.append((i, plan))
             args.append([ch.start, ch.start + size, ch.partition, closed, plan.token_before, plan.token,
-                         plan._log_bytes_before, plan.last_offset, plan.applied, plan.linf + plan.l0, plan.log,
+                         plan.log_bytes_before, plan.last_offset, plan.applied, plan.linf + plan.l0, plan.log,
                          "\0".join(plan.increments), ",".join(map(str, plan.increments.values()))])
         if not sent:
             return []
@@ -206,8 +206,7 @@ class WindowStore:
             if plan is not None:
                 undo.append((ch.start, plan))
             if status == b"late":
-                last = int(reply[1])
-                dup = sum(1 for off, _, _ in ch.events if off <= last)
+                dup = applied_prefix(ch.events, int(reply[1]))
                 results[i] = ChunkResult(duplicate=dup, late=len(ch.events) - dup)
                 late_windows.add(ch.start)
             elif status == b"stale":
