@@ -162,7 +162,7 @@ class BatchApplier:
                 for lo in range(0, len(pr.offsets), SEGMENT_RECORDS):
                     chunks = self._group(pr, lo, lo + SEGMENT_RECORDS, out.rejects)
                     if chunks:
-                        jobs.append(self._redis.submit(self._apply, chunks, closed, failed))
+                        jobs.append(self._redis.submit(self._apply, pr.partition, chunks, closed, failed))
         finally:
             wait(jobs)
         errors = [job.exception() for job in jobs if job.exception() is not None]
@@ -189,15 +189,15 @@ class BatchApplier:
         self._redis.shutdown(wait=True)
 
     def _group(self, pr: PartitionRecords, lo: int, hi: int, rejects: list[tuple[int, int, str]]
-               ) -> dict[tuple[int, int], list[tuple[int, str, str]]]:
-        """Decode records ``lo:hi`` of one partition; valid events grouped per (window start, partition)
-        in offset order; rejects appended as (partition, index, reason)."""
+               ) -> dict[int, list[tuple[int, str, str]]]:
+        """Decode records ``lo:hi`` of one partition; valid events grouped per window start in offset
+        order; rejects appended as (partition, index, reason)."""
         decode, fast = self.decoder.decode, self.decoder.fields
         size = self.window_size
         p = pr.partition
-        chunks: dict[tuple[int, int], list[tuple[int, str, str]]] = {}
+        chunks: dict[int, list[tuple[int, str, str]]] = {}
         max_ts = float("-inf")
-        last_key: tuple[int, int] | None = None
+        last_start: int | None = None
         chunk: list[tuple[int, str, str]] = []
         for i, off, ts_ms, value in zip(range(lo, hi), pr.offsets[lo:hi], pr.timestamps[lo:hi], pr.values[lo:hi]):
             f = fast(value, ts_ms)
@@ -210,26 +210,26 @@ class BatchApplier:
             user, key, ts = f
             if ts > max_ts:
                 max_ts = ts
-            ck = (int(ts // size) * size, p)
-            if ck != last_key:
-                chunk = chunks.get(ck)  # type: ignore[assignment]
+            start = int(ts // size) * size
+            if start != last_start:
+                chunk = chunks.get(start)  # type: ignore[assignment]
                 if chunk is None:
-                    chunk = chunks[ck] = []
-                last_key = ck
+                    chunk = chunks[start] = []
+                last_start = start
             chunk.append((off, user, key))
         if max_ts > float("-inf"):
             self.clock.observe(p, max_ts)
         return chunks
 
-    def _apply(self, chunks: dict[tuple[int, int], list[tuple[int, str, str]]], closed: float | None,
+    def _apply(self, partition: int, chunks: dict[int, list[tuple[int, str, str]]], closed: float | None,
                failed: threading.Event) -> list[ChunkResult]:
-        """(Redis thread) Register new windows, then apply the chunks in one pipelined round trip —
-        unless an earlier segment of the batch failed."""
+        """(Redis thread) Register new windows, then apply one partition's chunks (per window start) in
+        one pipelined round trip — unless an earlier segment of the batch failed."""
         if failed.is_set():
             raise _NotSent()
         try:
             size = self.window_size
-            new = {start for start, _ in chunks if start not in self._registered
+            new = {start for start in chunks if start not in self._registered
                    and (closed is None or start + size > closed)}
             refused: set[int] = set()
             if new:
@@ -237,7 +237,7 @@ class BatchApplier:
                 self._registered.update(s for s, ok in flags.items() if ok)
                 refused = {s for s, ok in flags.items() if not ok}
             # closed windows still go to Redis: it tells replayed (duplicate) events from late ones
-            todo = [Chunk.of(start, p, evs, closed=start in refused) for (start, p), evs in chunks.items()]
+            todo = [Chunk.of(start, partition, evs, closed=start in refused) for start, evs in chunks.items()]
             return self.store.apply(todo, closed_through=closed)
         except BaseException:
             failed.set()
@@ -260,28 +260,21 @@ class InOrder:
         self.failed: Failure | None = None
 
     def outcome(self, req: BatchRequest) -> BatchOutcome:
+        """``applier.apply_one(req)``, with an error turned into the outcome's failure (errors never cross
+        to the loop as exceptions)."""
         if self.failed is not None:
             return BatchOutcome(failure=Failure(
                 "NotApplied", f"queued behind a batch that failed ({self.failed.error}); replayed after the rewind",
                 self.failed.dependency))
-        out = outcome_of(self.applier, req)
-        if out.failure is not None:
-            self.failed = out.failure
-        return out
+        try:
+            return self.applier.apply_one(req)
+        except Exception as exc:  # noqa: BLE001 - carried to the loop as an outcome
+            self.failed = Failure(type(exc).__name__, str(exc), "redis" if redis_transient(exc) else None)
+            return BatchOutcome(failure=self.failed)
 
     def resume(self) -> None:
         """The loop has collected every outcome and rewound: apply again."""
         self.failed = None
-
-
-def outcome_of(applier: BatchApplier, req: BatchRequest) -> BatchOutcome:
-    """``applier.apply_one(req)``, with an error turned into the outcome's failure (what both runners send
-    back to the loop)."""
-    try:
-        return applier.apply_one(req)
-    except Exception as exc:  # noqa: BLE001 - carried to the loop as an outcome
-        return BatchOutcome(failure=Failure(type(exc).__name__, str(exc),
-                                            "redis" if redis_transient(exc) else None))
 
 
 class ThreadRunner:

@@ -11,7 +11,7 @@ One iteration (a *batch*):
 3. take the previous batch's outcome; send its rejects to the dead-letter topic (original key and bytes,
    the reason and the source partition/offset in headers) and wait for them; count everything by reason;
 4. commit the batch's offsets to Kafka — only now (asynchronously: the outcome is collected in a later
-   poll; synchronously before a rebalance hands partitions over, on shutdown and when idle).
+   poll; synchronously on shutdown and when idle; awaited before a rebalance hands partitions over).
 
 If Redis or the broker fails in steps 2–3, the consumer is rewound to the batch's first offsets and the
 batch is retried after a capped exponential backoff: the offset records make the replay harmless. A failed
@@ -389,8 +389,7 @@ class IngestWorker:
             return
         if not wait and self._commit_in_flight is not None and not self._commit_in_flight.is_done:
             return
-        owned = self.consumer.assignment()
-        offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending_commit.items() if tp in owned}
+        offsets = self._pending_offsets()
         if not offsets:
             self._pending_commit.clear()
             return
@@ -409,6 +408,11 @@ class IngestWorker:
             self._commit_failed(exc)
         else:
             self._committed(offsets, None)
+
+    def _pending_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The offsets to commit: applied in Redis, not committed yet, of partitions this worker owns."""
+        owned = self.consumer.assignment()
+        return {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending_commit.items() if tp in owned}
 
     def _committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], outcome: Any) -> None:
         """A commit's outcome (an exception, or anything else for success): forget what it covered."""
@@ -455,8 +459,7 @@ class IngestWorker:
             log.warning("batch in flight not applied before the rebalance (%s); the new owner replays it",
                         exc if isinstance(exc, ApplyFailed) else f"{type(exc).__name__}: {exc}")
             self._discard_in_flight()
-        owned = self.consumer.assignment()
-        return {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending_commit.items() if tp in owned}
+        return self._pending_offsets()
 
     def _hand_over(self, revoked: set[TopicPartition]) -> None:
         """After the handover commit (or its failure): forget the revoked partitions."""
