@@ -81,12 +81,44 @@ class EventsConfig:
     max_user_bytes: int = 256
 
 
+FIRST_START = "first-start"
+
+
+def parse_window_start(text: str) -> int | None:
+    """``windows.start`` as epoch seconds; None for ``"first-start"``. Raises ValueError when malformed.
+
+    >>> parse_window_start("7200"), parse_window_start("1970-01-01T02:00:00Z"), parse_window_start("first-start")
+    (7200, 7200, None)
+    """
+    if text == FIRST_START:
+        return None
+    if text.strip().isdigit():
+        return int(text)
+    from datetime import datetime, timezone
+
+    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    seconds = when.timestamp()
+    if seconds != int(seconds) or seconds < 0:
+        raise ValueError(f"{text!r} is not a whole second at or after 1970-01-01")
+    return int(seconds)
+
+
 @dataclass(frozen=True)
 class WindowsConfig:
     size_seconds: int = 3600
     allowed_lateness_seconds: int = 60
     idle_partition_timeout_seconds: float = 30.0
     retention_seconds: int = 86400  # keep a window's counts this long after its release is published
+    # The public release schedule starts at this window: "first-start" (the window of the wall clock when
+    # the deployment first starts, recorded once in Redis), or a window start as epoch seconds ("7200") or
+    # ISO 8601 UTC ("2026-11-03T00:00:00Z"), a multiple of size_seconds.
+    start: str = FIRST_START
+    # A body's event time may place an event only within [record time - max_event_delay_seconds,
+    # record time + max_clock_skew_seconds] of its Kafka record timestamp (the trusted clock).
+    max_event_delay_seconds: int = 30
+    max_clock_skew_seconds: int = 5
 
 
 @dataclass(frozen=True)
@@ -342,6 +374,18 @@ def validate(config: Config) -> Config:
     _require(w.idle_partition_timeout_seconds > 0, "windows.idle_partition_timeout_seconds", "> 0",
              w.idle_partition_timeout_seconds)
     _require(w.retention_seconds >= 0, "windows.retention_seconds", ">= 0", w.retention_seconds)
+    try:
+        start = parse_window_start(w.start)
+    except ValueError:
+        start = -1
+    _require(start is None or (start >= 0 and start % w.size_seconds == 0), "windows.start",
+             f"'{FIRST_START}', or a window start (epoch seconds or ISO 8601 UTC) that is a multiple of "
+             f"windows.size_seconds ({w.size_seconds})", w.start)
+    _require(w.max_clock_skew_seconds >= 0, "windows.max_clock_skew_seconds", ">= 0", w.max_clock_skew_seconds)
+    _require(0 <= w.max_event_delay_seconds <= w.allowed_lateness_seconds, "windows.max_event_delay_seconds",
+             f">= 0 and <= windows.allowed_lateness_seconds ({w.allowed_lateness_seconds}): a delayed event "
+             "must never be late only because other users' records moved the watermark",
+             w.max_event_delay_seconds)
     i = config.ingest
     _require(i.poll_timeout_ms >= 1, "ingest.poll_timeout_ms", ">= 1", i.poll_timeout_ms)
     _positive("ingest.watermark_interval_seconds", i.watermark_interval_seconds)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from stream_dp.cli.common import redis_preflight_or_report
+from stream_dp.cli.common import redis_preflight_or_report, schedule_or_report
 from stream_dp.config import Config, ConfigError, load_config
 from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
 from stream_dp.ingest.applier import ProcessRunner
@@ -61,7 +61,7 @@ def install_signal_handlers(worker: IngestWorker) -> None:
 
 
 def run(cfg: Config) -> int:
-    if not redis_preflight_or_report(cfg):
+    if not redis_preflight_or_report(cfg) or not schedule_or_report(cfg):
         return 2
     registry = CollectorRegistry()
     if cfg.metrics.port:

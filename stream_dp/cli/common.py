@@ -36,3 +36,27 @@ def redis_preflight_or_report(cfg: Config) -> bool:
         log.error("%s", exc)
         return False
     return True
+
+
+def schedule_or_report(cfg: Config) -> bool:
+    """Record (first start) or check the deployment's public release schedule (:mod:`stream_dp.schedule`);
+    logs why not (naming ``windows.start`` / ``windows.size_seconds``) when the config disagrees with it."""
+    from stream_dp.connections import redis_client
+    from stream_dp.keys import Keys
+    from stream_dp.schedule import ScheduleMismatch, establish
+
+    import redis
+
+    client = redis_client(cfg.redis)
+    try:
+        sched = establish(client, Keys(cfg.redis.key_prefix), cfg.windows)
+    except ScheduleMismatch as exc:
+        log.error("config error: %s", exc)
+        return False
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        log.warning("release schedule not checked yet (Redis unreachable: %s); checked once Redis answers", exc)
+        return True
+    finally:
+        client.close()
+    log.info("release schedule: every %d s window from %d (windows.start), empty or not", sched.size, sched.start)
+    return True

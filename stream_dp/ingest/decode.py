@@ -1,7 +1,7 @@
 """Decode and validate one Kafka record into an :class:`Event`, or say exactly why it is rejected.
 
 The input is a JSON object ``{"user": str, "key": str, "ts": number, ...}`` (field names from
-``[events]`` in the config). Anything else is *rejected* with one reason from :data:`REJECT_REASONS` (a
+``[events]`` in the config). Anything else is *rejected* with one reason from :data:`DECODE_REASONS` (a
 small, fixed set: it is a metric label and a dead-letter header). The decoder never raises on input bytes:
 every byte string maps to an event or a rejection (a hypothesis test checks this).
 
@@ -35,8 +35,8 @@ import orjson
 
 from stream_dp.config import EventsConfig
 
-#: Every reason a record can be rejected for (metric label values, dead-letter ``reason`` header).
-REJECT_REASONS: tuple[str, ...] = (
+#: Every reason the decoder rejects a record for.
+DECODE_REASONS: tuple[str, ...] = (
     "empty",
     "not_utf8",
     "bad_json",
@@ -49,6 +49,16 @@ REJECT_REASONS: tuple[str, ...] = (
     "key_too_long",
     "bad_time",
 )
+
+#: Reasons the applier rejects a decoded record for, checking it against the Kafka record timestamp (the
+#: trusted clock, :mod:`stream_dp.ingest.windowing`).
+CLOCK_REASONS: tuple[str, ...] = (
+    "bad_record_time",  # the record has no timestamp
+    "event_time_out_of_range",  # the body's time is too far from the record time (windows.max_*_seconds)
+)
+
+#: Every reason a record can be rejected for (metric label values, dead-letter ``reason`` header).
+REJECT_REASONS: tuple[str, ...] = DECODE_REASONS + CLOCK_REASONS
 
 #: Event times at or above this (epoch seconds, ~year 5138) are treated as garbage.
 MAX_EVENT_TIME = 1e11

@@ -2,7 +2,8 @@
 
 One pass (:meth:`ReleaseWorker.run_once`):
 
-1. find the closable windows (``end <= watermarks.global``, not yet released), oldest first;
+1. find the closable windows on the public schedule (every window from the recorded start on, empty or not,
+   with ``end <= watermarks.global``, not yet released), oldest first (:mod:`stream_dp.schedule`);
 2. claim the **oldest** one (lock with fencing token and expiry, :mod:`stream_dp.release.claim`). Windows are
    released in order because the online alerts state moves window by window; several workers give
    failover, not parallel windows;
@@ -41,6 +42,7 @@ from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.rng import make_rng
+from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ class ReleaseWorker:
         self.cfg = cfg
         self.keys = Keys(cfg.redis.key_prefix)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
+        self._client = client
         self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds)
         self.ledger = ledger
         self.outbox = outbox
@@ -97,6 +100,8 @@ class ReleaseWorker:
     def run_once(self) -> Window | None:
         """Recover (first call), then release the oldest closable window if one can be claimed."""
         if not self.recovered:
+            # the public schedule, recorded by the first process of the deployment (checked against the config)
+            self.reader.schedule = establish_schedule(self._client, self.keys, self.cfg.windows)
             self.recover()
             self.recovered = True
         with self.metrics.phase("redis"):

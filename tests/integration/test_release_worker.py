@@ -55,7 +55,7 @@ def make_cfg(**releases: Any) -> Config:
         base[name] = {**base.get(name, {}), **over}
     return config_from_mapping({
         "redis": {"key_prefix": "t"},
-        "windows": {"size_seconds": SIZE, "retention_seconds": 600},
+        "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": "0"},
         "budget": {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400},
         "releases": base,
     }, environ={})

@@ -42,6 +42,7 @@ STRING_VALUES = {
     "releases.alerts.noise": "geometric",
     "releases.sample.scheme": "ppswor",
     "releases.watch_topk.noise": "exponential",
+    "windows.start": "2026-11-03T00:00:00Z",
 }
 
 

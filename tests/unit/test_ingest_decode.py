@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_dp.config import EventsConfig
-from stream_dp.ingest.decode import REJECT_REASONS, Event, EventDecoder, Rejection
+from stream_dp.ingest.decode import DECODE_REASONS, Event, EventDecoder, Rejection
 
 DEC = EventDecoder(EventsConfig(max_key_bytes=8, max_user_bytes=8))
 
@@ -38,7 +38,7 @@ def test_each_rule_has_its_reason():
     }
     for value, reason in cases.items():
         assert _reason(value) == reason, value
-    assert set(cases.values()) == set(REJECT_REASONS)
+    assert set(cases.values()) == set(DECODE_REASONS)
 
 
 def test_valid_events_and_fallback_to_the_record_timestamp():
@@ -63,7 +63,7 @@ def test_arbitrary_bytes_never_raise(value, timestamp_ms):
     assert fast is None or (isinstance(out, Event) and (out.user, out.key, out.ts) == fast)
     assert isinstance(out, (Event, Rejection))
     if isinstance(out, Rejection):
-        assert out.reason in REJECT_REASONS
+        assert out.reason in DECODE_REASONS
 
 
 _json = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=12),
@@ -93,7 +93,7 @@ def test_arbitrary_json_objects_are_classified(obj):
         assert "\x00" not in out.user + out.key
         assert len(out.key.encode()) <= 8 and len(out.user.encode()) <= 8
     else:
-        assert out.reason in REJECT_REASONS
+        assert out.reason in DECODE_REASONS
 
 
 def test_fast_path_edge_cases_agree_with_the_full_decoder():
