@@ -38,12 +38,7 @@ import numpy as np
 
 from stream_dp.accounting.events import DpEvent, PureDpEvent
 from stream_dp.mechanisms.svt_noise import NOISES, GapTail, default_theta, noise_variance, sample_centred
-from stream_dp.mechanisms.svt_state import (
-    STATE_VERSION,
-    generator_from_state,
-    generator_state,
-    validate_state,
-)
+from stream_dp.mechanisms.svt_state import STATE_VERSION, validate_state
 from stream_dp.rng import RngLike, make_rng
 
 MECHANISM = "adaptive_svt"
@@ -218,28 +213,29 @@ class AdaptiveSVT:
 
     # -- state ------------------------------------------------------------------------------------------
 
-    def to_state(self, *, include_rng: bool = True) -> dict[str, Any]:
-        """JSON-serialisable state. It is SECRET (noisy threshold, generator state): keep it next to the
-        raw counts, never in a release. With ``include_rng`` the generator's state is stored too, so
-        :meth:`from_state` without ``rng`` continues the very same random stream."""
-        state: dict[str, Any] = {
+    def to_state(self) -> dict[str, Any]:
+        """JSON-serialisable state: public parameters, the SECRET noisy threshold and the answer counters.
+
+        It holds nothing from which past noise can be recomputed (no generator state, seed or key; DESIGN
+        §7): the query noise already drawn is gone for good. Keep it operator-only, next to the raw counts,
+        never in a release; delete it once the instance closes."""
+        return {
             "version": STATE_VERSION, "mechanism": MECHANISM, "threshold": self.threshold, "k": self.k,
             "epsilon": self.epsilon, "noise": self.noise, "monotone": self.monotone, "theta": self.theta,
             "adaptive": self.adaptive, "epsilon0": self.epsilon0, "epsilon1": self.epsilon1,
             "epsilon2": self.epsilon2, "threshold_noise": self._threshold_noise,
             "noisy_threshold": self.noisy_threshold, "queries": self._queries, "top": self._top,
             "middle": self._middle, "spent": self.spent, "exhausted": self.exhausted,
-            "rng": generator_state(self._rng) if include_rng else None,
         }
-        return state
 
     @classmethod
     def from_state(cls, state: dict[str, Any], rng: RngLike = None) -> AdaptiveSVT:
         """Resume an instance from :meth:`to_state` output (validated; a bad field → ``ValueError``).
 
-        Randomness contract: with ``rng`` given, the instance continues with that generator (the stored
-        generator state is ignored); with ``rng=None`` it restores the stored generator state, or, when
-        none was stored, uses a fresh OS-entropy generator. The noisy threshold is never re-drawn.
+        Randomness contract: the resumed instance draws fresh query noise from ``rng`` (``None``: the
+        production CSPRNG, :func:`stream_dp.rng.make_rng`). The noisy threshold is never re-drawn. Fresh
+        query noise is sound: every query of Algorithm 1 uses independent noise, whatever generator
+        produced it; only the threshold noise must stay the same for the whole instance.
         """
         s = validate_state(state)
         obj = cls.__new__(cls)
@@ -247,12 +243,7 @@ class AdaptiveSVT:
                         s["adaptive"])
         obj._threshold_noise = s["threshold_noise"]
         obj._queries, obj._top, obj._middle = s["queries"], s["top"], s["middle"]
-        if rng is not None:
-            obj._rng = make_rng(rng)
-        elif s["rng"] is not None:
-            obj._rng = generator_from_state(s["rng"])
-        else:
-            obj._rng = make_rng(None)
+        obj._rng = make_rng(rng)
         return obj
 
 

@@ -210,6 +210,26 @@ def alerts_cfg(**over: Any) -> Config:
     return cfg
 
 
+def _dump_redis(client: Any) -> str:
+    """Every value in the database as text (strings, hashes, lists, sets, sorted sets, streams)."""
+    parts = []
+    for name in client.scan_iter(count=1000):
+        kind = client.type(name).decode()
+        if kind == "string":
+            parts.append(repr(client.get(name)))
+        elif kind == "hash":
+            parts.append(repr(client.hgetall(name)))
+        elif kind == "list":
+            parts.append(repr(client.lrange(name, 0, -1)))
+        elif kind == "set":
+            parts.append(repr(client.smembers(name)))
+        elif kind == "zset":
+            parts.append(repr(client.zrange(name, 0, -1)))
+        elif kind == "stream":
+            parts.append(repr(client.xrange(name)))
+    return "\n".join(parts)
+
+
 def alerts_window(i: int) -> dict[str, float]:
     return {**window_counts(i), "w1": 500.0, "w2": 5.0}
 
@@ -262,6 +282,13 @@ def test_alerts_watch_config_keys_and_earlier_topk_keys_with_one_persistent_inst
             assert len(prev["items"]) + prev["info"]["unanswered"] == prev["info"]["watchlist_size"]
     state = json.loads(redis_client.hget(keys.svt("alerts", "state"), "state"))
     assert state["window"] == 3 * SIZE
+    # no recoverable noise (issue 16): nothing in Redis holds a generator state; the staged states were
+    # applied and deleted; a closed instance keeps no noisy threshold
+    dump = _dump_redis(redis_client)
+    assert "bit_generator" not in dump and '"rng"' not in dump
+    assert dump.count("noisy_threshold") == (0 if state["svt"] is None else 1)  # the live state only, no payload
+    assert redis_client.hlen(keys.svt("alerts", "pending")) == 0
+    assert (state["svt"] is None) == bool(alerts[-1]["info"]["instance_exhausted"])
     scope = alerts[0]["budget"]["scope"]
     assert ledger.remaining(scope).spent.rho == pytest.approx(
         compose(e for r in records for e in events_of(r)).rho, rel=1e-12)
@@ -415,8 +442,8 @@ def test_metrics_count_releases_budget_and_svt_without_keys_in_labels(redis_clie
 
 
 def test_a_new_svt_instance_draws_from_its_own_stream_not_the_workers(redis_client) -> None:
-    # the instance's generator state is stored and resumed; were it the worker's own generator, the resumed
-    # copy would replay the noise the worker then draws for the next window's other mechanisms
+    # the stored state holds no generator (issue 16): a resumed instance draws fresh noise and never
+    # replays the noise the worker then draws for the next window's other mechanisms
     from stream_dp.mechanisms import AdaptiveSVT
 
     cfg = alerts_cfg(alerts={"threshold": 1e6})
