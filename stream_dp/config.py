@@ -131,7 +131,7 @@ class AlertsConfig:
     threshold: float = 100.0
     k: int = 10  # answers per SVT instance (c)
     epsilon: float = 0.5  # per SVT instance
-    noise: str = "laplace"  # laplace, exponential, geometric
+    noise: str = "geometric"  # geometric (integer outputs, the default), laplace, exponential
     theta: float = 0.0  # 0: the seed's optimum
     confidence: float = 0.95  # of the lower confidence bound
 
@@ -157,7 +157,7 @@ class WatchTopkConfig:
     enabled: bool = False
     k: int = 5
     epsilon: float = 0.5
-    noise: str = "laplace"  # laplace, exponential
+    noise: str = "geometric"  # geometric (discrete Laplace, integer gaps; the default), laplace, exponential
 
 
 @dataclass(frozen=True)
@@ -371,6 +371,9 @@ def validate(config: Config) -> Config:
                  r.alerts.threshold)
         _require(r.alerts.noise in {"laplace", "exponential", "geometric"}, "releases.alerts.noise",
                  "one of laplace, exponential, geometric", r.alerts.noise)
+        _require(r.alerts.noise != "geometric" or float(r.alerts.threshold).is_integer(),
+                 "releases.alerts.threshold", "an integer with noise = 'geometric' (integer outputs)",
+                 r.alerts.threshold)
         _require(0 <= r.alerts.theta < 1, "releases.alerts.theta", "in [0, 1) (0: the seed's optimum)",
                  r.alerts.theta)
         _probability("releases.alerts.confidence", r.alerts.confidence)
@@ -388,8 +391,8 @@ def validate(config: Config) -> Config:
     if r.watch_topk.enabled:
         _require(r.watch_topk.k >= 1, "releases.watch_topk.k", ">= 1", r.watch_topk.k)
         _positive("releases.watch_topk.epsilon", r.watch_topk.epsilon)
-        _require(r.watch_topk.noise in {"laplace", "exponential"}, "releases.watch_topk.noise",
-                 "'laplace' or 'exponential'", r.watch_topk.noise)
+        _require(r.watch_topk.noise in {"laplace", "exponential", "geometric"}, "releases.watch_topk.noise",
+                 "one of geometric, laplace, exponential", r.watch_topk.noise)
     _require(0 <= config.metrics.port <= 65535, "metrics.port", "in [0, 65535]", config.metrics.port)
     _require(bool(config.metrics.host), "metrics.host", "a non-empty address", config.metrics.host)
     return config

@@ -243,10 +243,11 @@ class AlertsRun:
                 ans = svt.process(float(counts.get(key, 0.0)))
                 item: dict[str, Any] = {"key": key, "above": bool(ans.above)}
                 if ans.above:
+                    number = _int if self.cfg.noise == "geometric" else _num  # discrete noise: integers
                     item["branch"] = ans.branch
-                    item["gap"] = _num(ans.gap)
-                    item["estimate"] = _num(ans.estimate)
-                    item["lower_bound"] = _num(ans.lower_bound(self.cfg.confidence))
+                    item["gap"] = number(ans.gap)
+                    item["estimate"] = number(ans.estimate)
+                    item["lower_bound"] = number(ans.lower_bound(self.cfg.confidence))
                 items.append(item)
         info = {"instance": self.instance, "opened": self.opens, "watchlist_size": len(self.watchlist),
                 "unanswered": len(self.watchlist) - len(items),
@@ -268,3 +269,12 @@ class AlertsRun:
 
 def _num(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _int(x: Any) -> int | None:
+    """An integer-valued result of geometric noise as a JSON integer (it is exact: no rounding happens)."""
+    if x is None:
+        return None
+    if float(x) != round(float(x)):
+        raise ValueError("geometric noise produced a non-integer output (is the threshold an integer?)")
+    return int(round(float(x)))

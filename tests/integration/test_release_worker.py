@@ -62,7 +62,7 @@ def make_cfg(**releases: Any) -> Config:
 
 
 def make_worker(redis_client, cfg: Config, publisher: ListPublisher | None = None, *, worker_id: str = "w1",
-                seed: int = 1) -> tuple[ReleaseWorker, ListPublisher, Ledger]:
+                seed: int | None = 1) -> tuple[ReleaseWorker, ListPublisher, Ledger]:
     publisher = publisher or ListPublisher()
     ledger = Ledger(redis_client, BudgetCap.from_config(cfg.budget), keys=Keys(cfg.redis.key_prefix))
     metrics = ReleaseMetrics(CollectorRegistry())
@@ -457,6 +457,20 @@ def test_a_new_svt_instance_draws_from_its_own_stream_not_the_workers(redis_clie
     worker_next = worker.rng.random(8)
     svt_next = resumed._rng.random(8)
     assert not (worker_next == svt_next).any()
+
+
+def test_a_production_worker_draws_from_a_csprng_and_its_releases_work(redis_client) -> None:
+    from stream_dp.rng import is_secure
+
+    cfg = alerts_cfg()
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, alerts_window(0))
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, _ = make_worker(redis_client, cfg, seed=None)  # what build_worker passes in production
+    assert is_secure(worker.rng)
+    assert drain(worker) == 1
+    assert {r["type"] for r in pub.records} == set(worker.types) and pub.records
+    assert all(r["status"] == "released" for r in pub.records)
 
 
 def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(redis_client) -> None:
