@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from stream_dp.accounting.events import DpEvent, PureDpEvent
+from stream_dp.mechanisms.svt_bounds import BranchSelection
 from stream_dp.mechanisms.svt_noise import NOISES, GapTail, default_theta, noise_variance, sample_centred
 from stream_dp.mechanisms.svt_state import STATE_VERSION, validate_state
 from stream_dp.rng import RngLike, make_rng
@@ -64,13 +65,26 @@ class SVTAnswer:
     cost: float
     gap_variance: float | None = None
     _tail: GapTail | None = field(default=None, repr=False, compare=False)
+    _selection: BranchSelection | None = field(default=None, repr=False, compare=False)
+    _threshold: float | None = field(default=None, repr=False, compare=False)
+
+    def published_lower_bound(self, confidence: float = 0.95) -> float | None:
+        """A value the true query answer exceeds with probability ≥ ``confidence`` **given that this answer
+        was published in its branch** (None when below): selective inference,
+        :mod:`stream_dp.mechanisms.svt_bounds`. This is the bound the alerts release publishes."""
+        if not self.above or self._selection is None or self.gap is None or self._threshold is None:
+            return None
+        return self._threshold + self._selection.lower_bound_of_gap(self.gap, confidence)
 
     def lower_bound(self, confidence: float = 0.95) -> float | None:
-        """A value the true query answer exceeds with probability ``confidence`` (None when below).
+        """A value the true query answer exceeds with probability ``confidence`` (None when below),
+        **before selection**: not a bound conditional on the answer being published (see
+        :meth:`published_lower_bound`, which is).
 
         Lemma 3 of seed 003 for Laplace noise, the exact exponential and geometric analogues otherwise
         (:class:`~stream_dp.mechanisms.svt_noise.GapTail`); the probability is over the noise of this
-        query and the threshold, before the branch test selected it.
+        query and the threshold, before the branch test selected it -- for queries near the threshold
+        its coverage among published answers is below ``confidence``.
         """
         if not self.above or self._tail is None or self.estimate is None:
             return None
@@ -198,8 +212,11 @@ class AdaptiveSVT:
 
     def _above(self, gap: float, branch: str, cost: float, rate: float) -> SVTAnswer:
         tail = GapTail(self.noise, rate, self.epsilon0)
+        selection = BranchSelection(self.noise, branch, self.adaptive, self._top_rate, self._middle_rate,
+                                    self.epsilon0, 2.0 * self.sigma)
         return SVTAnswer(above=True, gap=gap, branch=branch, estimate=gap + self.threshold, cost=cost,
-                         gap_variance=tail.variance, _tail=tail)
+                         gap_variance=tail.variance, _tail=tail, _selection=selection,
+                         _threshold=self.threshold)
 
     def process_many(self, values: Iterable[float]) -> list[SVTAnswer]:
         """Batch helper (river style): equals calling :meth:`process` on each value in turn, stopping

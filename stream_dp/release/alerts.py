@@ -247,7 +247,9 @@ class AlertsRun:
                     item["branch"] = ans.branch
                     item["gap"] = number(ans.gap)
                     item["estimate"] = number(ans.estimate)
-                    item["lower_bound"] = number(ans.lower_bound(self.cfg.confidence))
+                    # calibrated given publication (selective inference): covers the count with
+                    # probability ≥ confidence among the answers that are published
+                    item["lower_bound"] = number(ans.published_lower_bound(self.cfg.confidence))
                 items.append(item)
         info = {"instance": self.instance, "opened": self.opens, "watchlist_size": len(self.watchlist),
                 "unanswered": len(self.watchlist) - len(items),
