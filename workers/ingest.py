@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from stream_dp import redact
 from stream_dp.cli.common import redis_preflight_or_report
 from stream_dp.config import Config, ConfigError, load_config
 from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
@@ -61,6 +62,7 @@ def install_signal_handlers(worker: IngestWorker) -> None:
 
 
 def run(cfg: Config) -> int:
+    redact.install(cfg)  # every log line of this process masks the config's secrets and URL credentials
     if not redis_preflight_or_report(cfg):
         return 2
     registry = CollectorRegistry()
@@ -84,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
+        redact.install()
         log.error("config error: %s", exc)
         return 2
     return run(cfg)
