@@ -127,6 +127,7 @@ class BudgetConfig:
     delta_prime: float = 1e-7  # δ′ of the zCDP → (ε, δ) conversion
     lifetime_epsilon: float = 0.0  # optional cap across all periods; 0 = no lifetime scope
     lifetime_delta: float = 0.0  # δ cap of the lifetime scope (incl. delta_prime); 0 = budget.delta
+    allow_partial_period: bool = False  # start even when fewer worst-case windows fit a period than it holds
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ class AlertsConfig:
     noise: str = "geometric"  # geometric (integer outputs, the default), laplace, exponential
     theta: float = 0.0  # 0: the seed's optimum
     confidence: float = 0.95  # of the lower confidence bound
+    max_instances_per_period: int = 2  # SVT instances opened per budget period at most; 0 = no limit
 
 
 @dataclass(frozen=True)
@@ -410,6 +412,8 @@ def validate(config: Config) -> Config:
         _require(0 <= r.alerts.theta < 1, "releases.alerts.theta", "in [0, 1) (0: the seed's optimum)",
                  r.alerts.theta)
         _probability("releases.alerts.confidence", r.alerts.confidence)
+        _require(r.alerts.max_instances_per_period >= 0, "releases.alerts.max_instances_per_period",
+                 ">= 0 (0: no limit)", r.alerts.max_instances_per_period)
         _require(bool(r.alerts.watchlist) or r.alerts.include_released_topk, "releases.alerts.watchlist",
                  "non-empty when include_released_topk is false", list(r.alerts.watchlist))
     if r.sample.enabled:

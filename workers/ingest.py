@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, start_http_server
 
 from stream_dp import redact
-from stream_dp.cli.common import redis_preflight_or_report
+from stream_dp.cli.common import budget_plan_or_report, redis_preflight_or_report
 from stream_dp.config import Config, ConfigError, load_config
 from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
 from stream_dp.ingest.applier import ProcessRunner
@@ -63,7 +63,7 @@ def install_signal_handlers(worker: IngestWorker) -> None:
 
 def run(cfg: Config) -> int:
     redact.install(cfg)  # every log line of this process masks the config's secrets and URL credentials
-    if not redis_preflight_or_report(cfg):
+    if not budget_plan_or_report(cfg) or not redis_preflight_or_report(cfg):
         return 2
     registry = CollectorRegistry()
     if cfg.metrics.port:

@@ -39,3 +39,17 @@ def redis_preflight_or_report(cfg: Config) -> bool:
         log.error("%s", exc)
         return False
     return True
+
+
+def budget_plan_or_report(cfg: Config) -> bool:
+    """Whether a worker may start under ``cfg``'s budget: every worst-case window of a period fits the cap,
+    or ``budget.allow_partial_period`` accepts that it does not (:mod:`stream_dp.release.budget_plan`);
+    logs why not (naming the settings) when it may not."""
+    from stream_dp.release.budget_plan import require_full_period
+
+    try:
+        require_full_period(cfg)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return False
+    return True

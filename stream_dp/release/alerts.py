@@ -129,18 +129,21 @@ class InstanceState:
     scope: str
     svt: dict[str, Any] | None
     window: int
+    opened_in_scope: int = 1  # instances opened in ``scope`` so far (public: one per record with opened)
 
     @property
     def closed(self) -> bool:
         return self.svt is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"instance": self.instance, "scope": self.scope, "svt": self.svt, "window": self.window}
+        return {"instance": self.instance, "scope": self.scope, "svt": self.svt, "window": self.window,
+                "opened_in_scope": self.opened_in_scope}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "InstanceState":
         svt = d.get("svt")
-        return cls(int(d["instance"]), str(d["scope"]), None if svt is None else dict(svt), int(d["window"]))
+        return cls(int(d["instance"]), str(d["scope"]), None if svt is None else dict(svt), int(d["window"]),
+                   int(d.get("opened_in_scope", 1)))
 
 
 class AlertsStore:
@@ -164,14 +167,17 @@ class AlertsStore:
         self.r.hset(self.staged_key, ref, json.dumps(state.to_dict(), sort_keys=True))
         return ref
 
-    def apply(self, ref: str, *, window: int, scope: str, instance: int) -> bool:
+    def apply(self, ref: str, *, window: int, scope: str, instance: int, opened: bool = False) -> bool:
         """After the commit of ``window``'s release: move the staged state ``ref`` forward. When it is missing
-        (lost), store instance ``instance`` (from the public record) as closed instead: the next window opens
-        a new instance and pays for it, never resumes one that might have answered more than ``k``."""
+        (lost), store instance ``instance`` (from the public record; ``opened``: it opened in this window) as
+        closed instead: the next window opens a new instance and pays for it, never resumes one that might
+        have answered more than ``k``."""
         result = int(self._apply(keys=[self.key, self.staged_key], args=[ref, window]))
         if result != -1:
             return result == 1
-        return self.advance(InstanceState(instance, scope, None, window))
+        current = self.load()
+        opened_here = current.opened_in_scope if current is not None and current.scope == scope else 0
+        return self.advance(InstanceState(instance, scope, None, window, opened_here + int(opened)))
 
     def advance(self, state: InstanceState) -> bool:
         """Store ``state`` if it is for a later window than the stored one; False if it was stale."""
@@ -209,8 +215,14 @@ class AlertsRun:
         # a continuing instance keeps its noisy threshold and counters and draws fresh query noise from the
         # worker's generator (nothing stored lets anyone recompute noise already drawn)
         svt = AdaptiveSVT.from_state(current.svt, rng=rng) if current is not None and current.svt else None
-        self.opens = bool(self.watchlist) and needs_new_instance(current, scope,
-                                                                 svt_exhausted=bool(svt and svt.exhausted))
+        wants = bool(self.watchlist) and needs_new_instance(current, scope,
+                                                            svt_exhausted=bool(svt and svt.exhausted))
+        # releases.alerts.max_instances_per_period bounds the alerts' cost per period (budget planning):
+        # once reached, the period's later windows get no answers (decided from public facts only)
+        self.opened_here = current.opened_in_scope if current is not None and current.scope == scope else 0
+        limit = cfg.max_instances_per_period
+        self.limited = wants and limit > 0 and self.opened_here >= limit
+        self.opens = wants and not self.limited
         if self.opens:
             svt = AdaptiveSVT(cfg.threshold, k=cfg.k, epsilon=cfg.epsilon, noise=cfg.noise, monotone=True,
                               theta=cfg.theta or None, rng=rng)
@@ -221,12 +233,14 @@ class AlertsRun:
     def _state_after(self) -> InstanceState | None:
         """The state after this window; the SVT state is dropped (None) once the instance is closed."""
         if self.opens:
-            return InstanceState(self.instance, self.scope, self._live_svt_state(), self.window.start)
+            return InstanceState(self.instance, self.scope, self._live_svt_state(), self.window.start,
+                                 self.opened_here + 1)
         if self.current is None:
             return None
         live = self.svt is not None and not self.current.closed and self.current.scope == self.scope
         return InstanceState(self.current.instance, self.current.scope,
-                             self._live_svt_state() if live else None, self.window.start)
+                             self._live_svt_state() if live else None, self.window.start,
+                             self.current.opened_in_scope)
 
     def _live_svt_state(self) -> dict[str, Any] | None:
         return None if self.svt is None or self.svt.exhausted else self.svt.to_state()
@@ -254,7 +268,7 @@ class AlertsRun:
         info = {"instance": self.instance, "opened": self.opens, "watchlist_size": len(self.watchlist),
                 "unanswered": len(self.watchlist) - len(items),
                 "instance_exhausted": bool(svt.exhausted) if svt is not None else None,
-                "confidence": self.cfg.confidence}
+                "instance_limit_reached": self.limited, "confidence": self.cfg.confidence}
         draft = RecordDraft(self.window, "alerts", MECHANISM, parameters(self.cfg), items=items, hit_bottom=None,
                             events=self.open_events, info=info)
         return draft, self._state_after()
@@ -265,7 +279,8 @@ class AlertsRun:
         draft = exhausted_draft(self.window, "alerts", MECHANISM, parameters(self.cfg), reason)
         state = None
         if self.current is not None:
-            state = InstanceState(self.current.instance, self.current.scope, None, self.window.start)
+            state = InstanceState(self.current.instance, self.current.scope, None, self.window.start,
+                                  self.current.opened_in_scope)
         return draft, state
 
 

@@ -245,9 +245,10 @@ class ReleaseWorker:
             ref = committed.envelope.state.get("alerts_state_ref")
             if ref is None:  # an envelope of an older version (its state is not trusted): close the instance
                 ref = f"{window.start}:legacy"
-            instance = int((record.get("info") or {}).get("instance") or 0)
+            info = record.get("info") or {}
             with self.metrics.phase("redis"):
-                self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope, instance=instance)
+                self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope,
+                                        instance=int(info.get("instance") or 0), opened=bool(info.get("opened")))
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
