@@ -157,8 +157,16 @@ class AlertsStore:
         self._apply = client.register_script(_APPLY_STAGED)
 
     def load(self) -> InstanceState | None:
+        """The stored state. A state written by a version before issue 16 carries the generator state
+        (``svt.rng``), from which past noise can be recomputed: it is closed and overwritten at once."""
         raw = self.r.hget(self.key, "state")
-        return None if raw is None else InstanceState.from_dict(json.loads(raw))
+        if raw is None:
+            return None
+        state = InstanceState.from_dict(json.loads(raw))
+        if state.svt is not None and state.svt.get("rng") is not None:
+            state = InstanceState(state.instance, state.scope, None, state.window, state.opened_in_scope)
+            self.r.hset(self.key, "state", json.dumps(state.to_dict(), sort_keys=True))
+        return state
 
     def stage(self, state: InstanceState) -> str:
         """Store ``state`` (the state after its window) under a fresh random reference; returns the reference

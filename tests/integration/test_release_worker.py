@@ -10,6 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -486,3 +487,21 @@ def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(r
     sample = make_cfg(sample={"enabled": True, "delta": 1e-3})
     with pytest.raises(ConfigError, match="budget.delta"):
         make_worker(redis_client, sample.replace(budget=dataclasses.replace(sample.budget, delta=1e-4)))
+
+
+def test_a_state_stored_by_an_older_version_is_scrubbed_and_closed(redis_client) -> None:
+    """Before issue 16 the stored SVT state carried its generator state (recoverable noise): on load it is
+    closed (the next window opens a new instance) and the generator state is deleted from Redis."""
+    from stream_dp.mechanisms import AdaptiveSVT
+    from stream_dp.release.alerts import AlertsStore
+
+    keys = Keys("t")
+    gen = np.random.Generator(np.random.PCG64(3))
+    svt = {**AdaptiveSVT(50, k=3, epsilon=1.0, rng=gen).to_state(),
+           "rng": {"bit_generator": "PCG64", "state": json.dumps(gen.bit_generator.state)}}
+    legacy = {"instance": 1, "scope": "p0", "svt": svt, "window": 0}
+    redis_client.hset(keys.svt("alerts", "state"), mapping={"window": 0, "state": json.dumps(legacy)})
+    store = AlertsStore(redis_client, keys=keys)
+    state = store.load()
+    assert state is not None and state.closed and state.instance == 1
+    assert "bit_generator" not in _dump_redis(redis_client)
