@@ -43,6 +43,7 @@ from typing import Any, TextIO
 
 from stream_dp.config import Config, config_from_mapping, load_config
 from stream_dp.devstack import DevStack, die_with_parent, free_port
+from stream_dp.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ class Demo:
             self.say(f"broker     {kafka.bootstrap_servers}  (configured; demo topics *-demo-{run_id})")
         if not need_redis:
             redis_cfg = _replace(redis_cfg, key_prefix=f"{redis_cfg.key_prefix}-demo-{run_id}")
-            self.say(f"redis      {redis_cfg.url}  (configured; key prefix {redis_cfg.key_prefix})")
+            self.say(f"redis      {redact_url(redis_cfg.url)}  (configured; key prefix {redis_cfg.key_prefix})")
         metrics = _replace(cfg.metrics, host="127.0.0.1")
         return cfg.replace(kafka=kafka, redis=redis_cfg, metrics=metrics)
 

@@ -7,6 +7,7 @@ import argparse
 import logging
 import sys
 
+from stream_dp import redact
 from stream_dp.config import Config, ConfigError, load_config
 from stream_dp.connections import UnsafeRedis, preflight_redis
 
@@ -21,10 +22,12 @@ def add_config_option(parser: argparse.ArgumentParser) -> None:
 def load_config_or_report(path: str | None) -> Config | None:
     """The validated config, or None after printing ``config error: …`` (naming the setting) to stderr."""
     try:
-        return load_config(path)
+        cfg = load_config(path)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+        print(f"config error: {redact.redact_text(str(exc))}", file=sys.stderr)
         return None
+    redact.install(cfg)  # from now on every log line masks this config's secrets
+    return cfg
 
 
 def redis_preflight_or_report(cfg: Config) -> bool:
@@ -59,4 +62,18 @@ def schedule_or_report(cfg: Config) -> bool:
     finally:
         client.close()
     log.info("release schedule: every %d s window from %d (windows.start), empty or not", sched.size, sched.start)
+    return True
+
+
+def budget_plan_or_report(cfg: Config) -> bool:
+    """Whether a worker may start under ``cfg``'s budget: every worst-case window of a period fits the cap,
+    or ``budget.allow_partial_period`` accepts that it does not (:mod:`stream_dp.release.budget_plan`);
+    logs why not (naming the settings) when it may not."""
+    from stream_dp.release.budget_plan import require_full_period
+
+    try:
+        require_full_period(cfg)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return False
     return True

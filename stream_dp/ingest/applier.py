@@ -441,6 +441,9 @@ def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs
         cfg = pickle.loads(conn.recv_bytes())
     except (EOFError, OSError):
         return
+    from stream_dp.redact import register_config_secrets
+
+    register_config_secrets(cfg)  # this process's log lines mask them too
     applier = BatchApplier(cfg, redis_client(cfg.redis))
     in_order = InOrder(applier)
     try:

@@ -8,8 +8,8 @@ of the period after it was charged. ``created_at`` is the window's end (public),
 The outbox stores an **envelope** ``{"record": ..., "state": ...}`` in the ledger atomically with the charge:
 ``record`` lacks only the ``budget`` block, which is filled from the ledger's (first, idempotent) charge result
 when the record is published -- so the budget shown is exactly what the ledger's atomic step computed;
-``state`` is private release-worker state that must change together with the release (the online alerts'
-sparse-vector state after this window). ``state`` never leaves Redis.
+``state`` is release-worker bookkeeping that must change together with the release (for alerts: only the
+random reference of the staged sparse-vector state, never the state itself). ``state`` never leaves Redis.
 """
 
 from __future__ import annotations

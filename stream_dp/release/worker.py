@@ -220,16 +220,25 @@ class ReleaseWorker:
                 return self.outbox.stored(scope, rid)  # type: ignore[return-value]
             if not hold.accepted:
                 draft, state = run.exhausted(hold.reason)
-                return self.outbox.charge(scope, rid, Envelope(draft.to_record(), state), ())
+                return self.outbox.charge(scope, rid, self._alerts_envelope(draft, state), ())
         with self.metrics.phase("redis"):
             counts = self.reader.counts_of(window, run.watchlist)
         with self.metrics.phase("mechanism"):
             draft, state = run.answer(counts)
         del counts
-        env = Envelope(draft.to_record(), state)
+        env = self._alerts_envelope(draft, state)
         if run.open_events:
             return self.outbox.settle(scope, rid, env, draft.events)
         return self.outbox.charge(scope, rid, env, ())
+
+    def _alerts_envelope(self, draft: RecordDraft, state: InstanceState | None) -> Envelope:
+        """The envelope of an alerts release: the record and only a *reference* to the staged SVT state (the
+        secret state itself stays out of the outbox, :mod:`stream_dp.release.alerts`)."""
+        if state is None:
+            return Envelope(draft.to_record())
+        with self.metrics.phase("redis"):
+            ref = self.alerts_store.stage(state)
+        return Envelope(draft.to_record(), {"alerts_state_ref": ref})
 
     def _after_commit(self, rtype: str, window: Window, committed: Committed) -> None:
         """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired)."""
@@ -238,8 +247,13 @@ class ReleaseWorker:
             with self.metrics.phase("redis"):
                 self.watchlist.add_released(window, [item["key"] for item in record["items"]])
         elif rtype == "alerts" and committed.envelope.state is not None:
+            ref = committed.envelope.state.get("alerts_state_ref")
+            if ref is None:  # an envelope of an older version (its state is not trusted): close the instance
+                ref = f"{window.start}:legacy"
+            info = record.get("info") or {}
             with self.metrics.phase("redis"):
-                self.alerts_store.advance(InstanceState.from_dict(committed.envelope.state))
+                self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope,
+                                        instance=int(info.get("instance") or 0), opened=bool(info.get("opened")))
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -91,6 +91,9 @@ def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, si
         "contribution": {"max_keys_per_user": max_keys},
         "ingest": {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 1.0, "poll_timeout_ms": 200},
         "metrics": {"port": 0},
+        # minute windows in day-long budget periods: far more windows than the default budget covers at
+        # worst case (stream-dp budget plan); these workers test ingest, not the budget plan
+        "budget": {"allow_partial_period": True},
     }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)
