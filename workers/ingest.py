@@ -32,7 +32,8 @@ def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
     """The worker with clients built from ``cfg`` (consumer in the ingest group, DLQ producer, Redis)."""
     ensure_topics(cfg.kafka, {cfg.kafka.dead_letter_topic: 1})
     consumer = kafka_consumer(cfg.kafka, group_id=cfg.kafka.ingest_group_id)
-    producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000))
+    producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000),
+                              max_request_size=cfg.ingest.dead_letter_max_request_bytes)
     return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),
                         metrics=IngestMetrics(registry))
 
