@@ -20,6 +20,11 @@ from typing import Any, get_type_hints
 
 ENV_PREFIX = "STREAM_DP_"
 
+#: ``STREAM_DP_*`` variables of the tools, not settings (the dev stack's binaries and state file, the
+#: workers' log level, the test suite's external services): never read as config overrides.
+TOOL_VARIABLES = frozenset({"STREAM_DP_LOG_LEVEL", "STREAM_DP_TANSU", "STREAM_DP_REDIS_SERVER",
+                            "STREAM_DP_DEVSTACK_STATE"})
+
 
 class ConfigError(ValueError):
     """A setting is missing, unknown, of the wrong type, or out of its allowed range."""
@@ -279,7 +284,7 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, st
     """Apply ``STREAM_DP_*`` overrides to ``data``; returns dotted setting → environment variable name."""
     applied: dict[str, str] = {}
     for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in TOOL_VARIABLES or name.startswith("STREAM_DP_TEST_"):
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
         if len(parts) < 2 or not all(parts):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from stream_dp import devstack
 
@@ -21,7 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "up":
-        info = devstack.up()
+        try:
+            info = devstack.up()
+        except devstack.DevStackError as exc:
+            print(f"devstack error: {exc}", file=sys.stderr)
+            return 1
     elif args.action == "down":
         info = devstack.down()
     else:
