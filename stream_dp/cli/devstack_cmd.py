@@ -31,5 +31,6 @@ def run(args: argparse.Namespace) -> int:
         info = devstack.down()
     else:
         info = devstack.status()
-    print(json.dumps(info, indent=2))
+    shown = {k: v for k, v in info.items() if k != "components"}  # argv/ports for restarts: state file only
+    print(json.dumps(shown, indent=2))
     return 0 if args.action != "status" or info.get("running") else 1
