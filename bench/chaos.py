@@ -90,13 +90,15 @@ class Result:
     def summary(self) -> str:
         p = self.plan
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
+
+        def yes(ok: bool) -> str:
+            return "n/a (no release worker)" if not p.release_workers else ("yes" if ok else "no")
         return (f"chaos seed {p.seed}: faults: {faults}; {p.windows} windows released of {p.window_seconds}s "
                 f"({p.windows + 1} counted), {p.events:,} events over {PARTITIONS} partitions, "
                 f"{p.ingest_workers} ingest + {p.release_workers} release workers; counts exact: "
                 f"{'yes' if self.counts_exact else f'no ({self.events_missing} events missing)'}; releases one per "
-                f"(window, type): {'yes' if self.releases_exact else 'no'}; budget verify + spent = published: "
-                f"{'yes' if self.budget_ok else 'no'}; exact: {'yes' if self.exact else 'no'}; "
-                f"{self.seconds:.0f} s")
+                f"(window, type): {yes(self.releases_exact)}; budget verify + spent = published: "
+                f"{yes(self.budget_ok)}; exact: {'yes' if self.exact else 'no'}; {self.seconds:.0f} s")
 
 
 # --- the stream and its oracle ------------------------------------------------------------------------
