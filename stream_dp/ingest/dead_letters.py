@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +103,8 @@ class _Sent:
 
 
 class DeadLetterWriter:
-    """Writes dead letters for one ingest worker (not thread-safe: the ingest loop's thread only).
+    """Writes dead letters for one ingest worker: :meth:`write` from the ingest loop's thread; :meth:`forget`
+    and :meth:`forget_partition` may also come from kafka-python's IO thread (commit and rebalance callbacks).
 
     ``metrics`` is the worker's :class:`~stream_dp.ingest.metrics.IngestMetrics`."""
 
@@ -114,13 +116,15 @@ class DeadLetterWriter:
         self.max_request_bytes = max_request_bytes
         self.timeout = timeout_seconds
         self._written: set[tuple[str, int, int]] = set()  # source offsets whose dead letter is written
+        self._lock = threading.Lock()  # guards _written
 
     def write(self, records: list[Rejected]) -> None:
         """Write the dead letters of ``records`` (those not written before) and wait for them.
 
         Raises :class:`DeadLetterUnavailable` when a retriable error prevented some of them (the batch is
         then retried; those already written are skipped next time). Permanent failures do not raise."""
-        todo = [r for r in records if (r.topic, r.partition, r.offset) not in self._written]
+        with self._lock:
+            todo = [r for r in records if (r.topic, r.partition, r.offset) not in self._written]
         if not todo:
             return
         sent = [self._send(r, bounded=full_size(r) > self.max_request_bytes, cause="too_large") for r in todo]
@@ -140,7 +144,7 @@ class DeadLetterWriter:
                     again.append(self._send(s.record, bounded=True, cause=type(exc).__name__))
                 else:
                     self.metrics.dead_letters_lost.inc()
-                    self._written.add((s.record.topic, s.record.partition, s.record.offset))
+                    self._remember(s.record)
                     log.error("dead letter of %s (reason %s, %d bytes) refused even in bounded form (%s: %s); "
                               "the record is skipped", s.record.source_id, s.record.reason,
                               len(s.record.value or b""), type(exc).__name__, exc)
@@ -152,11 +156,17 @@ class DeadLetterWriter:
 
     def forget(self, topic: str, partition: int, below: int) -> None:
         """Drop what is remembered about offsets below ``below`` (committed: never replayed here again)."""
-        self._written = {w for w in self._written if not (w[0] == topic and w[1] == partition and w[2] < below)}
+        with self._lock:
+            self._written = {w for w in self._written if not (w[0] == topic and w[1] == partition and w[2] < below)}
 
     def forget_partition(self, topic: str, partition: int) -> None:
         """Drop what is remembered about a partition (revoked: its new owner writes what it replays)."""
-        self._written = {w for w in self._written if not (w[0] == topic and w[1] == partition)}
+        with self._lock:
+            self._written = {w for w in self._written if not (w[0] == topic and w[1] == partition)}
+
+    def _remember(self, r: Rejected) -> None:
+        with self._lock:
+            self._written.add((r.topic, r.partition, r.offset))
 
     # ---------------------------------------------------------------------------------------------
     def _send(self, r: Rejected, *, bounded: bool, cause: str) -> _Sent:
@@ -180,7 +190,7 @@ class DeadLetterWriter:
         return None
 
     def _done(self, s: _Sent) -> None:
-        self._written.add((s.record.topic, s.record.partition, s.record.offset))
+        self._remember(s.record)
         self.metrics.dead_lettered.inc()
         if s.bounded:
             self.metrics.dead_letters_bounded.inc()
