@@ -165,7 +165,14 @@ def test_cli_up_refuses_clearly_when_a_dead_components_port_is_taken(tmp_path):
         assert _wait_dead([info["pids"]["redis"]]) == []
         squatter = socket.socket()
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", port))
+        deadline = time.monotonic() + 15
+        while True:  # the killed server's socket may take a moment to be released
+            try:
+                squatter.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"port {port} still taken 15 s after the kill"
+                time.sleep(0.1)
         squatter.listen()
         refused = run("up")
         assert refused.returncode == 1 and f"port {port} is taken" in refused.stderr
