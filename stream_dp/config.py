@@ -28,6 +28,11 @@ ENV_PREFIX = "STREAM_DP_"
 FILE_SETTINGS = ("kafka.sasl_password", "redis.password", "redis.url")
 SECRET_SETTINGS = ("kafka.sasl_password", "redis.password")
 
+#: ``STREAM_DP_*`` variables of the tools, not settings (the dev stack's binaries and state file, the
+#: workers' log level, the test suite's external services): never read as config overrides.
+TOOL_VARIABLES = frozenset({"STREAM_DP_LOG_LEVEL", "STREAM_DP_TANSU", "STREAM_DP_REDIS_SERVER",
+                            "STREAM_DP_DEVSTACK_STATE"})
+
 
 class ConfigError(ValueError):
     """A setting is missing, unknown, of the wrong type, or out of its allowed range."""
@@ -94,6 +99,7 @@ class EventsConfig:
     time_field: str = "ts"  # epoch seconds; missing → the Kafka record timestamp
     max_key_bytes: int = 256
     max_user_bytes: int = 256
+    max_record_bytes: int = 1048588  # larger records are dead-lettered (Apache Kafka's message.max.bytes)
 
 
 FIRST_START = "first-start"
@@ -149,6 +155,7 @@ class IngestConfig:
     backoff_initial_seconds: float = 0.1  # first retry delay after Redis or the broker failed
     backoff_max_seconds: float = 5.0  # cap of the exponential retry delay
     dead_letter_timeout_seconds: float = 30.0  # wait this long for the dead-letter topic before retrying a batch
+    dead_letter_max_request_bytes: int = 1048576  # producer max_request_size; larger dead letters: bounded form
 
 
 @dataclass(frozen=True)
@@ -339,7 +346,7 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, st
     """Apply ``STREAM_DP_*`` overrides to ``data``; returns dotted setting → environment variable name."""
     applied: dict[str, str] = {}
     for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in TOOL_VARIABLES or name.startswith("STREAM_DP_TEST_"):
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
         if len(parts) < 2 or not all(parts):
@@ -404,6 +411,7 @@ def validate(config: Config) -> Config:
     _require(bool(config.redis.key_prefix) and "{" not in config.redis.key_prefix,
              "redis.key_prefix", "a non-empty string without braces", config.redis.key_prefix)
     _require(ev.max_key_bytes >= 1, "events.max_key_bytes", ">= 1", ev.max_key_bytes)
+    _require(ev.max_record_bytes >= 1, "events.max_record_bytes", ">= 1", ev.max_record_bytes)
     _require(w.size_seconds >= 1, "windows.size_seconds", ">= 1", w.size_seconds)
     _require(w.allowed_lateness_seconds >= 0, "windows.allowed_lateness_seconds", ">= 0", w.allowed_lateness_seconds)
     _require(w.idle_partition_timeout_seconds > 0, "windows.idle_partition_timeout_seconds", "> 0",
@@ -428,6 +436,8 @@ def validate(config: Config) -> Config:
     _require(i.backoff_max_seconds >= i.backoff_initial_seconds, "ingest.backoff_max_seconds",
              f">= ingest.backoff_initial_seconds ({i.backoff_initial_seconds})", i.backoff_max_seconds)
     _positive("ingest.dead_letter_timeout_seconds", i.dead_letter_timeout_seconds)
+    _require(i.dead_letter_max_request_bytes >= 16384, "ingest.dead_letter_max_request_bytes", ">= 16384 (room for "
+             "a bounded dead letter)", i.dead_letter_max_request_bytes)
     _require(c.unit in {"user", "event"}, "contribution.unit", "'user' or 'event'", c.unit)
     _require(c.max_keys_per_user >= 1, "contribution.max_keys_per_user", ">= 1", c.max_keys_per_user)
     _require(b.period_seconds >= 1, "budget.period_seconds", ">= 1", b.period_seconds)

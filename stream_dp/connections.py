@@ -19,6 +19,20 @@ from stream_dp.config import KafkaConfig, RedisConfig
 log = logging.getLogger(__name__)
 
 
+class _DropSlowTaskWarnings(logging.Filter):
+    """kafka-python 3 warns "Task … blocking the event loop" from its IO thread whenever one step of its
+    internal loop took > 0.1 s — routine when the process is busy (a replay producing flat out, the ingest
+    loop decoding); floods of them bury the lines an operator needs and say nothing actionable. Dropped
+    at that logger only; every other kafka-python warning still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "blocking the event loop" not in str(record.msg)
+
+
+_SLOW_TASK_FILTER = _DropSlowTaskWarnings()
+logging.getLogger("kafka.net.selector").addFilter(_SLOW_TASK_FILTER)
+
+
 def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
     """A redis-py client for ``cfg.url`` with the configured auth, TLS and timeouts."""
     if not cfg.url:

@@ -306,59 +306,132 @@ def state_path() -> Path:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie — killed, not reaped yet — counts as dead)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):  # no /proc (not Linux): the signal probe is all we have
+        return True
 
 
-def up() -> dict[str, Any]:
-    """Start a detached stack (or return the running one) and record it."""
-    current = status()
-    if current.get("running"):
-        return current
-    stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")))
-    stack.start()
-    info = stack.describe()
+def _listening(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.3):
+            return True
+    except OSError:
+        return False
+
+
+def _components(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per component of a recorded stack: pid, port and argv (older state files lack the last two)."""
+    out = {}
+    for name, pid in info.get("pids", {}).items():
+        out[name] = {"pid": pid, **info.get("components", {}).get(name, {})}
+    return out
+
+
+def _write_state(info: dict[str, Any]) -> None:
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(info, indent=2))
+
+
+def up() -> dict[str, Any]:
+    """Start a detached stack (or return the running one) and record it.
+
+    If a recorded stack has a dead component, that component is started again on its recorded port
+    (the broker keeps memory storage: its topics are gone; Redis starts empty unless it kept an AOF); if
+    the port was taken meanwhile, :class:`DevStackError` says so, and nothing is orphaned: the live
+    components stay recorded for ``down``."""
+    current = status()
+    if current.get("running"):
+        return current
+    if current.get("pids") and any(current["alive"].values()):
+        return _restart_dead(current)
+    if current.get("pids"):  # every component dead: forget the old record
+        down()
+    stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")))
+    stack.start()
+    info = stack.describe()
+    info["components"] = {s.name: {"port": s.port, "argv": s.argv, "log": str(s.log_path)}
+                          for s in (stack.broker, stack.redis) if s is not None}
+    _write_state(info)
     return {**info, "running": True}
 
 
+def _restart_dead(current: dict[str, Any]) -> dict[str, Any]:
+    info = {k: v for k, v in current.items() if k not in ("alive", "running", "listening")}
+    restarted = []
+    for name, comp in _components(info).items():
+        if current["alive"].get(name):
+            continue
+        if "argv" not in comp:
+            raise DevStackError(f"the dev stack's {name} is dead and the state file {state_path()} does not say how "
+                                "to restart it: run `stream-dp devstack down`, then `stream-dp devstack up`")
+        if _listening(comp["port"]):
+            raise DevStackError(f"the dev stack's {name} is dead but its port {comp['port']} is taken by another "
+                                "process: free it, or run `stream-dp devstack down` and `up` for a new stack")
+        svc = Service(name, list(comp["argv"]), int(comp["port"]), Path(comp["log"]), detached=True)
+        svc.start()
+        info["pids"][name] = svc.pid
+        restarted.append(name)
+    _write_state(info)
+    log.info("dev stack: restarted %s on the recorded port(s)", ", ".join(restarted))
+    return {**status(), "restarted": restarted}
+
+
 def status() -> dict[str, Any]:
-    """What the state file says, and whether its processes are alive."""
+    """What the state file says, and whether its processes are alive and listening on their ports."""
     path = state_path()
     if not path.exists():
         return {"running": False}
     info = json.loads(path.read_text())
-    alive = {name: _alive(pid) for name, pid in info.get("pids", {}).items() if pid}
+    comps = _components(info)
+    alive = {name: bool(c["pid"]) and _alive(c["pid"]) and (not c.get("port") or _listening(c["port"]))
+             for name, c in comps.items()}
     return {**info, "alive": alive, "running": bool(alive) and all(alive.values())}
 
 
 def down() -> dict[str, Any]:
     """Stop the detached stack recorded in the state file and remove the record."""
     info = status()
-    for pid in info.get("pids", {}).values():
-        if pid and _alive(pid):
+    pids = [pid for pid in info.get("pids", {}).values() if pid]
+    for pid in pids:
+        if _alive(pid):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
-    for pid in info.get("pids", {}).values():
-        while pid and _alive(pid) and time.monotonic() < deadline:
+    for pid in pids:
+        while _alive(pid) and time.monotonic() < deadline:
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
             time.sleep(0.05)
-        if pid and _alive(pid):
+        if _alive(pid):
             os.kill(pid, signal.SIGKILL)
     if info.get("workdir"):
         shutil.rmtree(info["workdir"], ignore_errors=True)
     state_path().unlink(missing_ok=True)
-    return {**info, "running": False}
+    stopped = {name: not _alive(pid) for name, pid in info.get("pids", {}).items() if pid}
+    return {**{k: v for k, v in info.items() if k != "alive"}, "stopped": stopped, "running": False}
+
+
+def running_addresses() -> dict[str, str] | None:
+    """The broker and Redis addresses of a running ``stream-dp devstack``, or None."""
+    try:
+        info = status()
+    except (OSError, ValueError):  # unreadable state file: as if there were none
+        return None
+    if not info.get("running"):
+        return None
+    return {"bootstrap_servers": info.get("bootstrap_servers") or "", "redis_url": info.get("redis_url") or ""}
 
 
 def main_smoke() -> int:  # pragma: no cover - exercised by the quickstart

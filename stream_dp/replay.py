@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 import math
 import os
@@ -113,11 +114,18 @@ class RowSource:
             self._fh.close()
 
 
-def read_rows(path: str | os.PathLike[str], *, fmt: str | None = None, delimiter: str | None = None) -> RowSource:
-    """Open ``path`` (CSV with a header row, or one JSON object per line; ``.gz`` allowed)."""
+def read_rows(path: str | os.PathLike[str], *, fmt: str | None = None, delimiter: str | None = None,
+              header: bool = True) -> RowSource:
+    """Open ``path`` (CSV, or one JSON object per line; ``.gz`` allowed).
+
+    CSV rows are keyed by the header row's names; with ``header=False`` (files such as MovieLens 100K's
+    tab-separated ``u.data``) by 1-based column position, ``"1"``, ``"2"``, …. The delimiter defaults to a
+    tab for ``.tsv`` files and a comma otherwise."""
     fmt = fmt or detect_format(path)
     if fmt not in ("csv", "jsonl"):
         raise ReplayError(f"format must be csv or jsonl, got {fmt!r}")
+    if delimiter is not None and len(delimiter) != 1:
+        raise ReplayError(f"the delimiter must be one character, got {delimiter!r}")
     try:
         raw: BinaryIO = gzip.open(path, "rb") if os.fspath(path).endswith(".gz") else open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
@@ -127,10 +135,32 @@ def read_rows(path: str | os.PathLike[str], *, fmt: str | None = None, delimiter
     if fmt == "csv":
         if delimiter is None:
             delimiter = "\t" if os.fspath(path).removesuffix(".gz").endswith(".tsv") else ","
+        if not header:
+            columns, rows = _positional_rows(csv.reader(iter(lines), delimiter=delimiter))
+            return RowSource(rows=rows, columns=columns, size_bytes=size, _lines=lines, _fh=raw)
         reader = csv.DictReader(iter(lines), delimiter=delimiter)
         columns = tuple(reader.fieldnames or ())
         return RowSource(rows=iter(reader), columns=columns, size_bytes=size, _lines=lines, _fh=raw)
     return RowSource(rows=_json_lines(lines, os.fspath(path)), columns=None, size_bytes=size, _lines=lines, _fh=raw)
+
+
+def _positional_rows(reader: Iterator[list[str]]) -> tuple[tuple[str, ...], Iterator[Mapping[str, Any]]]:
+    """Headerless CSV: the column names ``"1"`` … ``"n"`` (n from the first row) and the rows keyed so.
+
+    >>> cols, rows = _positional_rows(iter([["196", "242", "3"], ["186", "302"]]))
+    >>> cols, list(rows)
+    (('1', '2', '3'), [{'1': '196', '2': '242', '3': '3'}, {'1': '186', '2': '302'}])
+    """
+    first = next(reader, None)
+    if first is None:
+        return (), iter(())
+    columns = tuple(str(i + 1) for i in range(len(first)))
+
+    def rows() -> Iterator[Mapping[str, Any]]:
+        for row in itertools.chain([first], reader):
+            yield {str(i + 1): v for i, v in enumerate(row)}
+
+    return columns, rows()
 
 
 def _json_lines(lines: Iterable[str], name: str) -> Iterator[Mapping[str, Any]]:

@@ -18,6 +18,19 @@ import pytest
 from stream_dp.devstack import REDIS_DATABASES, DevStack
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_devstack_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Commands pick up a running ``stream-dp devstack`` when no addresses are configured: the suite must
+    not see one a developer (or another test run on this machine) left running, so it gets its own state file."""
+    old = os.environ.get("STREAM_DP_DEVSTACK_STATE")
+    os.environ["STREAM_DP_DEVSTACK_STATE"] = str(tmp_path_factory.mktemp("devstack-state") / "devstack.json")
+    yield
+    if old is None:
+        os.environ.pop("STREAM_DP_DEVSTACK_STATE", None)
+    else:
+        os.environ["STREAM_DP_DEVSTACK_STATE"] = old
+
+
 @pytest.fixture(scope="session")
 def devstack() -> Iterator[DevStack | None]:
     """The session's dev stack (None when both services are external)."""

@@ -14,15 +14,16 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from stream_dp import redact
-from stream_dp.cli.common import budget_plan_or_report, redis_preflight_or_report, schedule_or_report
+from stream_dp.cli.common import budget_plan_or_report, redis_preflight_or_report, schedule_or_report, with_devstack
 from stream_dp.config import Config, ConfigError, load_config
 from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
 from stream_dp.ingest.applier import ProcessRunner
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.worker import IngestWorker
+from stream_dp.metrics_http import MetricsPortError, serve_metrics
 
 log = logging.getLogger("stream_dp.ingest")
 
@@ -33,7 +34,8 @@ def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
     """The worker with clients built from ``cfg`` (consumer in the ingest group, DLQ producer, Redis)."""
     ensure_topics(cfg.kafka, {cfg.kafka.dead_letter_topic: 1})
     consumer = kafka_consumer(cfg.kafka, group_id=cfg.kafka.ingest_group_id)
-    producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000))
+    producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000),
+                              max_request_size=cfg.ingest.dead_letter_max_request_bytes)
     return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),
                         metrics=IngestMetrics(registry))
 
@@ -66,9 +68,11 @@ def run(cfg: Config) -> int:
     if not budget_plan_or_report(cfg) or not redis_preflight_or_report(cfg) or not schedule_or_report(cfg):
         return 2
     registry = CollectorRegistry()
-    if cfg.metrics.port:
-        start_http_server(cfg.metrics.port, addr=cfg.metrics.host, registry=registry)
-        log.info("metrics on http://%s:%d/metrics", cfg.metrics.host, cfg.metrics.port)
+    try:
+        serve_metrics(cfg.metrics, registry, role="ingest")
+    except MetricsPortError as exc:
+        log.error("%s", exc)
+        return 2
     worker = build_worker(cfg, registry)
     install_signal_handlers(worker)
     worker.run()
@@ -84,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python narrates every connection at INFO
     try:
-        cfg = load_config(args.config)
+        cfg = with_devstack(load_config(args.config))
     except ConfigError as exc:
         redact.install()
         log.error("config error: %s", exc)

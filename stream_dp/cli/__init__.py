@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    _take_trailing_positional(parser, args, extra)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     redact.install()  # URL credentials masked in every log line; config secrets once a config is loaded
     # kafka-python narrates every connection at INFO; a command-line user needs its warnings only
@@ -50,6 +51,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     return int(args.func(args) or 0)
+
+
+def _take_trailing_positional(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Accept an optional positional after the options (``stream-dp budget show --config F SCOPE``).
+
+    argparse fills positionals only before the first option of a subcommand; a subcommand names the one
+    it accepts later with ``set_defaults(trailing_positional="scope")``. Anything else left over is the
+    usual "unrecognized arguments" error."""
+    name = getattr(args, "trailing_positional", None)
+    if name and len(extra) == 1 and not extra[0].startswith("-") and getattr(args, name, None) is None:
+        setattr(args, name, extra.pop())
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

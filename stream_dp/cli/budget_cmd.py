@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--count", type=int, help="history: at most this many entries (oldest first)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, trailing_positional="scope")  # SCOPE may also follow the options
 
 
 def _ledger(cfg: Config) -> Ledger:

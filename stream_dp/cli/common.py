@@ -4,6 +4,7 @@ workers' Redis preflight."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -20,14 +21,39 @@ def add_config_option(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config_or_report(path: str | None) -> Config | None:
-    """The validated config, or None after printing ``config error: …`` (naming the setting) to stderr."""
+    """The validated config, or None after printing ``config error: …`` (naming the setting) to stderr.
+    Empty broker / Redis addresses are taken from a running ``stream-dp devstack`` (:func:`with_devstack`)."""
     try:
-        cfg = load_config(path)
+        cfg = with_devstack(load_config(path))
     except ConfigError as exc:
         print(f"config error: {redact.redact_text(str(exc))}", file=sys.stderr)
         return None
     redact.install(cfg)  # from now on every log line masks this config's secrets
     return cfg
+
+
+def with_devstack(cfg: Config) -> Config:
+    """``cfg`` with ``kafka.bootstrap_servers`` / ``redis.url`` filled in from a running ``stream-dp devstack``
+    when they are empty (logged, so nobody wonders where a worker connected). Unchanged otherwise."""
+    if cfg.kafka.bootstrap_servers and cfg.redis.url:
+        return cfg
+    from stream_dp.devstack import running_addresses, state_path
+
+    found = running_addresses()
+    if found is None:
+        return cfg
+    kafka, redis_cfg = cfg.kafka, cfg.redis
+    used = []
+    if not kafka.bootstrap_servers and found["bootstrap_servers"]:
+        kafka = dataclasses.replace(kafka, bootstrap_servers=found["bootstrap_servers"])
+        used.append(f"kafka.bootstrap_servers = {found['bootstrap_servers']}")
+    if not redis_cfg.url and found["redis_url"]:
+        redis_cfg = dataclasses.replace(redis_cfg, url=found["redis_url"])
+        used.append(f"redis.url = {found['redis_url']}")
+    if used:
+        log.info("not configured, so using the running dev stack (stream-dp devstack up, %s): %s",
+                 state_path(), "; ".join(used))
+    return dataclasses.replace(cfg, kafka=kafka, redis=redis_cfg)
 
 
 def redis_preflight_or_report(cfg: Config) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from stream_dp import devstack
 
@@ -21,10 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "up":
-        info = devstack.up()
+        try:
+            info = devstack.up()
+        except devstack.DevStackError as exc:
+            print(f"devstack error: {exc}", file=sys.stderr)
+            return 1
     elif args.action == "down":
         info = devstack.down()
     else:
         info = devstack.status()
-    print(json.dumps(info, indent=2))
+    shown = {k: v for k, v in info.items() if k != "components"}  # argv/ports for restarts: state file only
+    print(json.dumps(shown, indent=2))
     return 0 if args.action != "status" or info.get("running") else 1

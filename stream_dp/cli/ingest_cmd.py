@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from stream_dp.cli.common import with_devstack
 from stream_dp.config import ConfigError, load_config
 from stream_dp.redact import redact_text
 
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from workers import ingest  # the process wiring lives in workers/
 
     try:
-        cfg = load_config(args.config)
+        cfg = with_devstack(load_config(args.config))
     except ConfigError as exc:
         logging.getLogger("stream_dp.ingest").error("config error: %s", redact_text(str(exc)))
         return 2

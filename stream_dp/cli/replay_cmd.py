@@ -20,6 +20,8 @@ examples:
   stream-dp replay --generate --speedup 8640
   # JSON lines with the configured field names, at most 500 events per second
   stream-dp replay events.jsonl --rate 500
+  # MovieLens 100K u.data: tab-separated, no header; columns by 1-based position (user, item, rating, time)
+  stream-dp replay u.data --no-header --delimiter '\t' --user-column 1 --key-column 2 --time-column 4 --sort-by-time
 """
 
 
@@ -35,7 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--generate", action="store_true",
                      help="replay the in-tree MovieLens-style ratings stream (stream_dp.demo_data) instead of a file")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml); gives broker, topic, field names")
-    p.add_argument("--format", choices=("csv", "jsonl"), help="input format (default: from the file name)")
+    p.add_argument("--format", choices=("csv", "jsonl"), help="input format (default: from the file name; csv "
+                   "with --no-header or --delimiter)")
+    p.add_argument("--no-header", action="store_true",
+                   help="CSV without a header row: name columns by 1-based position (--user-column 1 ...)")
+    p.add_argument("--delimiter", type=_delimiter, metavar="CHAR",
+                   help="CSV field separator: one character, or \\t / tab (default: tab for .tsv, else comma)")
     p.add_argument("--user-column", help="column holding the user id (default: events.user_field; "
                    "userId with --generate)")
     p.add_argument("--key-column", help="column holding the key (default: events.key_field; title with --generate)")
@@ -61,6 +68,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--users", type=int, default=6000, help="users (default: %(default)s)")
     gen.add_argument("--movies", type=int, default=3000, help="movies (default: %(default)s)")
     p.set_defaults(func=run)
+
+
+def _delimiter(text: str) -> str:
+    """``--delimiter``: one character, or a name: ``\\t``, ``tab``, ``comma``, ``semicolon``, ``pipe``, ``space``."""
+    named = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
+    value = named.get(text.lower(), text)
+    if len(value) != 1:
+        raise argparse.ArgumentTypeError(f"must be one character (or \\t, tab), got {text!r}")
+    return value
 
 
 def mapping_from_args(args: argparse.Namespace, fields_user: str, fields_key: str, fields_time: str) -> ColumnMapping:
@@ -98,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
             total = len(ratings) if args.limit is None else min(len(ratings), args.limit)
             mapping.check_columns(demo_data.CSV_COLUMNS, "the generated stream")
         else:
-            source = read_rows(args.file, fmt=args.format)
+            fmt = args.format or ("csv" if args.no_header or args.delimiter else None)
+            source = read_rows(args.file, fmt=fmt, delimiter=args.delimiter, header=not args.no_header)
             mapping.check_columns(source.columns, args.file)
             rows = source.rows
             if source.size_bytes and args.limit is None:

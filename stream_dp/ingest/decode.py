@@ -7,7 +7,8 @@ every byte string maps to an event or a rejection (a hypothesis test checks this
 
 Validation rules:
 
-- the value must be present (``empty``), valid UTF-8 (``not_utf8``), valid JSON (``bad_json``) whose top
+- the value must be present (``empty``), at most ``max_record_bytes`` long (``record_too_large``; checked
+  before anything is parsed), valid UTF-8 (``not_utf8``), valid JSON (``bad_json``) whose top
   level is an object (``not_object``);
 - the user and the key must be present and non-empty strings (``missing_user`` / ``missing_key`` when
   absent, null or ``""``; ``bad_user`` / ``bad_key`` when not a string or when they contain a NUL
@@ -60,6 +61,7 @@ DECODE_REASONS: tuple[str, ...] = (
     "user_control_chars",
     "key_control_chars",
     "bad_time",
+    "record_too_large",
 )
 
 #: Unicode categories rejected in user ids and keys: controls, invisible format characters, separators.
@@ -112,12 +114,13 @@ class EventDecoder:
         self.time_field = cfg.time_field
         self.max_user_bytes = cfg.max_user_bytes
         self.max_key_bytes = cfg.max_key_bytes
+        self.max_record_bytes = cfg.max_record_bytes
 
     def fields(self, value: bytes | None, timestamp_ms: int | None) -> tuple[str, str, float] | None:
         """Fast path for well-formed events: (user, key, event time), or None when the record needs the
         full :meth:`decode` (which then gives the verdict: an event or a rejection reason). Whenever this
         returns a tuple, :meth:`decode` returns the same event (a hypothesis test checks it)."""
-        if type(value) is not bytes:
+        if type(value) is not bytes or len(value) > self.max_record_bytes:
             return None
         try:
             obj = _fast_loads(value)
@@ -149,6 +152,8 @@ class EventDecoder:
         """One record value → :class:`Event` or :class:`Rejection`. Never raises on any ``value``."""
         if not value:
             return Rejection("empty", partition, offset)
+        if len(value) > self.max_record_bytes:
+            return Rejection("record_too_large", partition, offset)
         try:
             text = value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else None
         except UnicodeDecodeError:

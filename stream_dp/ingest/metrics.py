@@ -48,6 +48,10 @@ class IngestMetrics:
         self.replanned = Counter("chunks_replanned", "Chunks bounded again because another writer changed the "
                                  "window's bounding state first (several workers on one window)", **kw)
         self.dead_lettered = Counter("dead_letters_produced", "Records written to the dead-letter topic", **kw)
+        self.dead_letters_bounded = Counter("dead_letters_bounded", "Dead letters written in bounded form (position, "
+                                            "size, hash, prefix): the record was too large or refused as is", **kw)
+        self.dead_letters_lost = Counter("dead_letters_lost", "Rejected records whose dead letter the broker refused "
+                                         "for good even in bounded form (logged by position, then skipped)", **kw)
         self.batch_duration = Histogram("batch_duration_seconds", "Wall time to decode, apply and commit one batch",
                                         buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
                                         **kw)

@@ -9,12 +9,15 @@ One iteration (a *batch*):
    watermark), queued behind the previous batch: the applier takes two and applies them in order, and
    one queued behind a failed batch is not applied until the loop has rewound;
 3. take the previous batch's outcome; send its rejects to the dead-letter topic (original key and bytes,
-   the reason and the source partition/offset in headers) and wait for them; count everything by reason;
+   the reason and the source partition/offset in headers; a bounded form when that does not fit, see
+   :mod:`~stream_dp.ingest.dead_letters`) and wait for them; count everything by reason;
 4. commit the batch's offsets to Kafka — only now (asynchronously: the outcome is collected in a later
    poll; synchronously on shutdown and when idle; awaited before a rebalance hands partitions over).
 
 If Redis or the broker fails in steps 2–3, the consumer is rewound to the batch's first offsets and the
-batch is retried after a capped exponential backoff: the offset records make the replay harmless. A failed
+batch is retried after a capped exponential backoff with jitter (:mod:`stream_dp.backoff`; it restarts
+only once a batch went through): the offset records make the replay harmless, and dead letters already
+written are not written again. A failed
 commit is retried with the next batch (a later commit covers it). On a rebalance, revoked partitions get
 their last offsets committed and their local watermark state is dropped; assigned partitions resume from
 their committed offsets (anything applied after that is skipped in Redis).
@@ -39,9 +42,11 @@ from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.ingest.applier import (ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords,
                                       ThreadRunner)
+from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WatermarkState
 
@@ -57,25 +62,15 @@ def is_transient(exc: BaseException) -> str | None:
     return None
 
 
-class Backoff:
-    """Capped exponential delays: initial, 2·initial, … up to ``cap``; :meth:`reset` after a success.
-
-    >>> b = Backoff(0.1, 0.5)
-    >>> [b.next_delay() for _ in range(5)]
-    [0.1, 0.2, 0.4, 0.5, 0.5]
-    """
-
-    def __init__(self, initial: float, cap: float) -> None:
-        self.initial, self.cap = initial, cap
-        self._next = initial
-
-    def next_delay(self) -> float:
-        delay = self._next
-        self._next = min(self.cap, self._next * 2)
-        return delay
-
-    def reset(self) -> None:
-        self._next = self.initial
+def describe_failure(dependency: str, exc: BaseException) -> str:
+    """What failed, naming the real cause: Redis, the broker, or the dead-letter topic (not a bad record:
+    records that cannot be dead-lettered as is are written in bounded form, never retried)."""
+    if isinstance(exc, ApplyFailed):
+        return f"redis unavailable ({exc})" if dependency == "redis" else f"applier failed ({exc})"
+    if isinstance(exc, DeadLetterUnavailable):
+        return str(exc)
+    return f"Kafka broker unavailable ({type(exc).__name__}: {exc})" if dependency == "kafka" else \
+        f"{dependency} failed ({type(exc).__name__}: {exc})"
 
 
 class Runner(Protocol):
@@ -145,6 +140,10 @@ class IngestWorker:
         self.runner = runner
         self.clock = clock
         self.backoff = Backoff(cfg.ingest.backoff_initial_seconds, cfg.ingest.backoff_max_seconds)
+        self.dead_letters = DeadLetterWriter(producer, cfg.kafka.dead_letter_topic, metrics,
+                                             max_request_bytes=cfg.ingest.dead_letter_max_request_bytes,
+                                             timeout_seconds=cfg.ingest.dead_letter_timeout_seconds)
+        self._progressed = False  # a batch outcome came back applied since the last failure
         self._stop = threading.Event()
         self._pending_commit: dict[TopicPartition, int] = {}  # applied in Redis, not yet committed
         self._commit_in_flight: Any = None  # the future of the async commit not answered yet
@@ -227,7 +226,9 @@ class IngestWorker:
                 raise
             self._failed(dep, exc, self._abandon(batch))
             return
-        self.backoff.reset()
+        if self._progressed:  # not merely "nothing failed yet": a batch went through since the last failure
+            self.backoff.reset()
+            self._progressed = False
         self.metrics.up.set(1)
         self._update_lag()
 
@@ -249,13 +250,14 @@ class IngestWorker:
     def _failed(self, dependency: str, exc: BaseException, batches: list["_Batch"]) -> None:
         """Rewind to the start of the unfinished batches, mark the dependency down, wait (stop-aware)."""
         self._failed_batch = None
+        self._progressed = False
         self.metrics.errors.labels(dependency=dependency).inc()
         self.metrics.dependency_up.labels(dependency=dependency).set(0)
         self.metrics.up.set(0)
         self._rewind(batches)
         delay = self.backoff.next_delay()
-        log.warning("%s unavailable (%s); batch will be retried in %.2fs", dependency,
-                    exc if isinstance(exc, ApplyFailed) else f"{type(exc).__name__}: {exc}", delay)
+        log.warning("%s; batch will be retried in %.2fs (attempt %d)", describe_failure(dependency, exc), delay,
+                    self.backoff.failures + 1)
         self._stop.wait(delay)
 
     def _rewind(self, batches: list["_Batch"]) -> None:
@@ -328,8 +330,10 @@ class IngestWorker:
             log.info("skipped %d events already applied (a replay after a crash or rebalance)", out.duplicate)
         m.bounded.labels(rule="linf").inc(out.linf)
         m.bounded.labels(rule="l0").inc(out.l0)
-        self._await_dead_letters(self._dead_letter(b, out.rejects))
+        if out.rejects:
+            self.dead_letters.write(self._rejected(b, out.rejects))
         self._failed_batch = None
+        self._progressed = True
         self._note_watermark(out.watermark)
         if b.idle:
             return
@@ -345,29 +349,13 @@ class IngestWorker:
         m.batch_duration.observe(time.perf_counter() - b.t0)
 
     # --- dead letters ----------------------------------------------------------------------------
-    def _dead_letter(self, b: "_Batch", rejects: list[tuple[int, int, str]]) -> list[Any]:
-        if not rejects:
-            return []
+    def _rejected(self, b: "_Batch", rejects: list[tuple[int, int, str]]) -> list[Rejected]:
         by_partition = {tp.partition: recs for tp, recs in b.records.items()}
-        futures = []
+        out = []
         for p, i, reason in rejects:
             rec = by_partition[p][i]
-            headers = [("reason", reason.encode()), ("source_topic", rec.topic.encode()),
-                       ("source_partition", str(rec.partition).encode()),
-                       ("source_offset", str(rec.offset).encode())]
-            futures.append(self.producer.send(self.cfg.kafka.dead_letter_topic, key=rec.key, value=rec.value,
-                                              headers=headers))
-        return futures
-
-    def _await_dead_letters(self, futures: list[Any]) -> None:
-        if not futures:
-            return
-        timeout = self.cfg.ingest.dead_letter_timeout_seconds
-        self.producer.flush(timeout=timeout)
-        for fut in futures:
-            fut.get(timeout=timeout)  # raises the KafkaError if the write failed → the batch is retried
-        self.metrics.dead_lettered.inc(len(futures))
-        self.metrics.dependency_up.labels(dependency="kafka").set(1)
+            out.append(Rejected(rec.topic, rec.partition, rec.offset, rec.key, rec.value, reason))
+        return out
 
     # --- watermark, commits, lag -----------------------------------------------------------------
     def _note_watermark(self, state: WatermarkState | None) -> None:
@@ -426,6 +414,7 @@ class IngestWorker:
         for tp, meta in offsets.items():
             if self._pending_commit.get(tp) == meta.offset:
                 del self._pending_commit[tp]
+            self.dead_letters.forget(tp.topic, tp.partition, meta.offset)
         self.metrics.dependency_up.labels(dependency="kafka").set(1)
 
     def _commit_failed(self, exc: BaseException) -> None:
@@ -489,6 +478,7 @@ class IngestWorker:
         for tp in revoked:
             self._pending_commit.pop(tp, None)
             self._positions.pop(tp, None)
+            self.dead_letters.forget_partition(tp.topic, tp.partition)
         self._revoked |= {tp.partition for tp in revoked if tp.topic == self.topic}
 
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:

@@ -14,11 +14,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from stream_dp.config import Config
 from stream_dp.connections import ensure_topics, kafka_producer, redis_client
 from stream_dp.keys import Keys
+from stream_dp.metrics_http import MetricsPortError, serve_metrics
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.worker import ReleaseWorker
@@ -65,6 +66,12 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
 def run_until_signalled(cfg: Config, **kwargs: Any) -> int:
     """Run the worker until SIGTERM/SIGINT; serve /metrics on ``metrics.port`` (0 = off)."""
     service = build_worker(cfg, **kwargs)
+    try:
+        serve_metrics(cfg.metrics, service.registry, role="release")
+    except MetricsPortError as exc:
+        log.error("%s", exc)
+        service.close()
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -76,8 +83,6 @@ def run_until_signalled(cfg: Config, **kwargs: Any) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if cfg.metrics.port:
-        start_http_server(cfg.metrics.port, addr=cfg.metrics.host, registry=service.registry)
     try:
         service.worker.run(stop)
     finally:

@@ -30,6 +30,7 @@ import redis
 
 from stream_dp.accounting.budget import check_budget_covers
 from stream_dp.accounting.events import DpEvent
+from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 from stream_dp.mechanisms import adaptive_svt_events
@@ -46,6 +47,7 @@ from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
 
+BACKOFF_INITIAL_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 10.0
 
 
@@ -257,25 +259,29 @@ class ReleaseWorker:
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        """Release windows until ``stop`` is set; bounded waits, capped exponential backoff on errors."""
-        backoff = 0.0
+        """Release windows until ``stop`` is set; bounded waits, capped exponential backoff with jitter on
+        errors (:class:`~stream_dp.backoff.Backoff`, reset after a pass that succeeded)."""
+        backoff = Backoff(BACKOFF_INITIAL_SECONDS, BACKOFF_MAX_SECONDS)
         log.info("release worker %s started (types: %s)", self.claims.worker_id, ", ".join(self.types))
         while not stop.is_set():
             try:
                 released = self.run_once()
-                backoff = 0.0
+                backoff.reset()
             except (redis.RedisError, OSError) as exc:
                 self.metrics.errors.labels("redis").inc()
-                backoff = min(BACKOFF_MAX_SECONDS, max(0.2, backoff * 2))
-                log.warning("release pass failed (%s); retrying in %.1fs", type(exc).__name__, backoff)
-                stop.wait(backoff)
+                delay = backoff.next_delay()
+                log.warning("release pass failed: redis unavailable (%s: %s); retrying in %.2fs (attempt %d)",
+                            type(exc).__name__, exc, delay, backoff.failures + 1)
+                stop.wait(delay)
                 continue
             except Exception as exc:  # noqa: BLE001 - the loop survives anything one window throws
                 kind = "kafka" if type(exc).__module__.startswith("kafka") else "other"
                 self.metrics.errors.labels(kind).inc()
-                backoff = min(BACKOFF_MAX_SECONDS, max(0.2, backoff * 2))
-                log.exception("release pass failed (%s); retrying in %.1fs", type(exc).__name__, backoff)
-                stop.wait(backoff)
+                delay = backoff.next_delay()
+                cause = "releases topic unavailable" if kind == "kafka" else "unexpected error"
+                log.exception("release pass failed: %s (%s); retrying in %.2fs (attempt %d)", cause,
+                              type(exc).__name__, delay, backoff.failures + 1)
+                stop.wait(delay)
                 continue
             if released is None:
                 stop.wait(self.poll_seconds)

@@ -8,12 +8,14 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
+from prometheus_client import CollectorRegistry
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from stream_dp.devstack import die_with_parent
@@ -147,3 +149,33 @@ def wait_for(condition: Callable[[], Any], *, timeout: float, interval: float = 
 
 def redis_counts(store, truth: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
     return {start: store.counts(start) for start in sorted(set(store.windows()) | set(truth))}
+
+
+class Running:
+    """An IngestWorker on a thread, stopped (gracefully) on exit."""
+
+    def __init__(self, cfg) -> None:
+        self.registry = CollectorRegistry()
+        from workers.ingest import build_worker
+
+        self.worker = build_worker(cfg, self.registry)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.reason = self.worker.run()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
+            self.error = exc
+
+    def __enter__(self) -> "Running":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "worker did not stop within 30 s"
+
+    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
+        return self.registry.get_sample_value(f"stream_dp_ingest_{name}", labels or {}) or 0.0

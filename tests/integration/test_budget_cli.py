@@ -68,6 +68,18 @@ def test_list_show_history_verify(config_file, ledger, redis_client, capsys):
     assert report[0]["ok"] is False and report[0]["problems"]
 
 
+def test_scope_may_follow_the_options(config_file, ledger, capsys):
+    ledger.charge("2026-11-28", "c.topk", [PureDpEvent(0.25, mechanism="x")])
+    capsys.readouterr()
+    for action in ("show", "history", "verify"):
+        assert main(["budget", action, "--config", config_file, "--json", "2026-11-28"]) == 0, action
+        out = json.loads(capsys.readouterr().out)
+        assert out and all(r.get("scope", "2026-11-28") == "2026-11-28" for r in out), (action, out)
+    with pytest.raises(SystemExit) as info:
+        main(["budget", "show", "--config", config_file, "2026-11-28", "extra"])
+    assert info.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
 def test_show_needs_a_scope(config_file, capsys):
     assert main(["budget", "show", "--config", config_file]) == 2
     assert "needs a scope" in capsys.readouterr().err

@@ -107,3 +107,78 @@ def test_cli_up_status_down(tmp_path):
     assert down.returncode == 0, down.stderr
     assert _wait_dead(pids) == []
     assert run("status").returncode == 1
+
+
+def test_cli_dead_redis_is_reported_at_once_restarted_on_its_port_and_picked_up(tmp_path):
+    """After `devstack up`: a SIGKILLed redis is dead in `status` at once; `up` restarts it on its port (the
+    broker stays the same process: nothing orphaned); commands with no addresses configured use the stack
+    and say so; `down` reports every component stopped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    env["STREAM_DP_DEVSTACK_STATE"] = str(tmp_path / "state.json")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "stream_dp.cli", *a],  # noqa: E731
+                                    env=env, cwd=root, capture_output=True, text=True, timeout=60)
+    up = run("devstack", "up")
+    assert up.returncode == 0, up.stderr
+    info = json.loads(up.stdout)
+    pids = dict(info["pids"])
+    try:
+        os.kill(pids["redis"], signal.SIGKILL)
+        status = run("devstack", "status")  # no waiting: the kill must show at once
+        assert status.returncode == 1
+        st = json.loads(status.stdout)
+        assert st["running"] is False and st["alive"] == {"broker": True, "redis": False}
+
+        again = run("devstack", "up")
+        assert again.returncode == 0, again.stderr
+        after = json.loads(again.stdout)
+        assert after["restarted"] == ["redis"] and after["running"] is True
+        assert after["pids"]["broker"] == pids["broker"], "the live broker is kept, not orphaned"
+        assert after["redis_url"] == info["redis_url"] and redis.Redis.from_url(info["redis_url"]).ping()
+        pids = dict(after["pids"])
+
+        config = tmp_path / "c.toml"
+        config.write_text('[redis]\nurl = ""\nkey_prefix = "pick"\n[kafka]\nbootstrap_servers = ""\n')
+        listed = run("budget", "list", "--config", str(config), "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert "using the running dev stack" in listed.stderr and info["redis_url"] in listed.stderr
+    finally:
+        down = run("devstack", "down")
+    assert down.returncode == 0, down.stderr
+    out = json.loads(down.stdout)
+    assert out["running"] is False and "alive" not in out and set(out["stopped"].values()) == {True}
+    assert _wait_dead(list(pids.values())) == []
+
+
+def test_cli_up_refuses_clearly_when_a_dead_components_port_is_taken(tmp_path):
+    import socket
+
+    env = {**os.environ, "STREAM_DP_DEVSTACK_STATE": str(tmp_path / "state.json")}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "stream_dp.cli", "devstack", *a],  # noqa: E731
+                                    env=env, cwd=root, capture_output=True, text=True, timeout=60)
+    info = json.loads(run("up").stdout)
+    squatter = None
+    try:
+        port = int(info["redis_url"].rsplit(":", 1)[1].split("/")[0])
+        os.kill(info["pids"]["redis"], signal.SIGKILL)
+        assert _wait_dead([info["pids"]["redis"]]) == []
+        squatter = socket.socket()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline = time.monotonic() + 15
+        while True:  # the killed server's socket may take a moment to be released
+            try:
+                squatter.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"port {port} still taken 15 s after the kill"
+                time.sleep(0.1)
+        squatter.listen()
+        refused = run("up")
+        assert refused.returncode == 1 and f"port {port} is taken" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    finally:
+        if squatter is not None:
+            squatter.close()
+        run("down")
+    assert _wait_dead(list(info["pids"].values())) == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -184,6 +185,29 @@ def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_n
         own_stack.redis.start()
 
     _through_an_outage(own_stack, topic_name, tmp_path, seed=8, max_poll_records=300, outage=outage)
+
+
+def test_redis_outage_retry_delays_grow_to_the_cap(own_stack, topic_name, tmp_path):
+    """During a Redis outage the retry delay doubles (with jitter) up to ingest.backoff_max_seconds, the
+    message names Redis; after the outage the counts are exact."""
+    pattern = re.compile(r"redis unavailable .*retried in ([0-9.]+)s")
+
+    def outage(proc, _applied_now) -> None:
+        own_stack.redis.stop()
+        wait_for(lambda: len(pattern.findall((tmp_path / "worker.log").read_text())) >= 7, timeout=60,
+                 what="seven retries during the outage")
+        own_stack.redis.start()
+
+    log_text = _through_an_outage(own_stack, topic_name, tmp_path, seed=9, max_poll_records=300, outage=outage)
+    delays = [float(d) for d in pattern.findall(log_text)][:7]
+    print("\nretry delays during the Redis outage:", delays)
+    cap = 1.0  # backoff_max_seconds of the test config; initial 0.05, jitter 20 %
+    assert delays[0] <= 0.05 + 1e-9
+    for before, after in zip(delays, delays[1:]):
+        assert after >= min(cap * 0.8, before * 1.5), f"delays must grow: {delays}"
+        assert after <= cap + 1e-9
+    assert max(delays) >= cap * 0.8, f"delays must reach the cap: {delays}"
+    assert "Kafka" not in "".join(line for line in log_text.splitlines() if "retried in" in line)
 
 
 def test_broker_hung_mid_stream_worker_survives_and_counts_stay_exact(own_stack, topic_name, tmp_path):

@@ -3,51 +3,21 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from prometheus_client import CollectorRegistry
 
 from stream_dp.config import config_from_mapping
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
-from workers.ingest import build_worker
 
-from ingest_helpers import config_mapping, create_topic, ground_truth, make_events, produce, redis_counts, wait_for
+from ingest_helpers import (Running, config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
+                            wait_for)
 
 pytestmark = pytest.mark.integration
 
 SIZE = 600
 MAX_KEYS = 3
-
-
-class Running:
-    """An IngestWorker on a thread, stopped (gracefully) on exit."""
-
-    def __init__(self, cfg) -> None:
-        self.registry = CollectorRegistry()
-        self.worker = build_worker(cfg, self.registry)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.reason = self.worker.run()
-        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
-            self.error = exc
-
-    def __enter__(self) -> "Running":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop()
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive(), "worker did not stop within 30 s"
-
-    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
-        return self.registry.get_sample_value(f"stream_dp_ingest_{name}", labels or {}) or 0.0
 
 
 def _store(redis_client, cfg) -> WindowStore:

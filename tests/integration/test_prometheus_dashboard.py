@@ -82,10 +82,23 @@ def dashboard_targets() -> list[tuple[str, str]]:
     return out
 
 
+def wait_for_rule_evaluations(base: str, timeout: float = 30) -> list[dict]:
+    """Every alerting rule of the loaded rule files, once each has been evaluated at least once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        groups = json.loads(_get(f"{base}/api/v1/rules?type=alert"))["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        if rules and all(not r.get("lastEvaluation", "").startswith("0001") for r in rules):
+            return rules
+        assert time.monotonic() < deadline, f"alerting rules not evaluated within {timeout}s: {rules}"
+        time.sleep(0.5)
+
+
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (Debian package prometheus)")
 def test_every_dashboard_query_returns_data(running_demo, tmp_path):
     _demo, ports = running_demo
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "rule_files": [str(ROOT / "config" / "prometheus" / "alerts.yml")],
               "scrape_configs": [{"job_name": job, "static_configs": [
                   {"targets": [f"127.0.0.1:{ports[job.removeprefix('stream-dp-')]}"]}]} for job in JOBS]}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -122,6 +135,11 @@ def test_every_dashboard_query_returns_data(running_demo, tmp_path):
             if not query(promql):
                 empty.append(f"{title}: {promql}")
         assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+        # the alerting rules evaluate cleanly against the workers' real metrics
+        rules = wait_for_rule_evaluations(base)
+        assert len(rules) >= 11
+        broken = [f"{r['name']}: {r.get('lastError')}" for r in rules if r["health"] != "ok"]
+        assert not broken, "alerting rules failing on real metrics:\n" + "\n".join(broken)
     finally:
         prom.terminate()
         try:

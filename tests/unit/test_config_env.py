@@ -248,3 +248,10 @@ def test_default_config_is_packaged_with_stream_dp():
     relative = DEFAULT_CONFIG_PATH.relative_to(package_dir).as_posix()
     assert any(fnmatch.fnmatch(relative, pat) for pat in patterns), patterns
     assert load_config(None, environ={}) == load_config(CONFIG_FILE, environ={})
+
+
+def test_tool_variables_are_not_read_as_settings():
+    cfg = config_from_mapping({}, environ={"STREAM_DP_DEVSTACK_STATE": "/tmp/x.json", "STREAM_DP_LOG_LEVEL": "DEBUG",
+                                           "STREAM_DP_TANSU": "/bin/tansu", "STREAM_DP_REDIS_SERVER": "/bin/r",
+                                           "STREAM_DP_TEST_REDIS_URL": "redis://h"})
+    assert cfg.redis.url == "" and cfg.kafka.bootstrap_servers == ""

@@ -39,10 +39,20 @@ def test_each_rule_has_its_reason():
         _j({"user": "u", "key": "k"}): "bad_time",  # no ts and no record timestamp
         _j({"user": "a\x1b[2J", "key": "k"}): "user_control_chars",  # an escape sequence
         _j({"user": "u", "key": "k\u200b"}): "key_control_chars",  # a zero-width space
+        b" " * 1_048_589: "record_too_large",  # over events.max_record_bytes (Kafka's message.max.bytes)
     }
     for value, reason in cases.items():
         assert _reason(value) == reason, value
     assert set(cases.values()) == set(DECODE_REASONS)
+
+
+def test_record_size_limit_is_checked_before_parsing_and_is_configurable():
+    dec = EventDecoder(EventsConfig(max_record_bytes=64))
+    ok = _j({"user": "u", "key": "k", "ts": 5})
+    assert isinstance(dec.decode(ok, partition=0, offset=0, timestamp_ms=None), Event)
+    padded = _j({"user": "u", "key": "k", "ts": 5, "pad": "p" * 64})
+    assert dec.fields(padded, None) is None
+    assert dec.decode(padded, partition=0, offset=1, timestamp_ms=None).reason == "record_too_large"
 
 
 def test_valid_events_and_fallback_to_the_record_timestamp():

@@ -181,3 +181,29 @@ def test_progress_bar_on_a_terminal_redraws_in_place():
     silent = io.StringIO()
     Progress(silent, enabled=False).finish(3)
     assert silent.getvalue() == ""
+
+
+def test_headerless_tab_separated_movielens_100k_rows_by_column_position(tmp_path):
+    """MovieLens 100K ``u.data``: user id, item id, rating, timestamp; tab-separated, no header."""
+    path = tmp_path / "u.data"
+    path.write_text("196\t242\t3\t881250949\n186\t302\t3\t891717742\n22\t377\t1\t878887116\n")
+    src = read_rows(path, fmt="csv", delimiter="\t", header=False)
+    assert src.columns == ("1", "2", "3", "4")
+    mapping = ColumnMapping(user="1", key="2", time="4")
+    mapping.check_columns(src.columns, str(path))
+    events = [mapping.event(row) for row in src.rows]
+    src.close()
+    assert [(e.user, e.key, e.ts) for e in events] == [("196", "242", 881250949.0), ("186", "302", 891717742.0),
+                                                       ("22", "377", 878887116.0)]
+    with pytest.raises(ReplayError, match="no column '5'"):
+        ColumnMapping(user="1", key="5", time="4").check_columns(src.columns, str(path))
+    with pytest.raises(ReplayError, match="one character"):
+        read_rows(path, fmt="csv", delimiter="\\t", header=False)
+
+
+def test_replay_cli_delimiter_names():
+    from stream_dp.cli.replay_cmd import _delimiter
+
+    assert [_delimiter(t) for t in ("\\t", "tab", ",", ";", "pipe")] == ["\t", "\t", ",", ";", "|"]
+    with pytest.raises(Exception, match="one character"):
+        _delimiter("::")
