@@ -345,12 +345,13 @@ class Demo:
 
     # ---- printing releases -----------------------------------------------------------------------
     def follow(self, cfg: Config) -> int:
-        from stream_dp.tail import ReleaseFollower, format_release
+        from stream_dp.client import ReleaseSubscriber
+        from stream_dp.tail import format_release
 
         window_types = _enabled_types(cfg)
         seen: dict[int, set[str]] = {}
         first_seen: dict[int, float] = {}
-        follower = ReleaseFollower(cfg.kafka, cfg.kafka.releases_topic)
+        follower = ReleaseSubscriber(cfg.kafka, cfg.kafka.releases_topic)
         t0 = time.monotonic()
         replay_reported = False
         try:
