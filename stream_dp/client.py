@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -146,10 +146,12 @@ class SeenIds:
 
 
 @dataclass(frozen=True)
-class _Delivery:
-    record: dict[str, Any] | None  # None: consumed but not handed out (duplicate, filtered, invalid)
+class _Message:
+    """A fetched message not yet handed out (or skipped)."""
+
+    value: bytes
     partition: TopicPartition
-    next_offset: int
+    offset: int
 
 
 class ReleaseSubscriber:
@@ -177,6 +179,9 @@ class ReleaseSubscriber:
         self._seen = SeenIds(seen_capacity)
         self._assigned: set[TopicPartition] = set()
         self._uncommitted: dict[TopicPartition, int] = {}
+        self._pending: deque[_Message] = deque()
+        self._ends_unknown: set[TopicPartition] = set()  # start="now": partitions whose end is not known yet
+        self._now: dict[TopicPartition, int] = {}  # start="now": first offset published after the start
         opts: dict[str, Any] = {
             **cfg.client_options(), "enable_auto_commit": False, "group_id": group,
             "auto_offset_reset": "earliest" if start == "beginning" else "latest",
@@ -196,26 +201,42 @@ class ReleaseSubscriber:
                 self.consumer.seek_to_beginning(*new)
             else:
                 self.consumer.seek_to_end(*new)
-                for tp in new:
-                    self.consumer.position(tp)  # resolve "the end" now, not at the first fetch
+                self._ends_unknown |= new
             self._assigned = tps
 
-    def _fetch(self, timeout_ms: int) -> list[_Delivery]:
+    def _fill(self, timeout_ms: int) -> None:
+        """Fetch the next messages into the pending queue (waiting at most ``timeout_ms``)."""
         if self.group is None and not self._assigned:
             self._assign()
             if not self._assigned:
                 time.sleep(timeout_ms / 1000)  # the topic does not exist yet
-                return []
-        out = []
-        for tp, messages in self.consumer.poll(timeout_ms=timeout_ms).items():
-            for msg in messages:
-                out.append(_Delivery(self._accept(msg.value, f"{tp.topic}/{tp.partition}@{msg.offset}"),
-                                     tp, msg.offset + 1))
-        return out
+                return
+        fetched = self.consumer.poll(timeout_ms=timeout_ms)
+        self._learn_ends()
+        for tp, messages in fetched.items():
+            floor = self._now.get(tp, 0)
+            self._pending.extend(_Message(msg.value, tp, msg.offset) for msg in messages if msg.offset >= floor)
 
-    def _accept(self, value: bytes, where: str) -> dict[str, Any] | None:
+    def _learn_ends(self) -> None:
+        """``start="now"``: take "now" as the high-water mark of the first fetch of each partition.
+
+        Some Kafka-protocol brokers under-report the end offset that ``seek_to_end`` asks for (Tansu
+        answers the last batch's base offset + 1), so the fetched high-water mark is the reliable end:
+        messages below it were published before the subscriber started and are skipped.
+        """
+        for tp in list(self._ends_unknown):
+            end = self.consumer.highwater(tp)
+            if end is None:
+                continue
+            self._now[tp] = end
+            if self.consumer.position(tp) < end:
+                self.consumer.seek(tp, end)
+            self._ends_unknown.discard(tp)
+
+    def _accept(self, msg: _Message) -> dict[str, Any] | None:
+        """The record in ``msg`` if it is checked and new (``on_invalid`` decides about a bad one: it may raise)."""
         try:
-            record = check_record(value, where=where)
+            record = check_record(msg.value, where=f"{msg.partition.topic}/{msg.partition.partition}@{msg.offset}")
         except ReleaseRecordError as exc:
             self.on_invalid(exc)
             return None
@@ -224,12 +245,28 @@ class ReleaseSubscriber:
         return record if self._seen.first_time(record["release_id"]) else None
 
     def poll(self, timeout_ms: int = 500) -> list[dict[str, Any]]:
-        """The next checked, first-seen records (in partition order), waiting at most ``timeout_ms``."""
+        """The next checked, first-seen records (in partition order), waiting at most ``timeout_ms``.
+
+        When ``on_invalid`` raises for a message, the records before it are returned first and the next
+        call raises (the message stays unprocessed, so a group never commits past it).
+        """
         self.commit()
-        deliveries = self._fetch(timeout_ms)
-        for d in deliveries:
-            self._done(d)
-        return [d.record for d in deliveries if d.record is not None]
+        if not self._pending:
+            self._fill(timeout_ms)
+        out: list[dict[str, Any]] = []
+        while self._pending:
+            msg = self._pending[0]
+            try:
+                record = self._accept(msg)
+            except Exception:
+                if out:
+                    return out
+                raise
+            self._pending.popleft()
+            self._done(msg)
+            if record is not None:
+                out.append(record)
+        return out
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.records()
@@ -244,20 +281,25 @@ class ReleaseSubscriber:
         last = time.monotonic()
         while not stop():
             self.commit()
-            for d in self._fetch(poll_timeout_ms):
-                if d.record is not None:
-                    yield d.record
+            if not self._pending:
+                self._fill(poll_timeout_ms)
+            while self._pending:
+                msg = self._pending[0]
+                record = self._accept(msg)  # on_invalid may raise: the message stays unprocessed
+                self._pending.popleft()
+                if record is not None:
+                    yield record
                     last = time.monotonic()
-                self._done(d)
+                self._done(msg)
                 if stop():
                     return
             if idle_timeout is not None and time.monotonic() - last > idle_timeout:
                 return
 
     # ---- offsets ----------------------------------------------------------------------------------
-    def _done(self, delivery: _Delivery) -> None:
+    def _done(self, msg: _Message) -> None:
         if self.group is not None:
-            self._uncommitted[delivery.partition] = delivery.next_offset
+            self._uncommitted[msg.partition] = msg.offset + 1
 
     def commit(self) -> None:
         """Group mode: commit the offsets of every record processed so far (no-op without a group)."""
