@@ -114,8 +114,8 @@ function renderAlerts(record) {
   if (above.length) {
     const lows = above.map(i => (i.lower_bound ?? i.estimate));
     const lo = Math.min(threshold ?? Infinity, ...lows) * 0.9, hi = Math.max(...above.map(i => i.estimate)) * 1.05;
-    const L = 170, W = 520, row = 20, H = above.length * row + 24;
-    const x = v => L + (W - L - 10) * (v - lo) / ((hi - lo) || 1);
+    const L = 170, W = 600, row = 20, H = above.length * row + 24;
+    const x = v => L + (W - L - 90) * (v - lo) / ((hi - lo) || 1);
     const g = s("svg", { id: "alerts-chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
                          "aria-label": "alerts: estimates with lower confidence bounds" });
     above.forEach((i, n) => {
@@ -125,7 +125,8 @@ function renderAlerts(record) {
           s("title", {}, `${i.key}: estimate ${num(i.estimate)}, lower bound ${num(lb)}`),
           s("line", { class: "range", x1: x(lb), x2: x(i.estimate), y1: y, y2: y }),
           s("line", { class: "cap", x1: x(lb), x2: x(lb), y1: y - 6, y2: y + 6 }),
-          s("circle", { cx: x(i.estimate), cy: y, r: 4 })));
+          s("circle", { cx: x(i.estimate), cy: y, r: 4 })),
+        s("text", { x: x(i.estimate) + 8, y: y + 4, class: "muted-text" }, `${num(i.estimate)} (≥ ${num(lb)})`));
     });
     if (threshold !== null && threshold !== undefined) {
       g.append(s("line", { class: "threshold", x1: x(threshold), x2: x(threshold), y1: 2, y2: H - 16 }),
@@ -209,7 +210,7 @@ function renderTimeline(timeline) {
   const windows = timeline.windows.slice().reverse();  // oldest left
   if (!windows.length) return;
   const types = [...new Set(windows.flatMap(w => Object.keys(w.types)))];
-  const C = 18, L = 60, W = L + windows.length * (C + 4) + 10, H = types.length * (C + 4) + 34;
+  const C = 18, L = 70, W = Math.max(L + windows.length * (C + 4) + 10, 460), H = types.length * (C + 4) + 34;
   const g = s("svg", { id: "timeline-chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img" });
   types.forEach((t, r) => g.append(s("text", { x: L - 6, y: 14 + r * (C + 4), "text-anchor": "end" }, t)));
   windows.forEach((w, c) => {
@@ -219,11 +220,9 @@ function renderTimeline(timeline) {
       g.append(s("rect", { class: `cell ${status}`, x: L + c * (C + 4), y: 2 + r * (C + 4), width: C, height: C, rx: 3,
         "data-window": w.start, "data-type": t }, s("title", {}, `${t} · ${windowLabel(w)}: ${status.replace("_", " ")}`)));
     });
-    if (c === 0 || c === windows.length - 1) {
-      g.append(s("text", { x: L + c * (C + 4), y: H - 8, class: "muted-text", "text-anchor": c ? "end" : "start",
-                           dx: c ? C : 0 }, when(w.start)));
-    }
   });
+  g.append(s("text", { x: L, y: H - 8, class: "muted-text" },
+             `${windows.length} window${windows.length > 1 ? "s" : ""}: ${when(windows[0].start)} → ${when(windows[windows.length - 1].end)} UTC, oldest left`));
   replace("timeline", g);
 }
 
@@ -258,6 +257,7 @@ async function refresh() {
   banner.hidden = !health.rejected;
   if (health.rejected) banner.textContent = `${health.rejected} message(s) on the releases topic were refused and are not shown; the last: ${health.last_rejection}`;
   document.body.dataset.records = String(health.records);
+  if (health.status !== "ok") setTimeout(scheduleRefresh, 2000);  // not reading the topic yet: look again
 }
 
 let timer = null;
@@ -270,6 +270,7 @@ function showError(err) {
   const status = document.getElementById("status");
   status.className = "status down";
   status.textContent = `offline: ${err.message}`;
+  setTimeout(scheduleRefresh, 5000);
 }
 
 function connect() {
