@@ -105,3 +105,14 @@ def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
     assert "tail: skipped a message: message is not JSON" in res.stderr
     res = cli("tail", "--topic", topic, "--type", "sample", "--count", "1", "--json", env=env)
     assert [json.loads(line)["type"] for line in res.stdout.splitlines()] == ["sample"]
+
+
+def test_tail_stops_at_a_record_of_an_unknown_schema_version(bootstrap_servers, topic_name):
+    from release_records import produce, record
+
+    topic = topic_name("releases")
+    produce(bootstrap_servers, topic, [record(0, keys=("318",)), record(1, schema_version=2)])
+    res = cli("tail", "--topic", topic, "--idle-timeout", "4", "--color", "never",
+              env={"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers})
+    assert res.returncode == 1 and res.stdout.count("· topk ·") == 1 and "318" in res.stdout
+    assert f"tail error: release record {record(1)['release_id']} has schema_version 2" in res.stderr
