@@ -304,11 +304,20 @@ class Demo:
         from stream_dp.dashboard.launch import DashboardChild
 
         wanted = self.opts.dashboard_port if self.opts.dashboard_port is not None else cfg.dashboard.port
-        port = _port(wanted, {w.metrics_port for w in self.workers})
-        self.dashboard = DashboardChild(config_path, port, self.workdir / "dashboard.log")
-        self.dashboard.start()
-        self.dashboard.wait_ready(time.monotonic() + READY_TIMEOUT_SECONDS)
-        note = f"; port {wanted} is taken, so a free one" if wanted and port != wanted else ""
+        taken = {w.metrics_port for w in self.workers}
+        port = _port(wanted, taken)
+        for attempt in range(3):  # another process may take a free port between our check and the child's bind
+            self.dashboard = DashboardChild(config_path, port, self.workdir / "dashboard.log")
+            self.dashboard.start()
+            try:
+                self.dashboard.wait_ready(time.monotonic() + READY_TIMEOUT_SECONDS)
+                break
+            except RuntimeError:
+                if attempt == 2 or "cannot serve the dashboard" not in self.dashboard.log_tail():
+                    raise
+                taken.add(port)
+                port = _port(0, taken)
+        note = f"; port {wanted} is taken, so it uses a free port" if wanted and port != wanted else ""
         self.say(f"dashboard  {self.dashboard.url}  (pid {self.dashboard.proc.pid}{note}; "
                  f"log {self.dashboard.log_path})")
 

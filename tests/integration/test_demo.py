@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_bounded_demo_prints_releases_and_stops_cleanly(tmp_path):
-    demo = DemoProcess(["--windows", "2", "--duration", "240", "--days", "4", "--metrics-port", "0"],
+    demo = DemoProcess(["--windows", "2", "--duration", "240", "--days", "4", "--metrics-port", "0",
+                        "--dashboard-port", "0"],
                        tmp_path / "work")
     try:
         code = demo.wait(timeout=300)
@@ -39,7 +40,7 @@ def test_bounded_demo_prints_releases_and_stops_cleanly(tmp_path):
 
 
 def test_ctrl_c_stops_everything_in_order(tmp_path):
-    demo = DemoProcess(["--metrics-port", "0", "--days", "28"], tmp_path / "work")
+    demo = DemoProcess(["--metrics-port", "0", "--dashboard-port", "0", "--days", "28"], tmp_path / "work")
     try:
         demo.wait_for(lambda out: "· topk ·" in out, timeout=180, what="a first release")
         check_dashboard(demo.output)
