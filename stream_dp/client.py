@@ -12,7 +12,9 @@ type. :func:`subscribe` yields them as dicts, each one
 from one of three starting points:
 
 - ``start="beginning"`` (default): every release still on the topic, then new ones;
-- ``start="now"``: only releases published after the subscriber was assigned its partitions;
+- ``start="now"``: only releases published after the subscriber was assigned its partitions (the end is
+  the high-water mark of the first fetch, not the broker's end offset, which some Kafka-protocol brokers
+  under-report);
 - ``group="my-service"``: a Kafka consumer group for a downstream service. It resumes where the group
   left off after a restart (``start`` then only chooses where a *new* group begins). Delivery is at least
   once: a record's offset is committed once the caller asks for the next record (or calls
