@@ -232,6 +232,12 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class DashboardConfig:
+    port: int = 8050  # `stream-dp dashboard` serves the page and its JSON API here; 0: any free port
+    host: str = "127.0.0.1"  # loopback by default: expose it on purpose (it shows only published releases)
+
+
+@dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
@@ -242,6 +248,7 @@ class Config:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     releases: ReleasesConfig = field(default_factory=ReleasesConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
 
     def replace(self, **sections: Any) -> "Config":
         """A copy with whole sections replaced (tests and the demo use this)."""
@@ -486,6 +493,8 @@ def validate(config: Config) -> Config:
                  "one of geometric, laplace, exponential", r.watch_topk.noise)
     _require(0 <= config.metrics.port <= 65535, "metrics.port", "in [0, 65535]", config.metrics.port)
     _require(bool(config.metrics.host), "metrics.host", "a non-empty address", config.metrics.host)
+    _require(0 <= config.dashboard.port <= 65535, "dashboard.port", "in [0, 65535]", config.dashboard.port)
+    _require(bool(config.dashboard.host), "dashboard.host", "a non-empty address", config.dashboard.host)
     return config
 
 

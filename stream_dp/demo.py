@@ -14,7 +14,9 @@ What it runs is the production path, not a toy:
 4. a stream is replayed into the events topic (:mod:`stream_dp.replay`): the generated MovieLens-style
    ratings (:mod:`stream_dp.demo_data`) or a user file, paced so a window of event time passes every few
    seconds;
-5. releases are followed on the releases topic and printed (:mod:`stream_dp.tail`).
+5. releases are followed on the releases topic and printed (:mod:`stream_dp.tail`);
+6. unless turned off, ``stream-dp dashboard`` runs as a process too (a subscriber of the releases topic)
+   and its URL is printed (``dashboard.port``, 8050 by default, or a free port if that one is taken).
 
 Ctrl-C stops it in order: replay, workers (SIGTERM: they finish their batch and commit), then the dev stack.
 The workers and the dev stack run in process groups of their own, so the terminal's SIGINT reaches only the
@@ -220,6 +222,8 @@ class DemoOptions:
     metrics_port: int = 9108  # ingest gets this port, release the next one (or free ports if taken)
     workdir: str | None = None  # keep the generated config and logs here
     color: bool = False
+    dashboard: bool = True  # also serve `stream-dp dashboard` (a subscriber of the releases topic)
+    dashboard_port: int | None = None  # None: dashboard.port of the config (8050); a free port if taken
 
 
 class Demo:
@@ -236,6 +240,7 @@ class Demo:
         self._replay_error: BaseException | None = None
         self.windows_done: list[int] = []
         self.releases_printed = 0
+        self.dashboard: Any = None  # stream_dp.dashboard.launch.DashboardChild while it runs
         self._own_workdir = options.workdir is None
         self.workdir = Path(options.workdir or tempfile.mkdtemp(prefix="stream-dp-demo-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -295,6 +300,28 @@ class Demo:
                      f"http://127.0.0.1:{worker.metrics_port}/metrics, log {worker.log_path}")
         self.say(f"config     {path}")
         return path
+
+    def start_dashboard(self, cfg: Config, config_path: Path) -> None:
+        """Serve the dashboard on the configured port, or a free one if that is taken (and say so)."""
+        from stream_dp.dashboard.launch import DashboardChild
+
+        wanted = self.opts.dashboard_port if self.opts.dashboard_port is not None else cfg.dashboard.port
+        taken = {w.metrics_port for w in self.workers}
+        port = _port(wanted, taken)
+        for attempt in range(3):  # another process may take a free port between our check and the child's bind
+            self.dashboard = DashboardChild(config_path, port, self.workdir / "dashboard.log")
+            self.dashboard.start()
+            try:
+                self.dashboard.wait_ready(time.monotonic() + READY_TIMEOUT_SECONDS)
+                break
+            except RuntimeError:
+                if attempt == 2 or "cannot serve the dashboard" not in self.dashboard.log_tail():
+                    raise
+                taken.add(port)
+                port = _port(0, taken)
+        note = f"; port {wanted} is taken, so it uses a free port" if wanted and port != wanted else ""
+        self.say(f"dashboard  {self.dashboard.url}  (pid {self.dashboard.proc.pid}{note}; "
+                 f"log {self.dashboard.log_path})")
 
     # ---- replay -----------------------------------------------------------------------------------
     def _events(self, cfg: Config) -> tuple[list[Any], str]:
@@ -363,12 +390,13 @@ class Demo:
 
     # ---- printing releases -----------------------------------------------------------------------
     def follow(self, cfg: Config) -> int:
-        from stream_dp.tail import ReleaseFollower, format_release
+        from stream_dp.client import ReleaseSubscriber
+        from stream_dp.tail import format_release
 
         window_types = _enabled_types(cfg)
         seen: dict[int, set[str]] = {}
         first_seen: dict[int, float] = {}
-        follower = ReleaseFollower(cfg.kafka, cfg.kafka.releases_topic)
+        follower = ReleaseSubscriber(cfg.kafka, cfg.kafka.releases_topic)
         t0 = time.monotonic()
         replay_reported = False
         try:
@@ -426,6 +454,8 @@ class Demo:
         self.stop_requested.set()
         if self._replay_thread is not None:
             self._replay_thread.join(timeout=10)
+        if self.dashboard is not None:
+            self.dashboard.stop(STOP_TIMEOUT_SECONDS)
         for worker in self.workers:
             worker.signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
@@ -440,6 +470,8 @@ class Demo:
         """The second Ctrl-C: no more waiting."""
         for worker in self.workers:
             worker.kill()
+        if self.dashboard is not None and self.dashboard.alive:
+            self.dashboard.proc.kill()
         if self.stack is not None:
             for svc in (self.stack.broker, self.stack.redis):
                 if svc is not None:
@@ -456,7 +488,9 @@ class Demo:
             cfg = self.prepare_config()
             events, what = self._events(cfg)
             cfg = self.schedule_from(cfg, events)
-            self.start_workers(cfg)
+            config_path = self.start_workers(cfg)
+            if self.opts.dashboard:
+                self.start_dashboard(cfg, config_path)
             self.start_replay(cfg, events, what)
             code = self.follow(cfg)
         finally:

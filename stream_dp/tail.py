@@ -1,5 +1,7 @@
 """Readable text for release records: what ``stream-dp tail`` and ``stream-dp demo`` print.
 
+Reading the topic (schema check, de-duplication) is :mod:`stream_dp.client`; this module only renders.
+
 A release record (schema_version 1, see ``config/release.schema.json``) is rendered as a header line
 (window, type, status, mechanism), a table of its items, the privacy cost and a budget bar of its scope.
 Items are shown with the columns they carry, so new release types render without code changes; known
@@ -26,14 +28,9 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
-
-from kafka import TopicPartition
-
-from stream_dp.config import KafkaConfig
 
 BAR_WIDTH = 24
 PREFERRED_COLUMNS = ("rank", "key", "above", "estimate", "lower_bound", "gap", "token", "branch")
@@ -181,51 +178,3 @@ def select(records: Iterable[Mapping[str, Any]], types: Sequence[str] | None) ->
     for record in records:
         if not types or record.get("type") in types:
             yield record
-
-
-class ReleaseFollower:
-    """Reads release records from every partition of a topic, without a group, deduplicated by release id."""
-
-    def __init__(self, kafka: KafkaConfig, topic: str, *, from_beginning: bool = True) -> None:
-        from stream_dp import connections
-
-        self.topic = topic
-        self.consumer = connections.kafka_consumer(kafka, group_id=None, enable_auto_commit=False)
-        self._from_beginning = from_beginning
-        self._assigned: set[TopicPartition] = set()
-        self._seen: set[str] = set()
-
-    def _assign(self) -> None:
-        parts = self.consumer.partitions_for_topic(self.topic) or set()
-        tps = {TopicPartition(self.topic, p) for p in parts}
-        if tps and tps != self._assigned:
-            new = tps - self._assigned
-            self.consumer.assign(sorted(tps))
-            if self._from_beginning:
-                self.consumer.seek_to_beginning(*new)
-            else:
-                self.consumer.seek_to_end(*new)
-            self._assigned = tps
-
-    def poll(self, timeout_ms: int = 500) -> list[dict[str, Any]]:
-        """New, distinct release records (in partition order)."""
-        if not self._assigned:
-            self._assign()
-            if not self._assigned:
-                time.sleep(timeout_ms / 1000)  # the topic does not exist yet
-                return []
-        out = []
-        for records in self.consumer.poll(timeout_ms=timeout_ms).values():
-            for rec in records:
-                record = decode(rec.value)
-                if record is None:
-                    continue
-                rid = str(record.get("release_id", ""))
-                if rid and rid in self._seen:
-                    continue
-                self._seen.add(rid)
-                out.append(record)
-        return out
-
-    def close(self) -> None:
-        self.consumer.close()

@@ -21,6 +21,7 @@ COMMANDS: tuple[str, ...] = (
     "stream_dp.cli.release_cmd",
     "stream_dp.cli.replay_cmd",
     "stream_dp.cli.tail_cmd",
+    "stream_dp.cli.dashboard_cmd",
     "stream_dp.cli.budget_cmd",
     "stream_dp.cli.config_cmd",
     "stream_dp.cli.devstack_cmd",

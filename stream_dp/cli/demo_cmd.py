@@ -9,6 +9,7 @@ EXAMPLES = """\
 examples:
   stream-dp demo                          # generated MovieLens-style ratings, until Ctrl-C
   stream-dp demo --windows 4              # stop by itself after four windows were released
+  stream-dp demo --no-dashboard           # without the live page (http://127.0.0.1:8050/ by default)
   # MovieLens' ratings.csv (https://grouplens.org/datasets/movielens/), replayed in event-time order:
   # yearly windows, larger Δ and ε per outcome, a budget that covers them
   STREAM_DP_WINDOWS__SIZE_SECONDS=31536000 STREAM_DP_CONTRIBUTION__MAX_KEYS_PER_USER=20 \\
@@ -51,6 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, default=9108,
                    help="ingest /metrics port; release uses the next one; taken ports are replaced by free "
                    "ones (default: %(default)s)")
+    p.add_argument("--no-dashboard", dest="dashboard", action="store_false",
+                   help="do not serve the live dashboard (stream-dp dashboard) next to the demo")
+    p.add_argument("--dashboard-port", type=int, metavar="PORT",
+                   help="dashboard port (default: dashboard.port, 8050; a free port if it is taken)")
     p.add_argument("--workdir", help="keep the generated config and worker logs in this directory")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.set_defaults(func=run)
@@ -73,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         time_unit=args.time_unit, seed=args.seed, days=args.days, users=args.users, movies=args.movies,
         seconds_per_window=args.seconds_per_window, speedup=args.speedup, fast=args.fast, windows=args.windows,
         duration=args.duration, metrics_port=args.metrics_port, workdir=args.workdir,
+        dashboard=args.dashboard, dashboard_port=args.dashboard_port,
         color=args.color == "always" or (args.color == "auto" and sys.stdout.isatty()))
     import logging
 

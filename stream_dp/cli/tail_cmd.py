@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from stream_dp.cli.common import add_config_option, load_config_or_report
-from stream_dp.tail import ReleaseFollower, format_release
+from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion
+from stream_dp.tail import format_release
 
 RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "status")
 
@@ -22,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "tail", help="follow the releases topic and print releases as tables",
         description="Read the releases topic (no consumer group, nothing committed) and print every release "
         "record: window, type, status, mechanism, items, cost and the budget of its period. A release "
-        "published twice (a worker restarted between publishing and marking it) is printed once.")
+        "published twice (a worker restarted between publishing and marking it) is printed once. Records "
+        "are checked against the release schema (stream_dp.client): a malformed one is reported on stderr "
+        "and skipped, one of an unknown schema_version stops tail with an error.")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--topic", help="releases topic (default: kafka.releases_topic)")
     p.add_argument("--type", action="append", choices=RELEASE_TYPES, dest="types",
@@ -36,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def follow(follower: ReleaseFollower, out: TextIO, *, types: list[str] | None, count: int | None,
+def follow(follower: ReleaseSubscriber, out: TextIO, *, types: list[str] | None, count: int | None,
            idle_timeout: float | None, as_json: bool, color: bool,
            should_stop: Callable[[], bool] = lambda: False) -> int:
     """Print releases until ``count`` were printed, ``idle_timeout`` passed without one, or a stop."""
@@ -67,11 +70,22 @@ def run(args: argparse.Namespace) -> int:
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    follower = ReleaseFollower(cfg.kafka, args.topic or cfg.kafka.releases_topic, from_beginning=not args.new_only)
+    follower = ReleaseSubscriber(cfg.kafka, args.topic or cfg.kafka.releases_topic,
+                                 start="now" if args.new_only else "beginning", on_invalid=_report)
     try:
         follow(follower, sys.stdout, types=args.types, count=args.count, idle_timeout=args.idle_timeout,
                as_json=args.json, color=color, should_stop=stop.is_set)
+    except UnsupportedSchemaVersion as exc:
+        print(f"tail error: {exc}", file=sys.stderr)
+        return 1
     finally:
         follower.close()
         signal.signal(signal.SIGINT, previous)
     return 0
+
+
+def _report(error: ReleaseRecordError) -> None:
+    """Skip a malformed message with a line on stderr; an unknown schema version stops tail."""
+    if isinstance(error, UnsupportedSchemaVersion):
+        raise error
+    print(f"tail: skipped a message: {error}", file=sys.stderr, flush=True)

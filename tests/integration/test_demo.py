@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
+import time
+import urllib.request
+
 import pytest
 
 try:
@@ -13,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_bounded_demo_prints_releases_and_stops_cleanly(tmp_path):
-    demo = DemoProcess(["--windows", "2", "--duration", "240", "--days", "4", "--metrics-port", "0"],
+    demo = DemoProcess(["--windows", "2", "--duration", "240", "--days", "4", "--metrics-port", "0",
+                        "--dashboard-port", "0"],
                        tmp_path / "work")
     try:
         code = demo.wait(timeout=300)
@@ -34,9 +40,10 @@ def test_bounded_demo_prints_releases_and_stops_cleanly(tmp_path):
 
 
 def test_ctrl_c_stops_everything_in_order(tmp_path):
-    demo = DemoProcess(["--metrics-port", "0", "--days", "28"], tmp_path / "work")
+    demo = DemoProcess(["--metrics-port", "0", "--dashboard-port", "0", "--days", "28"], tmp_path / "work")
     try:
         demo.wait_for(lambda out: "· topk ·" in out, timeout=180, what="a first release")
+        check_dashboard(demo.output)
         demo.ctrl_c()
         code = demo.wait(timeout=90)
     finally:
@@ -49,3 +56,22 @@ def test_ctrl_c_stops_everything_in_order(tmp_path):
     logs = {name: (tmp_path / "work" / f"{name}.log").read_text() for name in ("ingest", "release")}
     # SIGTERM from the demo, not SIGKILL: both workers logged their orderly stop
     assert "stop requested" in logs["ingest"] and "stop requested" in logs["release"]
+
+
+def check_dashboard(output: str) -> None:
+    """The demo serves the dashboard and prints its URL; the page and API show the releases printed."""
+    match = re.search(r"^dashboard  (http://127\.0\.0\.1:\d+/)  \(pid \d+", output, flags=re.M)
+    assert match, output[:3000]
+    url = match.group(1)
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(url + "api/trending", timeout=10) as resp:
+            trending = json.loads(resp.read())
+        if trending["rankings"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert trending["rankings"] and trending["rankings"][0]["type"] == "topk"
+    with urllib.request.urlopen(url + "healthz", timeout=10) as resp:
+        assert resp.status == 200 and json.loads(resp.read())["status"] == "ok"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert "Trending now" in resp.read().decode()

@@ -83,12 +83,14 @@ def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
          "hit_bottom": True, "mechanism": {"name": "limited_domain_topk", "parameters": {"k": 10}},
          "cost": {"epsilon": 0.2, "delta": 1e-7, "events": []},
          "budget": {"scope": "2026-11-02", "epsilon_spent": 0.2, "delta_spent": 1e-7,
-                    "epsilon_remaining": 9.8, "delta_remaining": 1e-5}},
+                    "epsilon_remaining": 9.8, "delta_remaining": 1e-5}, "created_at": "2026-11-02T01:00:00.000Z"},
         {"release_id": "1793577600-1793581200.sample", "schema_version": 1, "type": "sample", "status": "released",
          "window": {"start": 1793577600, "end": 1793581200}, "items": [{"key": "1", "token": 2, "estimate": 3.5}],
          "hit_bottom": False, "mechanism": {"name": "private_weighted_sample", "parameters": {}},
-         "cost": {"epsilon": 0.5, "delta": 1e-6, "events": []}, "budget": {}},
-    ]
+         "cost": {"epsilon": 0.5, "delta": 1e-6, "events": []}, "created_at": "2026-11-02T01:00:00.000Z",
+         "budget": {"scope": "2026-11-02", "epsilon_spent": 0.7, "delta_spent": 1.1e-6,
+                    "epsilon_remaining": 9.3, "delta_remaining": 8.9e-6}},
+    ]  # tail checks records against the release schema, so these follow it
     producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
     for rec in records + records[:1]:  # the topk release is published twice (a restart)
         producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
@@ -100,5 +102,17 @@ def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("· topk ·") == 1 and res.stdout.count("· sample ·") == 1
     assert "318" in res.stdout and "⊥ stopped early" in res.stdout and "1 sampled keys" in res.stdout
+    assert "tail: skipped a message: message is not JSON" in res.stderr
     res = cli("tail", "--topic", topic, "--type", "sample", "--count", "1", "--json", env=env)
     assert [json.loads(line)["type"] for line in res.stdout.splitlines()] == ["sample"]
+
+
+def test_tail_stops_at_a_record_of_an_unknown_schema_version(bootstrap_servers, topic_name):
+    from release_records import produce, record
+
+    topic = topic_name("releases")
+    produce(bootstrap_servers, topic, [record(0, keys=("318",)), record(1, schema_version=2)])
+    res = cli("tail", "--topic", topic, "--idle-timeout", "4", "--color", "never",
+              env={"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers})
+    assert res.returncode == 1 and res.stdout.count("· topk ·") == 1 and "318" in res.stdout
+    assert f"tail error: release record {record(1)['release_id']} has schema_version 2" in res.stderr

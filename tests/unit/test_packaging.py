@@ -29,6 +29,9 @@ def test_wheel_carries_the_default_config_and_an_install_loads_it(tmp_path):
     with zipfile.ZipFile(wheel) as zf:
         packaged = zf.read("stream_dp/defaults/stream-dp.toml")
         schema = zf.read("stream_dp/defaults/release.schema.json")
+        # the dashboard's page is served from the package (no CDN): it must be in the wheel
+        for name in ("index.html", "dashboard.js", "dashboard.css"):
+            assert zf.read(f"stream_dp/dashboard/static/{name}") == (ROOT / "stream_dp" / "dashboard" / "static" / name).read_bytes()
     assert packaged == (ROOT / "config" / "stream-dp.toml").read_bytes()
     assert schema == (ROOT / "config" / "release.schema.json").read_bytes()
 

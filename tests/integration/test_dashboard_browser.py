@@ -1,0 +1,77 @@
+"""The dashboard in a real browser: headless Chromium loads the page, then the workers release windows.
+
+The page must update by itself (Server-Sent Events) until the ranking shows the released keys; then the ⊥
+marker, an alert's error bar (estimate and lower confidence bound) and the budget chart must be in the
+DOM. A screenshot of the whole page is saved under the test's tmp dir. Skips without a Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from browser import HeadlessChromium, chromium_binary
+from dashboard_helpers import HOT, DashboardProcess, Pipeline, pipeline_config, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it when it can")
+    browser = HeadlessChromium(binary, tmp_path)
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, redis_url, topic_name, chromium):
+    config, events_topic, _ = pipeline_config(tmp_path, bootstrap_servers, redis_url, topic_name, "browser")
+    dashboard = DashboardProcess(config, tmp_path / "dashboard.log")
+    pipeline = Pipeline(config, events_topic, tmp_path)
+    try:
+        chromium.navigate(dashboard.url + "/")
+        chromium.wait_for("document.getElementById('status')?.classList.contains('live')", 20,
+                          "the page's live stream to connect")
+        assert chromium.evaluate("document.querySelectorAll('#ranking tr.ranked').length") == 0
+        pipeline.start(bootstrap_servers)  # releases arrive while the page is open
+
+        last_hot = sorted(HOT[-1], key=HOT[-1].get, reverse=True)
+        shown = chromium.wait_for(
+            "(() => { const keys = [...document.querySelectorAll('#ranking tr.ranked td.key')].map(td => td.textContent);"
+            f" return {json.dumps(last_hot[:1])}.every(k => keys.includes(k)) ? keys : null; }})()",
+            120, "the ranking to show the last window's top key")
+        assert set(shown) <= set(k for w in HOT for k in w), shown  # only keys the stream made popular
+        wait_until(lambda: dashboard.get("/healthz")[1]["records"] >= 9, 30, "all releases on the dashboard")
+        chromium.wait_for("Number(document.body.dataset.records) >= 9", 20, "the page to show all releases")
+
+        # ⊥: the last window's top-k stopped after its hot keys; the marker and its explanation are shown
+        bottom = chromium.evaluate("document.querySelector('#ranking tr.bottom-marker')?.textContent")
+        assert bottom and "⊥" in bottom and "stopped early" in bottom
+        assert "not clearly above the rest" in chromium.evaluate("document.getElementById('trending-card').innerText")
+        # rank-change markers next to the keys
+        markers = chromium.evaluate("[...document.querySelectorAll('#ranking .change')].map(e => e.className)")
+        assert markers and all(m.split()[1] in {"up", "down", "same", "new", "back"} for m in markers)
+        # alerts: an error bar from the lower confidence bound to the estimate
+        bar = chromium.evaluate(
+            "(() => { const g = document.querySelector('#alerts-chart g.error-bar'); if (!g) return null;"
+            " const r = g.querySelector('line.range'); return {key: g.dataset.key, x1: +r.getAttribute('x1'),"
+            " x2: +r.getAttribute('x2'), dot: !!g.querySelector('circle'), cap: !!g.querySelector('line.cap')}; })()")
+        assert bar and bar["dot"] and bar["cap"] and bar["x1"] < bar["x2"], bar  # bound left of the estimate
+        assert chromium.evaluate("!!document.querySelector('#alerts-chart line.threshold')")
+        # budget burn-down and the window timeline
+        assert chromium.evaluate("document.querySelectorAll('#budget-chart circle.charge').length") >= 9
+        assert chromium.evaluate("!!document.querySelector('#budget-chart path.burn')")
+        assert chromium.evaluate("document.querySelectorAll('#timeline-chart rect.cell').length") >= 9
+        assert chromium.evaluate("document.querySelectorAll('#estimates-chart g.estimate-bar').length") >= 1
+
+        shot = chromium.screenshot(tmp_path / "dashboard.png")
+        assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        print(f"screenshot: {shot}")
+    finally:
+        pipeline.stop()
+        assert dashboard.stop() == 0, "\n".join(dashboard.lines)
