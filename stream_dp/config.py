@@ -161,12 +161,22 @@ class WatchTopkConfig:
 
 
 @dataclass(frozen=True)
+class HistogramConfig:
+    enabled: bool = False
+    epsilon: float = 1.0  # ε of one release on its own, at δ′ = budget.delta_prime (sets σ of the noise)
+    delta: float = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
+    max_keys: int = 1000  # at most this many keys per release (the largest noisy counts above threshold)
+    confidence: float = 0.95  # of the two-sided interval released with each noisy count
+
+
+@dataclass(frozen=True)
 class ReleasesConfig:
     topk: TopkConfig = field(default_factory=TopkConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     argmax: ArgmaxConfig = field(default_factory=ArgmaxConfig)
     watch_topk: WatchTopkConfig = field(default_factory=WatchTopkConfig)
+    histogram: HistogramConfig = field(default_factory=HistogramConfig)
 
 
 @dataclass(frozen=True)
@@ -390,6 +400,11 @@ def validate(config: Config) -> Config:
         _positive("releases.watch_topk.epsilon", r.watch_topk.epsilon)
         _require(r.watch_topk.noise in {"laplace", "exponential"}, "releases.watch_topk.noise",
                  "'laplace' or 'exponential'", r.watch_topk.noise)
+    if r.histogram.enabled:
+        _positive("releases.histogram.epsilon", r.histogram.epsilon)
+        _probability("releases.histogram.delta", r.histogram.delta)
+        _require(r.histogram.max_keys >= 1, "releases.histogram.max_keys", ">= 1", r.histogram.max_keys)
+        _probability("releases.histogram.confidence", r.histogram.confidence)
     _require(0 <= config.metrics.port <= 65535, "metrics.port", "in [0, 65535]", config.metrics.port)
     _require(bool(config.metrics.host), "metrics.host", "a non-empty address", config.metrics.host)
     return config

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from stream_dp.cli.common import add_config_option, load_config_or_report
 from stream_dp.tail import ReleaseFollower, format_release
 
-RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "status")
+RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "histogram", "status")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
