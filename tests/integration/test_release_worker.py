@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -445,3 +446,35 @@ def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(r
     sample = make_cfg(sample={"enabled": True, "delta": 1e-3})
     with pytest.raises(ConfigError, match="budget.delta"):
         make_worker(redis_client, sample.replace(budget=dataclasses.replace(sample.budget, delta=1e-4)))
+
+
+def test_histogram_releases_noisy_counts_above_the_threshold_and_settles_its_reserved_cost(redis_client) -> None:
+    cfg = make_cfg(topk={"enabled": False},
+                   histogram={"enabled": True, "epsilon": 2.0, "delta": 1e-7, "max_keys": 3, "confidence": 0.9})
+    keys = Keys("t")
+    counts = {**{f"hot{j}": float(5000 + 1000 * j) for j in range(5)}, "rare": 1.0, "small": 2.0}
+    write_window(redis_client, keys, 0, SIZE, counts)
+    write_window(redis_client, keys, SIZE, SIZE, {"only-one-user": 1.0})
+    set_watermark(redis_client, keys, 2 * SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 2
+    first, second = pub.records
+    for rec in pub.records:
+        validate_record(rec)
+        assert rec["type"] == "histogram" and rec["status"] == "released"
+    params = first["mechanism"]["parameters"]
+    # the cap keeps the 3 largest noisy counts among the 5 keys above the threshold
+    assert [it["key"] for it in first["items"]] == ["hot4", "hot3", "hot2"]
+    assert first["info"] == {"above_threshold": 5, "capped": True, "ci_half_width": first["info"]["ci_half_width"],
+                             "confidence": 0.9}
+    for it in first["items"]:
+        assert isinstance(it["count"], int) and it["ci_low"] < it["count"] < it["ci_high"]
+        assert abs(it["count"] - counts[it["key"]]) < 10 * float(Fraction(params["sigma2"])) ** 0.5
+    # a window whose only key one user touched: nothing above τ, still a (charged) record
+    assert second["items"] == [] and second["info"]["above_threshold"] == 0
+    (event,) = events_of(first)
+    assert event.kind == "zcdp" and event.rho == pytest.approx(5 / (2 * float(Fraction(params["sigma2"]))))
+    assert event.delta == 1e-7
+    scope = first["budget"]["scope"]
+    assert ledger.remaining(scope).spent.rho == pytest.approx(2 * event.rho, rel=1e-12)
+    assert events_of(second) == [event]

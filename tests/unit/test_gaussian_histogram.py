@@ -168,3 +168,16 @@ def test_bad_inputs_name_the_parameter_without_echoing_data() -> None:
         calibration_for_sigma2(sigma2=-1, threshold_delta=1e-6, max_keys_per_user=1)
     with pytest.raises(ValueError, match="delta"):
         histogram_threshold(sigma2=1, delta=0.0, max_keys_per_user=1)
+
+
+def test_config_validates_the_histogram_section_naming_the_setting() -> None:
+    from stream_dp.config import ConfigError, config_from_mapping
+
+    cfg = config_from_mapping({"releases": {"histogram": {"enabled": True, "epsilon": 0.5}}}, environ={})
+    assert cfg.releases.histogram.epsilon == 0.5 and cfg.releases.histogram.max_keys == 1000
+    for bad, setting in [({"max_keys": 0}, "releases.histogram.max_keys"),
+                         ({"delta": 0.0}, "releases.histogram.delta"),
+                         ({"epsilon": -1.0}, "releases.histogram.epsilon"),
+                         ({"confidence": 1.0}, "releases.histogram.confidence")]:
+        with pytest.raises(ConfigError, match=setting.replace(".", r"\.")):
+            config_from_mapping({"releases": {"histogram": {"enabled": True, **bad}}}, environ={})
