@@ -121,6 +121,14 @@ class TopkConfig:
     k_bar: int = 100
     epsilon: float = 0.1  # per outcome
     delta: float = 1e-7  # δ of the ⊥ rule, per release
+    domain: tuple[str, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
+    domain_file: str = ""  # a file of public keys, one per line, added to domain
+    domain_from_released: bool = False  # keys released by topk in earlier windows join the domain
+    discovery_share: float = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
+
+    @property
+    def has_domain(self) -> bool:
+        return bool(self.domain or self.domain_file or self.domain_from_released)
 
 
 @dataclass(frozen=True)
@@ -374,6 +382,13 @@ def validate(config: Config) -> Config:
         _require(r.topk.k_bar >= r.topk.k, "releases.topk.k_bar", f">= releases.topk.k ({r.topk.k})", r.topk.k_bar)
         _positive("releases.topk.epsilon", r.topk.epsilon)
         _probability("releases.topk.delta", r.topk.delta)
+        _require(0 <= r.topk.discovery_share < 1, "releases.topk.discovery_share", "in [0, 1)",
+                 r.topk.discovery_share)
+        _require(r.topk.discovery_share > 0 or not (r.topk.domain_from_released and not r.topk.domain
+                                                    and not r.topk.domain_file),
+                 "releases.topk.discovery_share", "> 0 when the domain is only keys released earlier", 0.0)
+        _require(not r.topk.domain_file or os.path.isfile(r.topk.domain_file), "releases.topk.domain_file",
+                 "empty or an existing file of keys, one per line", r.topk.domain_file)
     if r.alerts.enabled:
         _require(r.alerts.k >= 1, "releases.alerts.k", ">= 1", r.alerts.k)
         _positive("releases.alerts.epsilon", r.alerts.epsilon)
