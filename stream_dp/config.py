@@ -387,8 +387,6 @@ def validate(config: Config) -> Config:
         _require(r.topk.discovery_share > 0 or not (r.topk.domain_from_released and not r.topk.domain
                                                     and not r.topk.domain_file),
                  "releases.topk.discovery_share", "> 0 when the domain is only keys released earlier", 0.0)
-        _require(not r.topk.domain_file or os.path.isfile(r.topk.domain_file), "releases.topk.domain_file",
-                 "empty or an existing file of keys, one per line", r.topk.domain_file)
     if r.alerts.enabled:
         _require(r.alerts.k >= 1, "releases.alerts.k", ">= 1", r.alerts.k)
         _positive("releases.alerts.epsilon", r.alerts.epsilon)

@@ -30,7 +30,7 @@ def test_the_settled_cost_never_exceeds_the_reserved_worst_case() -> None:
 
 
 def test_discovered_keys_are_ranked_with_the_domain_by_their_tracked_counts() -> None:
-    r = known_domain_topk({"a": 100, "b": 50}, {"hot": 100_000, "a": 999_999}, k=3, k_bar=2, track_epsilon=50.0,
+    r = known_domain_topk({"a": 100, "b": 50}, {"hot": 100_000, "a": 999_999}, k=3, k_bar=3, track_epsilon=50.0,
                           discover_epsilon=50.0, delta=1e-6, max_keys_per_user=1, rng=2)
     assert r.keys == ("hot", "a", "b") and r.sources == ("discovered", "domain", "domain")
 
@@ -43,8 +43,12 @@ def test_the_split_keeps_the_worst_case_rho_of_plain_topk() -> None:
 
 
 def test_config_names_the_domain_setting_at_fault(tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"releases\.topk\.domain_file"):
-        config_from_mapping({"releases": {"topk": {"domain_file": str(tmp_path / "missing.txt")}}}, environ={})
+    from stream_dp.release.builders import TopkBuilder
+
+    missing = config_from_mapping({"releases": {"topk": {"domain_file": str(tmp_path / "missing.txt")}}},
+                                  environ={})
+    with pytest.raises(ConfigError, match=r"releases\.topk\.domain_file"):  # when the worker builds it
+        TopkBuilder(missing)
     with pytest.raises(ConfigError, match=r"releases\.topk\.discovery_share"):
         config_from_mapping({"releases": {"topk": {"domain_from_released": True, "discovery_share": 0.0}}},
                             environ={})
