@@ -175,6 +175,8 @@ class HistogramConfig:
     delta: float = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
     max_keys: int = 1000  # at most this many keys per release (the largest noisy counts above threshold)
     confidence: float = 0.95  # of the two-sided interval released with each noisy count
+    domain: tuple[str, ...] = ()  # public keys: always released with a noisy count, no threshold needed
+    domain_file: str = ""  # a file of public keys, one per line, added to domain
 
 
 @dataclass(frozen=True)

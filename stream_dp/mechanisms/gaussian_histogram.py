@@ -24,7 +24,7 @@ for released keys near τ the interval is conditioned on selection and reads hig
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -72,19 +72,22 @@ class HistogramRow:
     count: int  # noisy count
     ci_low: int
     ci_high: int
+    in_domain: bool = False  # a public domain key (released whatever its noisy count)
 
 
 @dataclass(frozen=True)
 class HistogramResult:
     rows: tuple[HistogramRow, ...]
-    above_threshold: int  # keys whose noisy count cleared τ (≥ len(rows); more when the cap cut)
+    above_threshold: int  # keys outside the domain whose noisy count cleared τ
     threshold: int
     ci_half_width: int
     events: tuple[DpEvent, ...]
 
+    kept: int = 0  # keys kept before the cap (domain keys + above_threshold)
+
     @property
     def capped(self) -> bool:
-        return self.above_threshold > len(self.rows)
+        return self.kept > len(self.rows)
 
 
 def selection_delta(*, sigma2: object, threshold: int, max_keys_per_user: int) -> float:
@@ -178,25 +181,38 @@ def _check_counts(counts: Mapping[Hashable, object]) -> tuple[list[Hashable], np
 
 
 def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: HistogramCalibration, max_keys: int,
-                       confidence: float = 0.95, rng: RngLike = None) -> HistogramResult:
+                       confidence: float = 0.95, domain: Collection[Hashable] = (),
+                       rng: RngLike = None) -> HistogramResult:
     """Release the keys whose discretely noised count clears τ, with noisy counts and intervals.
 
     ``counts`` are the window's bounded counts (the keys present); keys not listed have count 0 and are never
-    released. The guarantee is in the module docstring; ``result.events`` is its cost.
+    released -- except the keys of the public ``domain`` (config or earlier releases, never the data), which
+    get a noisy count whatever their count (0 if absent) and need no threshold: they are coordinates of the
+    same ρ-zCDP Gaussian vector, and only keys outside the domain can be "new" (module docstring).
 
     >>> cal = calibration_for_sigma2(sigma2=4, threshold_delta=1e-6, max_keys_per_user=1)
     >>> r = gaussian_histogram({"a": 500, "b": 1}, calibration=cal, max_keys=10, rng=1)
     >>> [row.key for row in r.rows], r.threshold
     (['a'], 11)
+    >>> [row.key for row in gaussian_histogram({"a": 500}, calibration=cal, max_keys=10, domain=["z"], rng=1).rows]
+    ['a', 'z']
     """
-    keys, values = _check_counts(counts)
+    present, values = _check_counts(counts)
     max_keys = check_positive_int(max_keys, "max_keys")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    public = set(domain)
+    seen = set(present)
+    absent = [key for key in dict.fromkeys(domain) if key not in seen]
+    keys = present + absent
+    values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
+    in_domain = np.array([key in public for key in keys], dtype=bool)
     noisy = values + sample_discrete_gaussian(calibration.sigma2, len(keys), rng=rng)
-    kept = np.flatnonzero(noisy >= calibration.threshold)
+    kept = np.flatnonzero(in_domain | (noisy >= calibration.threshold))
     order = sorted(kept, key=lambda i: (int(noisy[i]), tie_key(keys[i])), reverse=True)[:max_keys]
     h = discrete_gaussian_quantile(calibration.sigma2, confidence)
-    rows = tuple(HistogramRow(keys[i], int(noisy[i]), int(noisy[i]) - h, int(noisy[i]) + h) for i in order)
-    return HistogramResult(rows=rows, above_threshold=int(len(kept)), threshold=calibration.threshold,
-                           ci_half_width=h, events=calibration.events())
+    rows = tuple(HistogramRow(keys[i], int(noisy[i]), int(noisy[i]) - h, int(noisy[i]) + h, bool(in_domain[i]))
+                 for i in order)
+    return HistogramResult(rows=rows, above_threshold=int(np.count_nonzero(~in_domain[kept])),
+                           threshold=calibration.threshold, ci_half_width=h, events=calibration.events(),
+                           kept=int(len(kept)))

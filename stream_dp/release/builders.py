@@ -132,7 +132,7 @@ class TopkBuilder:
                            events=tuple(res.events), info={"outcomes": int(res.outcomes)})
 
 
-def _read_domain_file(path: str) -> list[str]:
+def _read_domain_file(path: str, section: str = "releases.topk") -> list[str]:
     """Keys of a domain file, one per line (blank lines skipped); a missing file names the setting."""
     if not path:
         return []
@@ -142,7 +142,7 @@ def _read_domain_file(path: str) -> list[str]:
         with open(path, encoding="utf-8") as fh:
             return [line.strip() for line in fh if line.strip()]
     except OSError as exc:
-        raise ConfigError(f"releases.topk.domain_file {path!r} cannot be read: {exc.strerror}") from None
+        raise ConfigError(f"{section}.domain_file {path!r} cannot be read: {exc.strerror}") from None
 
 
 @dataclass
@@ -276,6 +276,11 @@ class HistogramBuilder:
     type: str = "histogram"
     mechanism: str = "gaussian_histogram"
 
+    def __post_init__(self) -> None:
+        h = self.cfg.releases.histogram
+        self.domain: list[str] = list(dict.fromkeys(list(h.domain) + _read_domain_file(h.domain_file,
+                                                                                       "releases.histogram")))
+
     def calibration(self) -> Any:
         from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
 
@@ -291,7 +296,7 @@ class HistogramBuilder:
                 "max_keys": h.max_keys, "confidence": h.confidence,
                 "max_keys_per_user": self.cfg.contribution.max_keys_per_user,
                 "noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho,
-                "threshold": cal.threshold}
+                "threshold": cal.threshold, "domain_size": len(self.domain)}
 
     def reserve_events(self) -> tuple[DpEvent, ...]:
         return self.calibration().events()
@@ -307,9 +312,11 @@ class HistogramBuilder:
 
         h = self.cfg.releases.histogram
         res = gaussian_histogram(data.as_dict(), calibration=self.calibration(), max_keys=h.max_keys,
-                                 confidence=h.confidence, rng=rng)
+                                 confidence=h.confidence, domain=self.domain, rng=rng)
         items = [{"key": str(row.key), "rank": i + 1, "count": row.count, "ci_low": row.ci_low,
-                  "ci_high": row.ci_high} for i, row in enumerate(res.rows)]
+                  "ci_high": row.ci_high, **({"source": "domain" if row.in_domain else "discovered"}
+                                             if self.domain else {})}
+                 for i, row in enumerate(res.rows)]
         return RecordDraft(window, self.type, self.mechanism, self.parameters(), items=items,
                            events=tuple(res.events),
                            info={"above_threshold": res.above_threshold, "capped": res.capped,

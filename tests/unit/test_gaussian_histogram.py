@@ -181,3 +181,29 @@ def test_config_validates_the_histogram_section_naming_the_setting() -> None:
                          ({"confidence": 1.0}, "releases.histogram.confidence")]:
         with pytest.raises(ConfigError, match=setting.replace(".", r"\.")):
             config_from_mapping({"releases": {"histogram": {"enabled": True, **bad}}}, environ={})
+
+
+def test_public_domain_keys_are_released_without_threshold_and_others_still_need_it() -> None:
+    cal = calibration_for_sigma2(sigma2=4, threshold_delta=1e-6, max_keys_per_user=1)
+    counts = {"hot": 1000, "rare": 1, "cat-a": 2}
+    res = gaussian_histogram(counts, calibration=cal, max_keys=10, domain=["cat-a", "cat-b"], rng=3)
+    by_key = {row.key: row for row in res.rows}
+    assert set(by_key) == {"hot", "cat-a", "cat-b"}  # "rare" is outside the domain and below τ
+    assert by_key["cat-a"].in_domain and by_key["cat-b"].in_domain and not by_key["hot"].in_domain
+    assert abs(by_key["cat-b"].count) <= 12  # an absent domain key: 0 + noise
+    assert res.above_threshold == 1 and res.kept == 3 and not res.capped
+    assert res.events == cal.events()  # the domain changes nothing in the cost
+
+
+def test_histogram_builder_reads_the_domain_file_and_names_the_setting(tmp_path) -> None:
+    from stream_dp.config import ConfigError, config_from_mapping
+    from stream_dp.release.builders import HistogramBuilder
+
+    path = tmp_path / "catalogue.txt"
+    path.write_text("x\ny\n\nx\n")
+    cfg = config_from_mapping({"releases": {"histogram": {"enabled": True, "domain": ["w"],
+                                                          "domain_file": str(path)}}}, environ={})
+    assert HistogramBuilder(cfg).domain == ["w", "x", "y"]
+    missing = config_from_mapping({"releases": {"histogram": {"domain_file": str(tmp_path / "no.txt")}}}, environ={})
+    with pytest.raises(ConfigError, match=r"releases\.histogram\.domain_file"):
+        HistogramBuilder(missing)
