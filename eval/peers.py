@@ -40,6 +40,7 @@ least 1e-9 (``probability_of_keep``); rarer keys are dropped, which changes a ru
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -57,7 +58,7 @@ from eval.data import Histogram, Stream, bounded_histogram
 from eval.metrics import Estimate, release_metrics
 from eval.topk import cell_rng, run_ldt
 
-SDP_METHODS = ("sdp_histogram", "sdp_ldt", "sdp_known_domain")
+SDP_METHODS = ("sdp_histogram", "sdp_ldt", "sdp_known_domain", "sdp_histogram_domain")
 PEER_METHODS = ("opendp_laplace_threshold", "opendp_gaussian_threshold", "pipelinedp_truncated_geometric",
                 "pipelinedp_laplace_thresholding", "pipelinedp_gaussian_thresholding",
                 "pipelinedp_public_laplace", "pipelinedp_public_gaussian")
@@ -89,20 +90,64 @@ class Release:
 # --------------------------------------------------------------------------------------------------
 
 
-def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int) -> Any:
-    rho = rho_for_epsilon(epsilon_w, delta_w / 2)
+def _log_delta_optimal(rho: float, eps: float) -> float:
+    """ln δ of the optimal ρ-zCDP → (ε, δ)-DP conversion (Canonne, Kamath & Steinke 2020, Corollary 13:
+    δ = inf_{α>1} e^{(α−1)(αρ−ε)}/(α−1)·(1−1/α)^α) -- what OpenDP's ``make_zCDP_to_approxDP`` computes."""
+    from scipy.optimize import minimize_scalar
+
+    def g(a: float) -> float:
+        return (a - 1) * (a * rho - eps) - math.log(a - 1) + a * math.log1p(-1 / a)
+    return float(minimize_scalar(g, bounds=(1 + 1e-9, 1e6), method="bounded", options={"xatol": 1e-10}).fun)
+
+
+def optimal_conversion_epsilon(rho: float, delta: float) -> float:
+    """ε of the optimal conversion at δ (bisection on ε); the project's ledger uses the looser
+    ρ + 2·sqrt(ρ·ln(1/δ)). Counterfactual rows only.
+
+    >>> round(optimal_conversion_epsilon(0.025, 1e-6 - 9.087553487496791e-09), 6)
+    1.014515
+    """
+    lo, hi, target = 0.0, 100.0, math.log(delta)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _log_delta_optimal(rho, mid) <= target else (mid, hi)
+    return hi
+
+
+@functools.lru_cache(maxsize=None)
+def optimal_conversion_rho(eps: float, delta: float) -> float:
+    """The largest ρ whose optimal conversion at δ is ε or less (bisection on ρ; δ grows with ρ)."""
+    lo, hi, target = 1e-9, 100.0, math.log(delta)
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if _log_delta_optimal(mid, eps) <= target else (lo, mid)
+    return lo
+
+
+def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, tight: bool = False) -> Any:
+    """σ² and τ at (ε_w, δ_w): δ_w/2 for the threshold, δ_w/2 for the conversion (the project's accountant;
+    ``tight``: the optimal conversion instead -- a counterfactual, not what the ledger charges)."""
+    if tight:
+        rho = optimal_conversion_rho(epsilon_w, delta_w / 2)
+    else:
+        rho = rho_for_epsilon(epsilon_w, delta_w / 2)
     return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=delta_w / 2, max_keys_per_user=dk)
 
 
-def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator
-                  ) -> Release:
-    cal = sdp_histogram_calibration(eps, delta, dk)
-    noisy = hist.counts[None, :] + sample_discrete_gaussian_table(cal.sigma2, (runs, len(hist)), rng)
-    values = np.where(noisy >= cal.threshold, noisy.astype(float), -np.inf)
+def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator, *,
+                  domain: bool = False, tight: bool = False) -> Release:
+    """The histogram release; ``domain``: the whole universe is a public domain (released without τ)."""
+    cal = sdp_histogram_calibration(eps, delta, dk, tight=tight)
+    counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
+    values = np.empty((runs, len(counts)))
+    for lo in range(0, runs, baselines.CHUNK):  # bounded memory: CHUNK runs at a time
+        n = min(baselines.CHUNK, runs - lo)
+        noisy = (counts[None, :] + sample_discrete_gaussian_table(cal.sigma2, (n, len(counts)), rng)).astype(float)
+        values[lo:lo + n] = noisy if domain else np.where(noisy >= cal.threshold, noisy, -np.inf)
     if values.shape[1] > HISTOGRAM_MAX_KEYS:  # the cap: the max_keys largest noisy counts
         cut = -np.partition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, HISTOGRAM_MAX_KEYS - 1:HISTOGRAM_MAX_KEYS]
         values = np.where(values >= cut, values, -np.inf)
-    return Release(values, hist.keys, True)
+    return Release(values, index, True)
 
 
 def _ranked(released: np.ndarray, width: int) -> Release:
@@ -130,8 +175,8 @@ def _opendp():
 
 
 def _bisect_scale(ok: Callable[[float], bool], lo: float = 1e-3, hi: float = 1e6) -> float:
-    """Smallest scale with ok(scale) (ok is monotone: larger scale, more privacy)."""
-    for _ in range(60):
+    """Smallest scale with ok(scale) (ok is monotone: larger scale, more privacy); relative precision ~1e-9."""
+    for _ in range(36):
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
@@ -147,6 +192,7 @@ def _smallest_threshold(delta_of: Callable[[int], float], delta: float) -> int:
     return hi
 
 
+@functools.lru_cache(maxsize=None)
 def opendp_laplace_measurement(dk: int, eps: float, delta: float) -> Any:
     dp = _opendp()
     dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
@@ -161,6 +207,7 @@ def opendp_laplace_measurement(dk: int, eps: float, delta: float) -> Any:
     return make(scale, threshold)
 
 
+@functools.lru_cache(maxsize=None)
 def opendp_gaussian_measurement(dk: int, eps: float, delta: float) -> Any:
     dp = _opendp()
     dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
@@ -259,24 +306,32 @@ def run_pipelinedp_public(kind: str, hist: Histogram, dk: int, eps: float, delta
 def _score(rel: Release, hist: Histogram, k: int) -> dict[str, Any]:
     vals = rel.values
     cols = baselines._topk_rows(vals, k) if vals.shape[1] else -np.ones((len(vals), k), dtype=np.int64)
-    released = np.where(cols >= 0, rel.index[np.maximum(cols, 0)], -1)
+    released = np.where(cols >= 0, rel.index[np.maximum(cols, 0)], -1) if len(rel.index) else cols
     m = release_metrics(released, hist, k)
     kept = np.isfinite(vals)
     out = {"precision": m["precision"], "recall": m["recall"], "keys_topk": m["keys"],
            "keys_released": kept.sum(axis=1).astype(float)}
-    if rel.has_counts and vals.shape[1]:
+    if rel.has_counts and vals.shape[1] and len(rel.index):
         dense = hist.dense()
         truth = dense[rel.index].astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             err = np.where(kept, np.abs(vals - truth[None, :]) / np.maximum(truth[None, :], 1.0), np.nan)
-            # relative error of the released counts among the top-k released, per run (NaN if none)
-            top = np.take_along_axis(err, np.maximum(cols, 0), axis=1)
-            top[cols < 0] = np.nan
-            out["rel_error"] = np.where(np.isfinite(top).any(axis=1), np.nanmean(np.where(np.isfinite(top), top, np.nan), axis=1), np.nan) \
-                if np.isfinite(top).any() else np.full(len(vals), np.nan)
+        # mean relative error of the counts released among the top k, per run (NaN when none)
+        top = np.take_along_axis(err, np.maximum(cols, 0), axis=1)
+        top[cols < 0] = np.nan
+        finite = np.isfinite(top)
+        total = np.where(finite, top, 0.0).sum(axis=1)
+        n = finite.sum(axis=1)
+        out["rel_error"] = np.where(n > 0, total / np.maximum(n, 1), np.nan)
     else:
         out["rel_error"] = np.full(len(vals), np.nan)
     return out
+
+
+def _family(method: str) -> str:
+    if method.startswith("sdp_"):
+        return "stream-dp"
+    return method.split("_")[0]  # opendp, pipelinedp, counterfactual
 
 
 def _rows(dataset: str, dk: int, eps: float, delta: float, known: bool, method: str, rel: Release,
@@ -286,7 +341,7 @@ def _rows(dataset: str, dk: int, eps: float, delta: float, known: bool, method: 
         s = _score(rel, hist, k)
         row: dict[str, Any] = {"dataset": dataset, "delta_keys": dk, "epsilon_w": eps, "delta_w": delta, "k": k,
                                "known_domain": known, "method": method,
-                               "family": "stream-dp" if method.startswith("sdp_") else method.split("_")[0],
+                               "family": _family(method),
                                "runs": len(rel.values)}
         for name in ("precision", "recall", "keys_released", "rel_error"):
             with np.errstate(invalid="ignore"):
@@ -296,6 +351,13 @@ def _rows(dataset: str, dk: int, eps: float, delta: float, known: bool, method: 
         row["seconds"] = round(seconds, 2)
         rows.append(row)
     return rows
+
+
+def peers_available() -> bool:
+    """Whether the peer libraries (the ``eval`` extra: opendp, pipeline-dp) are installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("opendp", "pipeline_dp"))
 
 
 def run_peer_experiment(datasets: Iterable[Stream], grid: PeerGrid, *, seed: int = 20261129,
@@ -325,7 +387,9 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
         return cell_rng(seed, "peers", name, dk, eps, *tag)
 
     shared: dict[str, tuple[Release, float]] = {
-        "sdp_histogram": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist")))}
+        "sdp_histogram": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist"))),
+        "counterfactual_histogram_optimal_conversion": _timed(
+            lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-tight"), tight=True))}
     if peers:
         shared["opendp_laplace_threshold"] = _timed(
             lambda: run_opendp(opendp_laplace_measurement(dk, eps, delta), hist, runs))
@@ -353,6 +417,12 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
                                       max_keys_per_user=dk, runs=runs, rng=rng("ldt", k))
                 rows += _rows(name, dk, eps, delta, False, "sdp_ldt", _ranked(released, k), hist, [k],
                               time.perf_counter() - t)
+        if known:
+            for method, tight in (("sdp_histogram_domain", False),
+                                  ("counterfactual_histogram_domain_optimal_conversion", True)):
+                rel, sec = _timed(lambda tight=tight: sdp_histogram(hist, dk, eps, delta, runs, rng("dom", tight),
+                                                                     domain=True, tight=tight))
+                rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
         if known and peers:
             for kind in ("laplace", "gaussian"):
                 rel, sec = _timed(lambda kind=kind: run_pipelinedp_public(kind, hist, dk, eps, delta, runs,
@@ -379,7 +449,7 @@ def cell_verdicts(rows: Sequence[dict[str, Any]], metric: str = "recall") -> lis
         if not sdp:
             continue
         best = max(sdp, key=lambda r: r[f"{metric}_mean"])
-        for peer in (r for r in group if r["family"] != "stream-dp"):
+        for peer in (r for r in group if r["family"] in ("opendp", "pipelinedp")):
             diff = best[f"{metric}_mean"] - peer[f"{metric}_mean"]
             margin = best[f"{metric}_ci95"] + peer[f"{metric}_ci95"]
             verdict = "win" if diff > margin else ("lose" if -diff > margin else "same")
