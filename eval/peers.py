@@ -34,8 +34,9 @@ Peers (each calibrated by its own library to (ε_w, δ_w)):
   ``compute_sigma(ε_w, δ_w, √Δ)``), top k.
 
 Speed: per-key library calls are made for keys whose keep probability under the library's own law is at
-least 1e-9 (``probability_of_keep``); rarer keys are dropped, which changes a run's output with probability
-≤ 1e-9 per key. OpenDP measurements are called on the whole map once per run.
+least 1e-9 (PipelineDP's ``probability_of_keep``; for OpenDP from the calibrated scale and threshold); rarer
+keys are left out of the input, which changes a run's output with probability ≤ 1e-9 per key. OpenDP
+measurements are called once per run on the map of the remaining keys.
 """
 
 from __future__ import annotations
@@ -144,9 +145,11 @@ def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int,
         n = min(baselines.CHUNK, runs - lo)
         noisy = (counts[None, :] + sample_discrete_gaussian_table(cal.sigma2, (n, len(counts)), rng)).astype(float)
         values[lo:lo + n] = noisy if domain else np.where(noisy >= cal.threshold, noisy, -np.inf)
-    if values.shape[1] > HISTOGRAM_MAX_KEYS:  # the cap: the max_keys largest noisy counts
-        cut = -np.partition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, HISTOGRAM_MAX_KEYS - 1:HISTOGRAM_MAX_KEYS]
-        values = np.where(values >= cut, values, -np.inf)
+    if values.shape[1] > HISTOGRAM_MAX_KEYS:  # the cap: exactly the max_keys largest noisy counts
+        top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
+        capped = np.full_like(values, -np.inf)
+        np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
+        values = capped
     return Release(values, index, True)
 
 
@@ -204,7 +207,25 @@ def opendp_laplace_measurement(dk: int, eps: float, delta: float) -> Any:
 
     scale = _bisect_scale(lambda s: make(s, 10**9).map(d_in)[0] <= eps)
     threshold = _smallest_threshold(lambda t: make(scale, t).map(d_in)[1], delta)
+    # with the threshold fixed, a smaller scale only lowers δ: take the smallest scale that still meets ε
+    scale = _bisect_scale(lambda s: make(s, threshold).map(d_in)[0] <= eps, lo=scale / 2, hi=scale)
+    _OPENDP_PARAMS[("laplace", dk, eps, delta)] = (scale, threshold)
     return make(scale, threshold)
+
+
+def opendp_min_count(kind: str, dk: int, eps: float, delta: float) -> float:
+    """Counts below this are kept by the OpenDP measurement with probability < KEEP_CUTOFF (Laplace:
+    ½·e^{−(τ−c)/b}; Gaussian: P[N(0, σ²) ≥ τ − c]); the runs skip them (see the module docstring)."""
+    from scipy import stats
+
+    (opendp_laplace_measurement if kind == "laplace" else opendp_gaussian_measurement)(dk, eps, delta)
+    scale, threshold = _OPENDP_PARAMS[(kind, dk, eps, delta)]  # recorded by the (cached) calibration
+    if kind == "laplace":
+        return threshold - scale * math.log(1 / (2 * KEEP_CUTOFF))
+    return threshold - scale * float(stats.norm.isf(KEEP_CUTOFF))
+
+
+_OPENDP_PARAMS: dict[tuple, tuple[float, int]] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -223,11 +244,15 @@ def opendp_gaussian_measurement(dk: int, eps: float, delta: float) -> Any:
             lambda t: dp.m.make_gaussian_threshold(dom, met, scale=scale, threshold=t).map(d_in)[1], delta / 2)
 
     scale = _bisect_scale(lambda s: make(s, threshold_for(s)).map(d_in)[0] <= eps, lo=0.1, hi=1e5)
-    return make(scale, threshold_for(scale))
+    threshold = threshold_for(scale)
+    # threshold fixed: below this scale its δ only shrinks (more δ left to the conversion); refine the scale
+    scale = _bisect_scale(lambda s: make(s, threshold).map(d_in)[0] <= eps, lo=scale / 2, hi=scale)
+    _OPENDP_PARAMS[("gaussian", dk, eps, delta)] = (scale, threshold)
+    return make(scale, threshold)
 
 
-def run_opendp(meas: Any, hist: Histogram, runs: int) -> Release:
-    data = {int(k): int(c) for k, c in zip(hist.keys, hist.counts)}
+def run_opendp(meas: Any, hist: Histogram, runs: int, min_count: float = -math.inf) -> Release:
+    data = {int(k): int(c) for k, c in zip(hist.keys, hist.counts) if c >= min_count}
     col = {int(k): i for i, k in enumerate(hist.keys)}
     values = np.full((runs, len(hist)), -np.inf)
     for r in range(runs):
@@ -391,10 +416,11 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
         "counterfactual_histogram_optimal_conversion": _timed(
             lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-tight"), tight=True))}
     if peers:
-        shared["opendp_laplace_threshold"] = _timed(
-            lambda: run_opendp(opendp_laplace_measurement(dk, eps, delta), hist, runs))
-        shared["opendp_gaussian_threshold"] = _timed(
-            lambda: run_opendp(opendp_gaussian_measurement(dk, eps, delta), hist, runs))
+        for kind in ("laplace", "gaussian"):
+            make = opendp_laplace_measurement if kind == "laplace" else opendp_gaussian_measurement
+            shared[f"opendp_{kind}_threshold"] = _timed(
+                lambda make=make, kind=kind: run_opendp(make(dk, eps, delta), hist, runs,
+                                                        opendp_min_count(kind, dk, eps, delta)))
         shared["pipelinedp_truncated_geometric"] = _timed(
             lambda: run_pipelinedp_truncated_geometric(hist, dk, eps, delta, runs, rng("tg")))
         for kind in ("laplace_thresholding", "gaussian_thresholding"):
