@@ -59,12 +59,14 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
     return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else float("nan")
 
 
-def run_dataset(name: str, counts: np.ndarray, ks: list[int], epsilon: float, runs: int, seed: int) -> list[dict]:
+def run_dataset(name: str, counts: np.ndarray, ks: list[int], epsilon: float, runs: int, seed: int,
+                noise: str = "laplace") -> list[dict]:
     rows = []
     order = np.random.default_rng(0).permutation(len(counts))  # one public query order for every k
     for k in ks:
-        res = adaptivity_experiment(counts, k=k, epsilon=epsilon, runs=runs, order=order, rng=seed + k)
-        row = {"dataset": name, "k": k, "theta": res.theta, "runs": runs}
+        res = adaptivity_experiment(counts, k=k, epsilon=epsilon, runs=runs, order=order, rng=seed + k,
+                                    noise=noise)
+        row = {"dataset": name, "k": k, "theta": res.theta, "runs": runs, "noise": noise}
         for key, arr in (("svt", res.svt_answers), ("adaptive", res.adaptive_answers),
                          ("top", res.adaptive_top), ("middle", res.adaptive_middle),
                          ("extra", res.adaptive_answers - res.svt_answers),
@@ -98,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilon", type=float, default=0.7)
     parser.add_argument("--ks", default="2:24:2", help="start:stop:step (inclusive), default 2:24:2")
     parser.add_argument("--seed", type=int, default=2019)
+    parser.add_argument("--noise", choices=("laplace", "geometric", "exponential"), default="laplace",
+                        help="the paper's laplace (default) or the service's default geometric (issue 16)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     start, stop, step = (int(x) for x in args.ks.split(":"))
@@ -116,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         ranked = np.sort(counts)[::-1]
         print(f"# {name}: {len(counts)} items, largest count {ranked[0]}, counts at ranks 4/48/192: "
               f"{ranked[3]}/{ranked[47]}/{ranked[191]}", file=sys.stderr)
-        rows += run_dataset(name, counts, ks, args.epsilon, args.runs, args.seed)
-    print(f"ε = {args.epsilon}, θ = 1/(1+k^(2/3)), {args.runs} runs per k, mean ± 1 SE "
+        rows += run_dataset(name, counts, ks, args.epsilon, args.runs, args.seed, args.noise)
+    print(f"noise = {args.noise}, ε = {args.epsilon}, θ = 1/(1+k^(2/3)), {args.runs} runs per k, mean ± 1 SE "
           f"({time.perf_counter() - started:.0f} s)\n")
     print(markdown(rows))
     if args.json:

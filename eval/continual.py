@@ -56,7 +56,8 @@ class ContinualSetup:
     overrides: dict[str, str] = field(default_factory=dict)
     release_type: str = "topk"  # the release scored: "topk" or "histogram" (its top k by noisy count)
 
-    def config(self, redis_url: str, prefix: str) -> Config:
+    def config(self, redis_url: str, prefix: str, *, start: int | None = None) -> Config:
+        """The setup's config; ``start``: the public release schedule's first window (the stream's)."""
         env = {
             "STREAM_DP_REDIS__URL": redis_url,
             "STREAM_DP_REDIS__KEY_PREFIX": prefix,
@@ -68,6 +69,8 @@ class ContinualSetup:
             "STREAM_DP_RELEASES__WATCH_TOPK__ENABLED": "false",
             "STREAM_DP_METRICS__PORT": "0",
         }
+        if start is not None:
+            env["STREAM_DP_WINDOWS__START"] = str(start)
         if self.release_type == "histogram":
             env["STREAM_DP_RELEASES__TOPK__ENABLED"] = "false"
             env["STREAM_DP_RELEASES__HISTOGRAM__ENABLED"] = "true"
@@ -179,7 +182,15 @@ def run_continual(stream: Stream, setup: ContinualSetup, redis_url: str, *, runs
     keys, with its own ledger and release seed); per-window rows averaged over runs, and a summary row."""
     probe = setup.config(redis_url, "probe")
     size, k = probe.windows.size_seconds, probe.releases.topk.k
+    # the schedule starts at the stream's first window (the evaluation's public start); windows without
+    # events inside the stream's span are released too, with an empty truth
+    first = int(stream.ts.min() - stream.ts.min() % size) if len(stream) else None
     truth = window_histograms(stream, probe.contribution.max_keys_per_user, size)
+    if truth:
+        empty = Histogram.from_arrays(np.arange(stream.universe), np.zeros(stream.universe, dtype=np.int64),
+                                      stream.universe)
+        for start in range(min(truth), max(truth) + size, size):
+            truth.setdefault(start, empty)
     users = _window_users(stream, size)
     label_to_id = {str(label): i for i, label in enumerate(stream.key_labels)}
     per_window: dict[int, dict[str, list[float]]] = {}
@@ -189,13 +200,13 @@ def run_continual(stream: Stream, setup: ContinualSetup, redis_url: str, *, runs
     base = f"evalbase{seed}"
     try:
         _delete_prefix(client, base)
-        store = ingest_stream(stream, client, setup.config(redis_url, base))
+        store = ingest_stream(stream, client, setup.config(redis_url, base, start=first))
         _check_counts(store, truth, stream.key_labels)
         all_records = []
         for r in range(runs):
             prefix = f"evalrun{seed}x{r}"
             _copy_prefix(client, base, prefix)
-            cfg = setup.config(redis_url, prefix)
+            cfg = setup.config(redis_url, prefix, start=first)
             all_records.append([rec for rec in release_all(cfg, client, seed=seed + r)
                                 if rec["type"] == setup.release_type])
             _delete_prefix(client, prefix)

@@ -81,29 +81,37 @@ def _ratio_estimate(err_new: np.ndarray, err_base: np.ndarray) -> tuple[float, f
 
 
 def blue_topk_rows(counts: np.ndarray, *, ks: tuple[int, ...], epsilon: float, runs: int, seed: int,
-                   dataset: str) -> list[dict[str, Any]]:
-    """Noisy Top-K with Measures (monotone, Laplace): MSE of the BLUE vs the measurement alone."""
-    values = {f"i{i}": float(c) for i, c in enumerate(counts)}
+                   dataset: str, noise: str = "laplace") -> list[dict[str, Any]]:
+    """Noisy Top-K with Measures (monotone): MSE of the BLUE vs the measurement alone. ``noise``:
+    ``"laplace"`` (the paper) or ``"geometric"`` (discrete Laplace selection and measurements, the
+    service's default since issue 16; integer counts)."""
+    from stream_dp.mechanisms.noisy_topk_gap import discrete_laplace
+
+    values = {f"i{i}": int(c) for i, c in enumerate(counts)}
     truth = np.asarray(counts, dtype=float)
+    measure_noise = "geometric" if noise == "geometric" else "laplace"
     rows = []
     for k in ks:
         rng = np.random.default_rng([seed, k])
         half = epsilon / 2
         measure_scale = k / half
-        lam = noise_variance("laplace", noise_scale(k=k, epsilon=half, monotone=True)) / noise_variance(
-            "laplace", measure_scale)
+        lam = noise_variance(noise, noise_scale(k=k, epsilon=half, monotone=True)) / noise_variance(
+            measure_noise, measure_scale)
         err_a, err_b = np.empty(runs), np.empty(runs)
         for r in range(runs):
-            selected = noisy_topk_with_gap(values, k=k, epsilon=half, monotone=True, rng=rng)
+            selected = noisy_topk_with_gap(values, k=k, epsilon=half, monotone=True, noise=noise, rng=rng)
             q = truth[[int(key[1:]) for key, _ in selected]]
-            alpha = q + rng.laplace(0.0, measure_scale, k)
+            if measure_noise == "geometric":
+                alpha = q + discrete_laplace(measure_scale, k, rng)
+            else:
+                alpha = q + rng.laplace(0.0, measure_scale, k)
             beta = blue_estimates(alpha, [g for _, g in selected], lam=lam)
             err_a[r] = float(np.sum((alpha - q) ** 2))
             err_b[r] = float(np.sum((beta - q) ** 2))
         ratio, half_width = _ratio_estimate(err_b, err_a)
         rows.append({"experiment": "noisy_topk_with_measures", "dataset": dataset, "k": k, "epsilon": epsilon,
-                     "runs": runs, "lambda": lam, "mse_reduction": 1 - ratio, "mse_reduction_ci95": half_width,
-                     "theory_reduction": 1 - (1 + lam * k) / (k + lam * k)})
+                     "runs": runs, "lambda": lam, "mse_reduction": 1 - ratio,
+                     "mse_reduction_ci95": half_width, "theory_reduction": 1 - (1 + lam * k) / (k + lam * k)})
     return rows
 
 

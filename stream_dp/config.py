@@ -5,6 +5,11 @@ documented. Any setting can be overridden by an environment variable ``STREAM_DP
 (nested tables add more ``__`` parts), e.g. ``STREAM_DP_KAFKA__BOOTSTRAP_SERVERS=broker:9092`` or
 ``STREAM_DP_RELEASES__TOPK__K=20``. Values from the environment are parsed as TOML values when they parse
 (numbers, booleans, arrays), else taken as strings.
+
+Secrets (``kafka.sasl_password``, ``redis.password``, and ``redis.url`` when it carries a password) can
+also be read from a file: ``STREAM_DP_REDIS__PASSWORD_FILE=/run/secrets/redis_password`` sets
+``redis.password`` to the file's text (one trailing newline stripped) -- the container-secrets
+convention. Secret values are never echoed in errors; :mod:`stream_dp.redact` masks them in output.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 ENV_PREFIX = "STREAM_DP_"
+# settings that may be read from a file named by STREAM_DP_<SECTION>__<KEY>_FILE; their values are secret
+FILE_SETTINGS = ("kafka.sasl_password", "redis.password", "redis.url")
+SECRET_SETTINGS = ("kafka.sasl_password", "redis.password")
 
 
 class ConfigError(ValueError):
@@ -36,7 +44,7 @@ class KafkaConfig:
     security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
     sasl_mechanism: str = ""  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
     sasl_username: str = ""
-    sasl_password: str = ""
+    sasl_password: str = field(default="", repr=False)  # secret: never printed (stream_dp.redact)
     ssl_cafile: str = ""
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
@@ -66,10 +74,17 @@ class RedisConfig:
     url: str = ""  # empty: start the embedded dev-stack redis-server; rediss:// for TLS
     key_prefix: str = "sdp"
     username: str = ""
-    password: str = ""
+    password: str = field(default="", repr=False)  # secret: never printed (stream_dp.redact)
     ssl_ca_certs: str = ""
     socket_timeout_seconds: float = 5.0
     allow_eviction: bool = False  # run even if Redis's maxmemory-policy may evict keys (see connections.py)
+
+    def __repr__(self) -> str:  # the URL may carry a password
+        from stream_dp.redact import redact_url
+
+        return (f"RedisConfig(url={redact_url(self.url)!r}, key_prefix={self.key_prefix!r}, "
+                f"username={self.username!r}, ssl_ca_certs={self.ssl_ca_certs!r}, "
+                f"socket_timeout_seconds={self.socket_timeout_seconds!r}, allow_eviction={self.allow_eviction!r})")
 
 
 @dataclass(frozen=True)
@@ -81,12 +96,44 @@ class EventsConfig:
     max_user_bytes: int = 256
 
 
+FIRST_START = "first-start"
+
+
+def parse_window_start(text: str) -> int | None:
+    """``windows.start`` as epoch seconds; None for ``"first-start"``. Raises ValueError when malformed.
+
+    >>> parse_window_start("7200"), parse_window_start("1970-01-01T02:00:00Z"), parse_window_start("first-start")
+    (7200, 7200, None)
+    """
+    if text == FIRST_START:
+        return None
+    if text.strip().isdigit():
+        return int(text)
+    from datetime import datetime, timezone
+
+    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    seconds = when.timestamp()
+    if seconds != int(seconds) or seconds < 0:
+        raise ValueError(f"{text!r} is not a whole second at or after 1970-01-01")
+    return int(seconds)
+
+
 @dataclass(frozen=True)
 class WindowsConfig:
     size_seconds: int = 3600
     allowed_lateness_seconds: int = 60
     idle_partition_timeout_seconds: float = 30.0
     retention_seconds: int = 86400  # keep a window's counts this long after its release is published
+    # The public release schedule starts at this window: "first-start" (the window of the wall clock when
+    # the deployment first starts, recorded once in Redis), or a window start as epoch seconds ("7200") or
+    # ISO 8601 UTC ("2026-11-03T00:00:00Z"), a multiple of size_seconds.
+    start: str = FIRST_START
+    # A body's event time may place an event only within [record time - max_event_delay_seconds,
+    # record time + max_clock_skew_seconds] of its Kafka record timestamp (the trusted clock).
+    max_event_delay_seconds: int = 30
+    max_clock_skew_seconds: int = 5
 
 
 @dataclass(frozen=True)
@@ -112,6 +159,7 @@ class BudgetConfig:
     delta_prime: float = 1e-7  # δ′ of the zCDP → (ε, δ) conversion
     lifetime_epsilon: float = 0.0  # optional cap across all periods; 0 = no lifetime scope
     lifetime_delta: float = 0.0  # δ cap of the lifetime scope (incl. delta_prime); 0 = budget.delta
+    allow_partial_period: bool = False  # start even when fewer worst-case windows fit a period than it holds
 
 
 @dataclass(frozen=True)
@@ -139,9 +187,10 @@ class AlertsConfig:
     threshold: float = 100.0
     k: int = 10  # answers per SVT instance (c)
     epsilon: float = 0.5  # per SVT instance
-    noise: str = "laplace"  # laplace, exponential, geometric
+    noise: str = "geometric"  # geometric (integer outputs, the default), laplace, exponential
     theta: float = 0.0  # 0: the seed's optimum
     confidence: float = 0.95  # of the lower confidence bound
+    max_instances_per_period: int = 2  # SVT instances opened per budget period at most; 0 = no limit
 
 
 @dataclass(frozen=True)
@@ -165,7 +214,7 @@ class WatchTopkConfig:
     enabled: bool = False
     k: int = 5
     epsilon: float = 0.5
-    noise: str = "laplace"  # laplace, exponential
+    noise: str = "geometric"  # geometric (discrete Laplace, integer gaps; the default), laplace, exponential
 
 
 @dataclass(frozen=True)
@@ -221,6 +270,8 @@ class Config:
 
 
 def _coerce(path: str, value: Any, typ: Any) -> Any:
+    if path in SECRET_SETTINGS and not isinstance(value, str):
+        raise ConfigError(f"{path} must be a string (value not shown: it is secret)")
     origin = getattr(typ, "__origin__", None)
     if dataclasses.is_dataclass(typ):
         if not isinstance(value, Mapping):
@@ -293,6 +344,17 @@ def _parse_env_value(raw: str, typ: Any = None) -> Any:
     return parsed
 
 
+def _read_secret_file(variable: str, path: str) -> str:
+    """The text of the secret file ``path`` named by ``variable`` (one trailing newline stripped)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"environment variable {variable} names {path!r}, which cannot be read "
+                          f"({exc.strerror or type(exc).__name__})") from None
+    return text[:-1] if text.endswith("\n") else text
+
+
 def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
     """Apply ``STREAM_DP_*`` overrides to ``data``; returns dotted setting → environment variable name."""
     applied: dict[str, str] = {}
@@ -302,12 +364,15 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, st
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
         if len(parts) < 2 or not all(parts):
             raise ConfigError(f"environment variable {name} must look like {ENV_PREFIX}SECTION__KEY")
+        from_file = parts[-1].endswith("_file") and ".".join(parts)[: -len("_file")] in FILE_SETTINGS
+        if from_file:
+            parts[-1] = parts[-1][: -len("_file")]
         node = data
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"environment variable {name} overrides a value, not a table")
-        node[parts[-1]] = _parse_env_value(raw, _setting_type(parts))
+        node[parts[-1]] = _read_secret_file(name, raw) if from_file else _parse_env_value(raw, _setting_type(parts))
         applied[".".join(parts)] = name
     return applied
 
@@ -319,6 +384,8 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, st
 
 def _require(ok: bool, setting: str, allowed: str, value: Any) -> None:
     if not ok:
+        if setting in FILE_SETTINGS:  # secret, or a URL that may carry one
+            raise ConfigError(f"{setting} must be {allowed} (value not shown: it may hold a secret)")
         raise ConfigError(f"{setting} must be {allowed}, got {value!r}")
 
 
@@ -362,6 +429,18 @@ def validate(config: Config) -> Config:
     _require(w.idle_partition_timeout_seconds > 0, "windows.idle_partition_timeout_seconds", "> 0",
              w.idle_partition_timeout_seconds)
     _require(w.retention_seconds >= 0, "windows.retention_seconds", ">= 0", w.retention_seconds)
+    try:
+        start = parse_window_start(w.start)
+    except ValueError:
+        start = -1
+    _require(start is None or (start >= 0 and start % w.size_seconds == 0), "windows.start",
+             f"'{FIRST_START}', or a window start (epoch seconds or ISO 8601 UTC) that is a multiple of "
+             f"windows.size_seconds ({w.size_seconds})", w.start)
+    _require(w.max_clock_skew_seconds >= 0, "windows.max_clock_skew_seconds", ">= 0", w.max_clock_skew_seconds)
+    _require(0 <= w.max_event_delay_seconds <= w.allowed_lateness_seconds, "windows.max_event_delay_seconds",
+             f">= 0 and <= windows.allowed_lateness_seconds ({w.allowed_lateness_seconds}): a delayed event "
+             "must never be late only because other users' records moved the watermark",
+             w.max_event_delay_seconds)
     i = config.ingest
     _require(i.poll_timeout_ms >= 1, "ingest.poll_timeout_ms", ">= 1", i.poll_timeout_ms)
     _positive("ingest.watermark_interval_seconds", i.watermark_interval_seconds)
@@ -396,9 +475,14 @@ def validate(config: Config) -> Config:
                  r.alerts.threshold)
         _require(r.alerts.noise in {"laplace", "exponential", "geometric"}, "releases.alerts.noise",
                  "one of laplace, exponential, geometric", r.alerts.noise)
+        _require(r.alerts.noise != "geometric" or float(r.alerts.threshold).is_integer(),
+                 "releases.alerts.threshold", "an integer with noise = 'geometric' (integer outputs)",
+                 r.alerts.threshold)
         _require(0 <= r.alerts.theta < 1, "releases.alerts.theta", "in [0, 1) (0: the seed's optimum)",
                  r.alerts.theta)
         _probability("releases.alerts.confidence", r.alerts.confidence)
+        _require(r.alerts.max_instances_per_period >= 0, "releases.alerts.max_instances_per_period",
+                 ">= 0 (0: no limit)", r.alerts.max_instances_per_period)
         _require(bool(r.alerts.watchlist) or r.alerts.include_released_topk, "releases.alerts.watchlist",
                  "non-empty when include_released_topk is false", list(r.alerts.watchlist))
     if r.sample.enabled:
@@ -413,8 +497,8 @@ def validate(config: Config) -> Config:
     if r.watch_topk.enabled:
         _require(r.watch_topk.k >= 1, "releases.watch_topk.k", ">= 1", r.watch_topk.k)
         _positive("releases.watch_topk.epsilon", r.watch_topk.epsilon)
-        _require(r.watch_topk.noise in {"laplace", "exponential"}, "releases.watch_topk.noise",
-                 "'laplace' or 'exponential'", r.watch_topk.noise)
+        _require(r.watch_topk.noise in {"laplace", "exponential", "geometric"}, "releases.watch_topk.noise",
+                 "one of geometric, laplace, exponential", r.watch_topk.noise)
     if r.histogram.enabled:
         _positive("releases.histogram.epsilon", r.histogram.epsilon)
         _probability("releases.histogram.delta", r.histogram.delta)

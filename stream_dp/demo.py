@@ -37,11 +37,13 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from stream_dp.config import Config, config_from_mapping, load_config
 from stream_dp.devstack import DevStack, die_with_parent, free_port
+from stream_dp.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +270,7 @@ class Demo:
             self.say(f"broker     {kafka.bootstrap_servers}  (configured; demo topics *-demo-{run_id})")
         if not need_redis:
             redis_cfg = _replace(redis_cfg, key_prefix=f"{redis_cfg.key_prefix}-demo-{run_id}")
-            self.say(f"redis      {redis_cfg.url}  (configured; key prefix {redis_cfg.key_prefix})")
+            self.say(f"redis      {redact_url(redis_cfg.url)}  (configured; key prefix {redis_cfg.key_prefix})")
         metrics = _replace(cfg.metrics, host="127.0.0.1")
         return cfg.replace(kafka=kafka, redis=redis_cfg, metrics=metrics)
 
@@ -295,7 +297,7 @@ class Demo:
         return path
 
     # ---- replay -----------------------------------------------------------------------------------
-    def _events(self, cfg: Config) -> tuple[Any, str]:
+    def _events(self, cfg: Config) -> tuple[list[Any], str]:
         from stream_dp import demo_data
         from stream_dp.replay import ColumnMapping, read_rows, sort_by_time
 
@@ -317,14 +319,30 @@ class Demo:
             src.close()
             what = (f"{o.input_path} (user={mapping.user}, key={mapping.key}, time={mapping.time}; "
                     f"{len(ordered):,} rows, sorted by event time)")
-            return iter(ordered), what
-        return (mapping.event(row) for row in rows), what
+            return list(ordered), what
+        return [mapping.event(row) for row in rows], what
 
-    def start_replay(self, cfg: Config) -> None:
+    def schedule_from(self, cfg: Config, events: list[Any]) -> Config:
+        """The release schedule starts at the replayed stream's first window, unless the config names a
+        start: the demo replays history, which a schedule starting at the wall clock would not cover. The
+        operator (here: the demo) makes that start public by putting it in the config."""
+        from stream_dp.config import FIRST_START
+
+        if cfg.windows.start != FIRST_START:
+            return cfg
+        times = [e.ts for e in events if e.ts is not None]
+        if not times:
+            return cfg
+        size = cfg.windows.size_seconds
+        first = int(min(times) // size) * size
+        self.say(f"schedule   every {size:,} s window from {datetime.fromtimestamp(first, timezone.utc):%Y-%m-%d %H:%M} "
+                 f"UTC (windows.start = \"{first}\", the stream's first window), empty or not")
+        return cfg.replace(windows=_replace(cfg.windows, start=str(first)))
+
+    def start_replay(self, cfg: Config, events: list[Any], what: str) -> None:
         from stream_dp import connections
         from stream_dp.replay import Pacer, replay
 
-        events, what = self._events(cfg)
         o = self.opts
         speedup = None if o.fast else (o.speedup or cfg.windows.size_seconds / o.seconds_per_window)
         pace = "as fast as possible" if speedup is None else f"event time x{speedup:,.0f}"
@@ -436,8 +454,10 @@ class Demo:
         code = 1
         try:
             cfg = self.prepare_config()
+            events, what = self._events(cfg)
+            cfg = self.schedule_from(cfg, events)
             self.start_workers(cfg)
-            self.start_replay(cfg)
+            self.start_replay(cfg, events, what)
             code = self.follow(cfg)
         finally:
             self.say("\nstopping: replay, workers, then the broker and Redis …")

@@ -52,6 +52,10 @@ class Keys:
         """Sorted set of window starts seen by ingest (member and score = start)."""
         return f"{self.prefix}:{{ingest}}:windows"
 
+    def schedule(self) -> str:
+        """String (JSON): the public release schedule, ``{"start": ..., "size": ...}``, recorded once."""
+        return f"{self.prefix}:{{ingest}}:schedule"
+
     def watermarks(self) -> str:
         """Hash: partition → watermark (epoch seconds), plus field ``global`` (min over active ones)."""
         return f"{self.prefix}:{{ingest}}:watermarks"

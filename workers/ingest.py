@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from stream_dp.cli.common import redis_preflight_or_report
+from stream_dp import redact
+from stream_dp.cli.common import budget_plan_or_report, redis_preflight_or_report, schedule_or_report
 from stream_dp.config import Config, ConfigError, load_config
 from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
 from stream_dp.ingest.applier import ProcessRunner
@@ -61,7 +62,8 @@ def install_signal_handlers(worker: IngestWorker) -> None:
 
 
 def run(cfg: Config) -> int:
-    if not redis_preflight_or_report(cfg):
+    redact.install(cfg)  # every log line of this process masks the config's secrets and URL credentials
+    if not budget_plan_or_report(cfg) or not redis_preflight_or_report(cfg) or not schedule_or_report(cfg):
         return 2
     registry = CollectorRegistry()
     if cfg.metrics.port:
@@ -84,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
+        redact.install()
         log.error("config error: %s", exc)
         return 2
     return run(cfg)

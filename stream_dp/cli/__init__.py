@@ -12,6 +12,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from stream_dp import redact
+
 # Subcommand modules, in the order `stream-dp --help` lists them.
 COMMANDS: tuple[str, ...] = (
     "stream_dp.cli.demo_cmd",
@@ -41,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install()  # URL credentials masked in every log line; config secrets once a config is loaded
     # kafka-python narrates every connection at INFO; a command-line user needs its warnings only
     logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
     if not getattr(args, "func", None):

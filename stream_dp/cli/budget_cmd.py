@@ -1,6 +1,7 @@
-"""``stream-dp budget``: inspect the privacy-budget ledger -- scopes, spent and remaining (ε, δ), history, verify.
+"""``stream-dp budget``: inspect the privacy-budget ledger -- scopes, spent and remaining (ε, δ), history, verify
+-- and ``budget plan``: from the config alone, the worst-case cost of a window and how many fit a period.
 
-Read-only: it never charges, reserves or cancels anything.
+Read-only: it never charges, reserves or cancels anything (``plan`` does not even connect to Redis).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "budget", help="inspect the privacy-budget ledger (scopes, spent/remaining ε and δ, history, verify)",
         description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user, the event log "
         "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not).")
-    p.add_argument("action", choices=("list", "show", "history", "verify"),
-                   help="list: every scope; show/history/verify: one scope (verify without a scope: all)")
+    p.add_argument("action", choices=("list", "show", "history", "verify", "plan"),
+                   help="list: every scope; show/history/verify: one scope (verify without a scope: all); "
+                   "plan: worst-case cost per window and windows per period/lifetime, from the config alone")
     p.add_argument("scope", nargs="?", help="a scope such as 2026-11-29, p1795950000 or lifetime")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--count", type=int, help="history: at most this many entries (oldest first)")
@@ -67,6 +69,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
         return 1
+    if args.action == "plan":
+        return _plan(cfg, args, out)
     if args.action in ("show", "history") and not args.scope:
         print(f"budget {args.action} needs a scope (see: stream-dp budget list)", file=sys.stderr)
         return 2
@@ -76,6 +80,15 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     except (ValueError, redis.RedisError) as exc:
         print(f"cannot read the ledger: {exc}", file=sys.stderr)
         return 1
+
+
+def _plan(cfg: Config, args: argparse.Namespace, out: TextIO) -> int:
+    """Print the budget plan; exit code 1 when a period is not covered (and not explicitly allowed)."""
+    from stream_dp.release.budget_plan import plan_for, render
+
+    summary = plan_for(cfg).summary()
+    print(json.dumps(summary, indent=2) if args.json else render(summary), file=out)
+    return 0 if summary["period_covered"] or summary["allow_partial_period"] else 1
 
 
 def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:

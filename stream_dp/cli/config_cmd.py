@@ -1,4 +1,5 @@
-"""``stream-dp config check``: load, apply environment overrides, validate, print the effective config."""
+"""``stream-dp config check``: load, apply environment overrides, validate, print the effective config
+(passwords, SASL secrets and URL credentials masked as ``***``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import sys
 
 from stream_dp.cli.common import add_config_option, load_config_or_report
+from stream_dp.redact import redacted_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +23,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
         return 1
-    print(json.dumps(cfg.to_dict(), indent=2, default=list))
+    print(json.dumps(redacted_config(cfg), indent=2, default=list))
     print("config OK", file=sys.stderr)
     return 0

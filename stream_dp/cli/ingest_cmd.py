@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from stream_dp.config import ConfigError, load_config
+from stream_dp.redact import redact_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +23,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        logging.getLogger("stream_dp.ingest").error("config error: %s", exc)
+        logging.getLogger("stream_dp.ingest").error("config error: %s", redact_text(str(exc)))
         return 2
     return ingest.run(cfg)

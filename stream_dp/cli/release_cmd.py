@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from stream_dp.cli.common import add_config_option, load_config_or_report, redis_preflight_or_report
+from stream_dp.cli.common import (
+    add_config_option,
+    budget_plan_or_report,
+    load_config_or_report,
+    redis_preflight_or_report,
+    schedule_or_report,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
         return 1
-    if not redis_preflight_or_report(cfg):
+    if not budget_plan_or_report(cfg) or not redis_preflight_or_report(cfg) or not schedule_or_report(cfg):
         return 2
     return run_until_signalled(cfg, worker_id=args.worker_id, poll_seconds=args.poll_seconds,
                                claim_ttl_seconds=args.claim_ttl_seconds)

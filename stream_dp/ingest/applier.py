@@ -43,6 +43,8 @@ from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.keys import Keys
+from stream_dp.schedule import ReleaseSchedule
+from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,8 @@ class BatchRequest:
 
     ``owned``/``busy``/``known``: the partitions this worker owns, those of them that delivered records
     or still lag, and every partition of the topic (the watermark rule, :mod:`~stream_dp.ingest.windowing`).
-    ``forget``: partitions revoked since the previous request (their clocks are dropped first).
+    ``caught_up``: owned partitions whose position has reached the broker's high-water mark (only those
+    may turn idle). ``forget``: partitions revoked since the previous request (their clocks are dropped).
     """
 
     records: list[PartitionRecords]
@@ -93,6 +96,7 @@ class BatchRequest:
     busy: frozenset[int]
     known: frozenset[int]
     forget: frozenset[int] = frozenset()
+    caught_up: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class BatchOutcome:
     l0: int = 0
     late: int = 0
     replanned: int = 0
+    ticks: int = 0
     watermark: WatermarkState | None = None
     failure: Failure | None = None
 
@@ -139,7 +144,12 @@ class BatchApplier:
         self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=self.window_size,
                                  unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user)
         self.clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
+        self._windows_cfg = cfg.windows
+        self._schedule: ReleaseSchedule | None = None  # recorded/read on first use (Redis thread)
+        self.max_event_delay = float(cfg.windows.max_event_delay_seconds)
+        self.max_clock_skew = float(cfg.windows.max_clock_skew_seconds)
         self._registered: set[int] = set()  # windows this worker registered (cache; Redis thread only)
+        self.ticks = 0  # clock ticks (null-value records) seen in the current batch
         self._closed_through: float | None = None  # the global watermark (or closing target) last seen
         self._redis = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-redis")
 
@@ -153,6 +163,7 @@ class BatchApplier:
         never moves past events that were not applied.
         """
         self.clock.forget(set(req.forget))
+        self.ticks = 0
         out = BatchOutcome()
         closed = self._closed_through
         failed = threading.Event()
@@ -165,6 +176,7 @@ class BatchApplier:
                         jobs.append(self._redis.submit(self._apply, pr.partition, chunks, closed, failed))
         finally:
             wait(jobs)
+        out.ticks = self.ticks
         errors = [job.exception() for job in jobs if job.exception() is not None]
         first = next((e for e in errors if not isinstance(e, _NotSent)), None)
         if first is not None:
@@ -177,7 +189,7 @@ class BatchApplier:
                 out.l0 += r.l0
                 out.late += r.late
                 out.replanned += r.replanned
-        marks = {p: (self.clock.watermark(p), p in req.busy) for p in req.owned}
+        marks = {p: (self.clock.watermark(p), p in req.busy, p in req.caught_up) for p in req.owned}
         state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout)
         self._closed_through = state.closing_through
         if state.closing_through is not None:
@@ -191,15 +203,32 @@ class BatchApplier:
     def _group(self, pr: PartitionRecords, lo: int, hi: int, rejects: list[tuple[int, int, str]]
                ) -> dict[int, list[tuple[int, str, str]]]:
         """Decode records ``lo:hi`` of one partition; valid events grouped per window start in offset
-        order; rejects appended as (partition, index, reason)."""
+        order; rejects appended as (partition, index, reason).
+
+        The partition's clock follows the Kafka **record timestamp** of every record (the trusted clock,
+        :mod:`~stream_dp.ingest.windowing`), never a body field. A body's event time only chooses the window,
+        and only within ``[record time − max_event_delay, record time + max_clock_skew]``; outside, the
+        event is rejected (``event_time_out_of_range``), so no user can move the watermark or place events
+        in windows far from now. A record with a null value is a clock tick: it advances the clock only.
+        """
         decode, fast = self.decoder.decode, self.decoder.fields
         size = self.window_size
+        delay, skew = self.max_event_delay, self.max_clock_skew
         p = pr.partition
         chunks: dict[int, list[tuple[int, str, str]]] = {}
-        max_ts = float("-inf")
+        max_rt = float("-inf")
         last_start: int | None = None
         chunk: list[tuple[int, str, str]] = []
         for i, off, ts_ms, value in zip(range(lo, hi), pr.offsets[lo:hi], pr.timestamps[lo:hi], pr.values[lo:hi]):
+            if type(ts_ms) is not int or ts_ms < 0:
+                rejects.append((p, i, "bad_record_time"))
+                continue
+            rt = ts_ms / 1000.0
+            if rt > max_rt:
+                max_rt = rt
+            if value is None:
+                self.ticks += 1
+                continue
             f = fast(value, ts_ms)
             if f is None:
                 ev = decode(value, partition=p, offset=off, timestamp_ms=ts_ms)
@@ -208,8 +237,9 @@ class BatchApplier:
                     continue
                 f = (ev.user, ev.key, ev.ts)
             user, key, ts = f
-            if ts > max_ts:
-                max_ts = ts
+            if not (rt - delay <= ts <= rt + skew):
+                rejects.append((p, i, "event_time_out_of_range"))
+                continue
             start = int(ts // size) * size
             if start != last_start:
                 chunk = chunks.get(start)  # type: ignore[assignment]
@@ -217,8 +247,8 @@ class BatchApplier:
                     chunk = chunks[start] = []
                 last_start = start
             chunk.append((off, user, key))
-        if max_ts > float("-inf"):
-            self.clock.observe(p, max_ts)
+        if max_rt > float("-inf"):
+            self.clock.observe(p, max_rt)
         return chunks
 
     def _apply(self, partition: int, chunks: dict[int, list[tuple[int, str, str]]], closed: float | None,
@@ -229,7 +259,11 @@ class BatchApplier:
             raise _NotSent()
         try:
             size = self.window_size
-            new = {start for start in chunks if start not in self._registered
+            # windows before the schedule start are never released: their events are late
+            if self._schedule is None:
+                self._schedule = establish_schedule(self.store.client, self.store.keys, self._windows_cfg)
+            before = {start for start in chunks if not self._schedule.covers(start)}
+            new = {start for start in chunks if start not in self._registered and start not in before
                    and (closed is None or start + size > closed)}
             refused: set[int] = set()
             if new:
@@ -237,7 +271,8 @@ class BatchApplier:
                 self._registered.update(s for s, ok in flags.items() if ok)
                 refused = {s for s, ok in flags.items() if not ok}
             # closed windows still go to Redis: it tells replayed (duplicate) events from late ones
-            todo = [Chunk.of(start, partition, evs, closed=start in refused) for start, evs in chunks.items()]
+            todo = [Chunk.of(start, partition, evs, closed=start in refused or start in before)
+                    for start, evs in chunks.items()]
             return self.store.apply(todo, closed_through=closed)
         except BaseException:
             failed.set()
@@ -406,6 +441,9 @@ def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs
         cfg = pickle.loads(conn.recv_bytes())
     except (EOFError, OSError):
         return
+    from stream_dp.redact import register_config_secrets
+
+    register_config_secrets(cfg)  # this process's log lines mask them too
     applier = BatchApplier(cfg, redis_client(cfg.redis))
     in_order = InOrder(applier)
     try:

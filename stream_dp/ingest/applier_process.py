@@ -10,12 +10,14 @@ import logging
 import sys
 from multiprocessing.connection import Connection
 
+from stream_dp import redact
 from stream_dp.ingest.applier import serve
 
 
 def main(argv: list[str]) -> int:
     fd, parent_pid, level = int(argv[0]), int(argv[1]), int(argv[2])
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s[applier]: %(message)s")
+    redact.install()  # URL credentials masked; serve() registers the config's secrets once it has it
     serve(Connection(fd), parent_pid)
     return 0
 

@@ -1,7 +1,7 @@
 """Decode and validate one Kafka record into an :class:`Event`, or say exactly why it is rejected.
 
 The input is a JSON object ``{"user": str, "key": str, "ts": number, ...}`` (field names from
-``[events]`` in the config). Anything else is *rejected* with one reason from :data:`REJECT_REASONS` (a
+``[events]`` in the config). Anything else is *rejected* with one reason from :data:`DECODE_REASONS` (a
 small, fixed set: it is a metric label and a dead-letter header). The decoder never raises on input bytes:
 every byte string maps to an event or a rejection (a hypothesis test checks this).
 
@@ -13,6 +13,15 @@ Validation rules:
   absent, null or ``""``; ``bad_user`` / ``bad_key`` when not a string or when they contain a NUL
   character, which the Redis bounding state uses as its separator), at most ``max_user_bytes`` /
   ``max_key_bytes`` bytes in UTF-8 (``user_too_long`` / ``key_too_long``);
+- the user and the key must not contain control characters or invisible format characters
+  (Unicode categories Cc, Cf, Zl, Zp: tab, newline, escape sequences, C1 controls, zero-width and
+  bidirectional marks, the BOM, soft hyphens, line/paragraph separators) -- ``user_control_chars`` /
+  ``key_control_chars``: such keys would reach terminals (``stream-dp tail``) and let visually identical
+  keys or users differ. Valid ones are normalised to Unicode **NFC** (so a precomposed and a decomposed
+  "é" are one key, and one user); the byte limits apply to the raw and to the normalised text. Beyond that, the
+  service cannot know that two ids are one person: mapping each person to one user id is the
+  operator's responsibility (docs/privacy.md §6). Pure-ASCII printable fields (the common case) take a
+  fast path: they contain no such characters and are already NFC;
 - the event time, when present, must be a finite number of epoch seconds in ``[0, 1e11)`` (``bad_time``);
   when absent (or null) the Kafka record timestamp is used (``bad_time`` if that is missing too).
 
@@ -29,14 +38,15 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from typing import Any, NamedTuple
 
 import orjson
 
 from stream_dp.config import EventsConfig
 
-#: Every reason a record can be rejected for (metric label values, dead-letter ``reason`` header).
-REJECT_REASONS: tuple[str, ...] = (
+#: Every reason the decoder rejects a record for.
+DECODE_REASONS: tuple[str, ...] = (
     "empty",
     "not_utf8",
     "bad_json",
@@ -47,8 +57,23 @@ REJECT_REASONS: tuple[str, ...] = (
     "missing_key",
     "bad_key",
     "key_too_long",
+    "user_control_chars",
+    "key_control_chars",
     "bad_time",
 )
+
+#: Unicode categories rejected in user ids and keys: controls, invisible format characters, separators.
+FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+#: Reasons the applier rejects a decoded record for, checking it against the Kafka record timestamp (the
+#: trusted clock, :mod:`stream_dp.ingest.windowing`).
+CLOCK_REASONS: tuple[str, ...] = (
+    "bad_record_time",  # the record has no timestamp
+    "event_time_out_of_range",  # the body's time is too far from the record time (windows.max_*_seconds)
+)
+
+#: Every reason a record can be rejected for (metric label values, dead-letter ``reason`` header).
+REJECT_REASONS: tuple[str, ...] = DECODE_REASONS + CLOCK_REASONS
 
 #: Event times at or above this (epoch seconds, ~year 5138) are treated as garbage.
 MAX_EVENT_TIME = 1e11
@@ -139,11 +164,11 @@ class EventDecoder:
         reason = None
         user = self._text(obj.get(self.user_field), self.max_user_bytes)
         if type(user) is not str:
-            reason = ("missing_user", "bad_user", "user_too_long")[user]
+            reason = ("missing_user", "bad_user", "user_too_long", "user_control_chars")[user]
         else:
             key = self._text(obj.get(self.key_field), self.max_key_bytes)
             if type(key) is not str:
-                reason = ("missing_key", "bad_key", "key_too_long")[key]
+                reason = ("missing_key", "bad_key", "key_too_long", "key_control_chars")[key]
             else:
                 ts = self._time(obj.get(self.time_field), timestamp_ms)
                 if ts is None:
@@ -154,15 +179,25 @@ class EventDecoder:
 
     @staticmethod
     def _text(raw: Any, max_bytes: int) -> str | int:
-        """The string, or 0 (missing), 1 (not a usable string), 2 (too long)."""
+        """The NFC-normalised string, or 0 (missing), 1 (not a usable string), 2 (too long), 3 (control or
+        invisible format characters)."""
         if raw is None or raw == "":
             return 0
         if type(raw) is not str or "\x00" in raw:
             return 1
         if len(raw) > max_bytes // 4 and len(raw.encode("utf-8", "surrogatepass")) > max_bytes:
             return 2
-        if not raw.isprintable() and _has_surrogate(raw):
-            return 1  # lone surrogates (JSON "\\ud800") cannot be stored as UTF-8
+        if raw.isascii() and raw.isprintable():
+            return raw  # fast path: no controls, already NFC
+        if not raw.isprintable():
+            if _has_surrogate(raw):
+                return 1  # lone surrogates (JSON "\\ud800") cannot be stored as UTF-8
+            if any(unicodedata.category(ch) in FORBIDDEN_CATEGORIES for ch in raw):
+                return 3
+        if not unicodedata.is_normalized("NFC", raw):
+            raw = unicodedata.normalize("NFC", raw)
+            if len(raw.encode("utf-8")) > max_bytes:
+                return 2
         return raw
 
     @staticmethod

@@ -36,7 +36,10 @@ class IngestMetrics:
         self.applied = Counter("events_applied", "Events counted in a window after contribution bounding", **kw)
         self.rejected = Counter("events_rejected", "Records sent to the dead-letter topic, by reason",
                                 ["reason"], **kw)
-        self.late = Counter("events_late", "Valid events dropped because their window was already closed", **kw)
+        self.late = Counter("events_late", "Valid events dropped because their window was already closed "
+                            "(or starts before the release schedule, windows.start)", **kw)
+        self.clock_ticks = Counter("clock_ticks", "Null-value records (clock ticks of the trusted producer) that "
+                                   "advanced a partition's record-time clock", **kw)
         self.bounded = Counter("events_bounded", "Valid events dropped by contribution bounding, by rule "
                                "(linf: user already counted for the key; l0: user already at max_keys_per_user)",
                                ["rule"], **kw)

@@ -256,18 +256,22 @@ class WindowStore:
             del self._bounding[start]
 
     # --- watermarks ------------------------------------------------------------------------------
-    def advance_watermark(self, owned: dict[int, tuple[float | None, bool]], *, known_partitions: Iterable[int] = (),
-                          idle_timeout: float, now: float | None = None) -> WatermarkState:
-        """Record owned partitions' (watermark, busy) and install the next global watermark (all phases).
+    def advance_watermark(self, owned: dict[int, tuple[float | None, bool] | tuple[float | None, bool, bool]], *,
+                          known_partitions: Iterable[int] = (), idle_timeout: float,
+                          now: float | None = None) -> WatermarkState:
+        """Record owned partitions' (watermark, busy[, caught_up]) and install the next global watermark
+        (all phases). ``caught_up`` (default True): the owner's position has reached the high-water mark.
 
-        ``known_partitions``: every partition of the topic (a partition never heard of starts its idle
-        clock, holding the global back meanwhile). ``now`` overrides the Redis clock (tests).
+        ``known_partitions``: every partition of the topic (a partition no owner reports caught up holds
+        the global back). ``now`` overrides the Redis clock (tests).
         """
         known = sorted(set(known_partitions))
         args: list[object] = ["" if now is None else repr(float(now)), repr(float(idle_timeout)),
                               self.window_size, len(known), *known]
-        for p, (wm, busy) in sorted(owned.items()):
-            args += [p, "" if wm is None else repr(float(wm)), 1 if busy else 0]
+        for p, report in sorted(owned.items()):
+            wm, busy = report[0], report[1]
+            caught_up = report[2] if len(report) > 2 else True  # type: ignore[misc]
+            args += [p, "" if wm is None else repr(float(wm)), 1 if busy else 0, 1 if caught_up else 0]
         out = self._advance(keys=[self.keys.watermarks(), self.keys.windows_index()], args=args)
         target, current, open_count = _text(out[0]), _text(out[1]), int(out[2])
         to_close = tuple(int(s) for s in out[3:])

@@ -2,20 +2,30 @@
 
 Windows are ``[start, start + size)`` with ``start`` a multiple of ``size`` (integer epoch seconds).
 
-**Watermark.** Per Kafka partition, ``watermark = max event time seen − allowed lateness``; it only ever
-moves forward. The **global** watermark is the minimum over the *active* partitions of the topic, never
-moves backwards, and means: every window with ``end <= global`` is closed. A partition is active while its
-owner reports it busy (it delivered records, or has records not yet consumed) and for
-``idle_partition_timeout_seconds`` after that; a partition the service has not heard from within that
-time (idle, or its owner is gone and nobody took it over yet) stops holding windows back. A partition
-that is known but has no watermark yet holds the global back until it turns idle. When every partition
-is idle the global moves to the highest partition watermark (the stream went quiet; every window the
-partitions have seen past is done).
+**The clock is the Kafka record timestamp** (DESIGN §2b): the time the service's own producer (the
+collector, ``stream-dp replay``) stamped on the record, which users cannot set. Per Kafka partition,
+``watermark = max record time seen − allowed lateness``; it only ever moves forward. A body's event time
+never moves it: it only chooses the event's window, and only within ``[record time − max_event_delay,
+record time + max_clock_skew]`` (outside: dead letter ``event_time_out_of_range``). With
+``max_event_delay <= allowed lateness`` and record times that follow one clock, an event is never late
+because of other users' records, so adding or removing one user changes no other user's counted events.
+A record with a null value is a **clock tick** of the trusted producer: it advances its partition's clock
+and counts nothing (a collector sends them while no events come, ``stream-dp replay`` at the end).
 
-An event is **late** when its window's end is at or below the global watermark when its batch is applied;
-late events are dropped and counted. The authoritative computation runs in Redis
-(``lua/advance_watermark.lua``) so that several ingest workers, each owning some partitions, agree on one
-global watermark; :func:`global_watermark` is the same rule in Python (tests check they agree).
+The **global** watermark is the minimum over the *active* partitions of the topic, never moves backwards,
+and means: every window with ``end <= global`` is closed. A partition is **idle** only when an owner
+reported it *caught up* (its position reached the broker's high-water mark) within
+``idle_partition_timeout_seconds`` and it has been quiet (no records, not behind) for that long. Every other
+partition is active -- busy, behind, or without a live owner (its worker died and the group has not
+handed it over yet) -- and holds the global back at its watermark, or entirely while it has none. So the
+watermark never passes records nobody has read (a crash-looping worker cannot close windows early).
+When every partition is idle the global moves to the highest partition watermark (the stream went quiet).
+
+An event is **late** when its window's end is at or below the global watermark when its batch is applied,
+or when its window starts before the release schedule (:mod:`stream_dp.schedule`); late events are dropped
+and counted. The authoritative computation runs in Redis (``lua/advance_watermark.lua``) so that several
+ingest workers, each owning some partitions, agree on one global watermark; :func:`global_watermark` is
+the same rule in Python (tests check they agree).
 
 >>> window_start(7199.9, 3600), window_start(7200, 3600)
 (3600, 7200)
@@ -39,7 +49,7 @@ def window_start(ts: float, size: int) -> int:
 
 
 class PartitionClock:
-    """Per-partition maximum event time seen by this worker (the local half of the watermark)."""
+    """Per-partition maximum record time seen by this worker (the local half of the watermark)."""
 
     def __init__(self, allowed_lateness: float) -> None:
         self.allowed_lateness = float(allowed_lateness)
@@ -50,7 +60,7 @@ class PartitionClock:
             self._max_ts[partition] = ts
 
     def watermark(self, partition: int) -> float | None:
-        """``max event time − allowed lateness`` of a partition, None before its first event."""
+        """``max record time − allowed lateness`` of a partition, None before its first record."""
         ts = self._max_ts.get(partition)
         return None if ts is None else ts - self.allowed_lateness
 
@@ -64,13 +74,21 @@ class PartitionClock:
 
 
 def global_watermark(watermarks: Mapping[int, float | None], *, last_seen: Mapping[int, float], now: float,
-                     idle_timeout: float) -> float | None:
+                     idle_timeout: float, last_reported: Mapping[int, float] | None = None,
+                     caught_up: Mapping[int, bool] | None = None) -> float | None:
     """Candidate global watermark: min over active partitions (None = known without a watermark yet,
     which holds everything back); the max watermark when all are idle; None when nothing is known.
 
-    The stored global is ``max(previous global, candidate)`` (it never moves backwards).
+    A partition is idle when it was quiet for ``idle_timeout`` (``last_seen``: last busy or behind) and an
+    owner reported it caught up within ``idle_timeout`` (``last_reported``, ``caught_up``; both default to
+    "reported now, caught up"). The stored global is ``max(previous global, candidate)``.
     """
-    active = [p for p in watermarks if now - last_seen.get(p, float("-inf")) <= idle_timeout]
+    def idle(p: int) -> bool:
+        reported = now if last_reported is None else last_reported.get(p, float("-inf"))
+        up = True if caught_up is None else caught_up.get(p, False)
+        return now - reported <= idle_timeout and up and now - last_seen.get(p, float("-inf")) > idle_timeout
+
+    active = [p for p in watermarks if not idle(p)]
     if active:
         if any(watermarks[p] is None for p in active):
             return None

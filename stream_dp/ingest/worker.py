@@ -293,10 +293,13 @@ class IngestWorker:
         owned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.topic}
         if not self._known_partitions:
             self._known_partitions = set(self.consumer.partitions_for_topic(self.topic) or ())
-        lagging = {tp.partition for tp, lag in self._lags().items() if lag > 0}
+        lags = self._lags(include_unpolled=True)
+        lagging = {tp.partition for tp, lag in lags.items() if lag > 0}
+        caught_up = {tp.partition for tp, lag in lags.items() if lag == 0}
         forget, self._revoked = frozenset(self._revoked), set()
         return BatchRequest(parts, owned=frozenset(owned), busy=frozenset((busy | lagging) & owned),
-                            known=frozenset(self._known_partitions), forget=forget)
+                            known=frozenset(self._known_partitions), forget=forget,
+                            caught_up=frozenset(caught_up & owned))
 
     def _submit(self, b: "_Batch") -> None:
         """Hand a batch to the applier, which applies batches strictly in order (chunk order is kept)."""
@@ -337,6 +340,7 @@ class IngestWorker:
         for _p, _i, reason in out.rejects:
             m.rejected.labels(reason=reason).inc()
         m.late.inc(out.late)
+        m.clock_ticks.inc(out.ticks)
         self.batches += 1
         m.batch_duration.observe(time.perf_counter() - b.t0)
 
@@ -432,14 +436,33 @@ class IngestWorker:
         self.metrics.dependency_up.labels(dependency="kafka").set(0)
         log.warning("offset commit failed (%s: %s); retried with the next batch", type(exc).__name__, exc)
 
-    def _lags(self) -> dict[TopicPartition, int]:
-        """Records behind the fetched high-water mark per owned partition (Tansu under-reports end_offsets)."""
+    def _lags(self, *, include_unpolled: bool = False) -> dict[TopicPartition, int]:
+        """Records behind the fetched high-water mark per owned partition (Tansu under-reports end_offsets).
+
+        A partition with no known high-water mark yet has no entry (it is not known to be caught up).
+        ``include_unpolled`` also asks the consumer for the position of owned partitions that delivered
+        nothing since they were assigned (without waiting: unknown stays unknown)."""
         lags = {}
-        for tp, pos in self._positions.items():
+        positions = dict(self._positions)
+        if include_unpolled:
+            for tp in self.consumer.assignment():
+                # a known high-water mark means a fetch ran, so the position is initialised (no round trip)
+                if tp.topic == self.topic and tp not in positions and self.consumer.highwater(tp) is not None:
+                    pos = self._position_now(tp)
+                    if pos is not None:
+                        positions[tp] = pos
+        for tp, pos in positions.items():
             hw = self.consumer.highwater(tp)
             if hw is not None:
                 lags[tp] = max(0, hw - pos)
         return lags
+
+    def _position_now(self, tp: TopicPartition) -> int | None:
+        """The consumer's fetch position of ``tp`` if it knows it already (never blocks), else None."""
+        try:
+            return self.consumer.position(tp, timeout_ms=0)
+        except Exception:  # noqa: BLE001 - not initialised yet, or revoked meanwhile: unknown
+            return None
 
     def _update_lag(self) -> None:
         self.metrics.lag.set(sum(self._lags().values()))

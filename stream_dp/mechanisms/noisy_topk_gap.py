@@ -7,8 +7,20 @@ them costs nothing beyond the identities (Theorem 6.1).
 Noise (``epsilon`` is always the guarantee): ``monotone=True`` (counting queries, e.g. distinct-user
 counts, where a neighbour moves all answers in the same direction) uses scale k/ε, otherwise 2k/ε;
 ``noise="laplace"`` draws Lap(scale), ``noise="exponential"`` draws Exp(scale) (mean = scale; §6.2, same
-privacy). Each query must have sensitivity 1. Privacy: ε-DP → one
-:class:`~stream_dp.accounting.events.PureDpEvent` (:func:`noisy_topk_with_gap_events`).
+privacy), ``noise="geometric"`` draws the **discrete Laplace** (two-sided geometric) noise of the same
+scale, ``P(x) ∝ e^{−|x|/scale}`` on the integers, for integer answers (counts). Each query must have
+sensitivity 1. Privacy: ε-DP → one :class:`~stream_dp.accounting.events.PureDpEvent`
+(:func:`noisy_topk_with_gap_events`).
+
+**Discrete noise** (issue 16: floating-point-safe released numbers). The proof of Theorem 6.1 aligns the
+noise vectors of neighbouring inputs by integer shifts (each selected answer's noise moves by at most one
+unit, times the change of its count); the discrete Laplace pays exactly ``|shift|/scale`` in log-mass for an
+integer shift, as Lap(scale) does in log-density, so the same ε holds. Integer noise makes ties possible:
+they are broken by the input order (the public watchlist order), and the alignment maps a tie it does not
+break into a tie with the same order, so the selection stays the same function of the aligned noise. The
+released gaps are then differences of integers: integers, with no floating-point noise in them
+(Mironov 2012). ``noise="geometric"`` requires integer values.
+
 
 Noisy Top-K with Measures (§6.3, Theorem 6.2): spend ε/2 on selection with gaps and ε/2 on independent
 Laplace measurements α_i = q_i + Lap(2k/ε) of the k selected answers, then combine both with the best
@@ -26,7 +38,7 @@ from stream_dp.accounting.events import DpEvent, PureDpEvent
 from stream_dp.mechanisms._validation import check_epsilon, check_positive_int, check_scores
 from stream_dp.rng import RngLike, make_rng
 
-NOISES = ("laplace", "exponential")
+NOISES = ("laplace", "exponential", "geometric")
 
 
 def noise_scale(*, k: int, epsilon: float, monotone: bool) -> float:
@@ -43,13 +55,32 @@ def _draw(noise: str, scale: float, size: int, rng: np.random.Generator) -> np.n
         return rng.laplace(0.0, scale, size)
     if noise == "exponential":
         return rng.exponential(scale, size)
+    if noise == "geometric":
+        return discrete_laplace(scale, size, rng).astype(np.float64)
     raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
 
 
+def discrete_laplace(scale: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` draws of the discrete Laplace noise ``P(x) ∝ e^{−|x|/scale}`` on the integers (int64).
+
+    The difference of two i.i.d. geometric variables with success probability ``p = 1 − e^{−1/scale}`` is
+    exactly this distribution (Inusah & Kozubowski 2006), drawn with integer arithmetic only.
+
+    >>> bool((discrete_laplace(3.0, 5, np.random.default_rng(1)) % 1 == 0).all())
+    True
+    """
+    p = -np.expm1(-1.0 / scale)
+    return rng.geometric(p, size).astype(np.int64) - rng.geometric(p, size).astype(np.int64)
+
+
 def noise_variance(noise: str, scale: float) -> float:
-    """Variance of one noise draw: 2·b² for Lap(b), b² for Exp(b)."""
+    """Variance of one noise draw: 2·b² for Lap(b), b² for Exp(b), ``2r/(1−r)²`` with ``r = e^{−1/b}`` for
+    the discrete Laplace of scale b."""
     if noise not in NOISES:
         raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+    if noise == "geometric":
+        r = np.exp(-1.0 / scale)
+        return float(2.0 * r / (1.0 - r) ** 2)
     return (2.0 if noise == "laplace" else 1.0) * scale**2
 
 
@@ -59,6 +90,8 @@ def _check(values: Mapping[Hashable, float], k: int, epsilon: float, noise: str)
     if noise not in NOISES:
         raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
     keys, arr = check_scores(values, name="values", nonnegative=False)
+    if noise == "geometric" and not np.array_equal(arr, np.floor(arr)):
+        raise ValueError("noise='geometric' needs integer values (e.g. counts)")
     if len(keys) < k + 1:
         raise ValueError(f"values must hold at least k+1 = {k + 1} entries (the k-th gap needs the "
                          f"(k+1)-th answer), got {len(keys)}")
@@ -66,9 +99,15 @@ def _check(values: Mapping[Hashable, float], k: int, epsilon: float, noise: str)
 
 
 def _noisy_top(arr: np.ndarray, m: int, noisy: np.ndarray) -> np.ndarray:
-    """Indices of the m largest entries of ``noisy``, largest first."""
-    top = np.argpartition(-noisy, m - 1)[:m] if len(noisy) > m else np.arange(len(noisy))
-    return top[np.argsort(-noisy[top], kind="stable")]
+    """Indices of the m largest entries of ``noisy``, largest first; ties broken by input order (earlier
+    first), also at the m-th place (integer noise makes ties possible)."""
+    if len(noisy) > m:
+        cut = np.partition(-noisy, m - 1)[m - 1]  # minus the m-th largest value
+        candidates = np.flatnonzero(-noisy <= cut)  # every index that can be among the m (ties included)
+    else:
+        candidates = np.arange(len(noisy))
+    order = candidates[np.argsort(-noisy[candidates], kind="stable")]  # stable: input order among ties
+    return order[:m]
 
 
 def noisy_topk_with_gap(values: Mapping[Hashable, float], *, k: int, epsilon: float, monotone: bool = True,
@@ -131,7 +170,8 @@ def noisy_topk_with_measures(values: Mapping[Hashable, float], *, k: int, epsilo
                              monotone: bool = True, noise: str = "laplace",
                              rng: RngLike = None) -> list[tuple[Hashable, float]]:
     """Noisy Top-K with Measures (§6.3): ε/2 selects k keys with gaps, ε/2 measures them with
-    Lap(2k/ε); returns (key, BLUE estimate), best first. ε-DP in total
+    Lap(2k/ε) (discrete Laplace of that scale when ``noise="geometric"``: the BLUE is then a linear
+    post-processing of integer releases, so it carries no floating-point noise of its own); returns (key, BLUE estimate), best first. ε-DP in total
     (cost: :func:`noisy_topk_with_gap_events` with the same ε).
 
     >>> out = noisy_topk_with_measures({"a": 1000, "b": 500, "c": 10, "d": 0}, k=2, epsilon=1.0, rng=3)
@@ -145,8 +185,9 @@ def noisy_topk_with_measures(values: Mapping[Hashable, float], *, k: int, epsilo
     index = {key: i for i, key in enumerate(keys)}
     measure_scale = k / half  # k answers of sensitivity 1: L1 sensitivity k
     chosen = np.array([index[key] for key, _ in selected])
-    alpha = arr[chosen] + generator.laplace(0.0, measure_scale, k)
+    measure_noise = "geometric" if noise == "geometric" else "laplace"  # discrete stays discrete
+    alpha = arr[chosen] + _draw(measure_noise, measure_scale, k, generator)
     lam = (noise_variance(noise, noise_scale(k=k, epsilon=half, monotone=monotone))
-           / noise_variance("laplace", measure_scale))
+           / noise_variance(measure_noise, measure_scale))
     beta = blue_estimates(alpha, [gap for _, gap in selected], lam=lam)
     return [(key, float(b)) for (key, _), b in zip(selected, beta)]

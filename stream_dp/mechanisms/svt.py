@@ -37,13 +37,9 @@ from typing import Any
 import numpy as np
 
 from stream_dp.accounting.events import DpEvent, PureDpEvent
+from stream_dp.mechanisms.svt_bounds import BranchSelection
 from stream_dp.mechanisms.svt_noise import NOISES, GapTail, default_theta, noise_variance, sample_centred
-from stream_dp.mechanisms.svt_state import (
-    STATE_VERSION,
-    generator_from_state,
-    generator_state,
-    validate_state,
-)
+from stream_dp.mechanisms.svt_state import STATE_VERSION, validate_state
 from stream_dp.rng import RngLike, make_rng
 
 MECHANISM = "adaptive_svt"
@@ -69,13 +65,26 @@ class SVTAnswer:
     cost: float
     gap_variance: float | None = None
     _tail: GapTail | None = field(default=None, repr=False, compare=False)
+    _selection: BranchSelection | None = field(default=None, repr=False, compare=False)
+    _threshold: float | None = field(default=None, repr=False, compare=False)
+
+    def published_lower_bound(self, confidence: float = 0.95) -> float | None:
+        """A value the true query answer exceeds with probability ≥ ``confidence`` **given that this answer
+        was published in its branch** (None when below): selective inference,
+        :mod:`stream_dp.mechanisms.svt_bounds`. This is the bound the alerts release publishes."""
+        if not self.above or self._selection is None or self.gap is None or self._threshold is None:
+            return None
+        return self._threshold + self._selection.lower_bound_of_gap(self.gap, confidence)
 
     def lower_bound(self, confidence: float = 0.95) -> float | None:
-        """A value the true query answer exceeds with probability ``confidence`` (None when below).
+        """A value the true query answer exceeds with probability ``confidence`` (None when below),
+        **before selection**: not a bound conditional on the answer being published (see
+        :meth:`published_lower_bound`, which is).
 
         Lemma 3 of seed 003 for Laplace noise, the exact exponential and geometric analogues otherwise
         (:class:`~stream_dp.mechanisms.svt_noise.GapTail`); the probability is over the noise of this
-        query and the threshold, before the branch test selected it.
+        query and the threshold, before the branch test selected it -- for queries near the threshold
+        its coverage among published answers is below ``confidence``.
         """
         if not self.above or self._tail is None or self.estimate is None:
             return None
@@ -203,8 +212,11 @@ class AdaptiveSVT:
 
     def _above(self, gap: float, branch: str, cost: float, rate: float) -> SVTAnswer:
         tail = GapTail(self.noise, rate, self.epsilon0)
+        selection = BranchSelection(self.noise, branch, self.adaptive, self._top_rate, self._middle_rate,
+                                    self.epsilon0, 2.0 * self.sigma)
         return SVTAnswer(above=True, gap=gap, branch=branch, estimate=gap + self.threshold, cost=cost,
-                         gap_variance=tail.variance, _tail=tail)
+                         gap_variance=tail.variance, _tail=tail, _selection=selection,
+                         _threshold=self.threshold)
 
     def process_many(self, values: Iterable[float]) -> list[SVTAnswer]:
         """Batch helper (river style): equals calling :meth:`process` on each value in turn, stopping
@@ -218,28 +230,29 @@ class AdaptiveSVT:
 
     # -- state ------------------------------------------------------------------------------------------
 
-    def to_state(self, *, include_rng: bool = True) -> dict[str, Any]:
-        """JSON-serialisable state. It is SECRET (noisy threshold, generator state): keep it next to the
-        raw counts, never in a release. With ``include_rng`` the generator's state is stored too, so
-        :meth:`from_state` without ``rng`` continues the very same random stream."""
-        state: dict[str, Any] = {
+    def to_state(self) -> dict[str, Any]:
+        """JSON-serialisable state: public parameters, the SECRET noisy threshold and the answer counters.
+
+        It holds nothing from which past noise can be recomputed (no generator state, seed or key; DESIGN
+        §7): the query noise already drawn is gone for good. Keep it operator-only, next to the raw counts,
+        never in a release; delete it once the instance closes."""
+        return {
             "version": STATE_VERSION, "mechanism": MECHANISM, "threshold": self.threshold, "k": self.k,
             "epsilon": self.epsilon, "noise": self.noise, "monotone": self.monotone, "theta": self.theta,
             "adaptive": self.adaptive, "epsilon0": self.epsilon0, "epsilon1": self.epsilon1,
             "epsilon2": self.epsilon2, "threshold_noise": self._threshold_noise,
             "noisy_threshold": self.noisy_threshold, "queries": self._queries, "top": self._top,
             "middle": self._middle, "spent": self.spent, "exhausted": self.exhausted,
-            "rng": generator_state(self._rng) if include_rng else None,
         }
-        return state
 
     @classmethod
     def from_state(cls, state: dict[str, Any], rng: RngLike = None) -> AdaptiveSVT:
         """Resume an instance from :meth:`to_state` output (validated; a bad field → ``ValueError``).
 
-        Randomness contract: with ``rng`` given, the instance continues with that generator (the stored
-        generator state is ignored); with ``rng=None`` it restores the stored generator state, or, when
-        none was stored, uses a fresh OS-entropy generator. The noisy threshold is never re-drawn.
+        Randomness contract: the resumed instance draws fresh query noise from ``rng`` (``None``: the
+        production CSPRNG, :func:`stream_dp.rng.make_rng`). The noisy threshold is never re-drawn. Fresh
+        query noise is sound: every query of Algorithm 1 uses independent noise, whatever generator
+        produced it; only the threshold noise must stay the same for the whole instance.
         """
         s = validate_state(state)
         obj = cls.__new__(cls)
@@ -247,12 +260,7 @@ class AdaptiveSVT:
                         s["adaptive"])
         obj._threshold_noise = s["threshold_noise"]
         obj._queries, obj._top, obj._middle = s["queries"], s["top"], s["middle"]
-        if rng is not None:
-            obj._rng = make_rng(rng)
-        elif s["rng"] is not None:
-            obj._rng = generator_from_state(s["rng"])
-        else:
-            obj._rng = make_rng(None)
+        obj._rng = make_rng(rng)
         return obj
 
 

@@ -6,9 +6,14 @@ Algorithms" (seed 003), §5.1–5.3, Table 1; ALGORITHMS.md §4 and decision 5.
 Every noise is parameterised by its **rate** ``λ``: shifting the noise by one unit changes its log-density
 (log-mass) by at most ``λ``. So ``Lap(1/λ)``, ``Exp(1/λ)`` and ``Geo(1 - e^{-λ})`` all pay ``λ`` for a unit
 shift, which is what the alignment proofs of Algorithms 1 and 3 need. One-sided noises are centred by
-subtracting the mean of the distribution that is actually sampled: ``1/λ`` for ``Exp(1/λ)`` and ``1/p`` for
-numpy's geometric (support ``{1, 2, …}``, mean ``1/p``) — the seed's Table 1 gives support ``{0, 1, …}``
-but the mean ``1/p``, which only fits ``{1, 2, …}`` (ALGORITHMS.md decision 5).
+subtracting a constant **offset**: the mean ``1/λ`` for ``Exp(1/λ)``; for numpy's geometric (support
+``{1, 2, …}``, mean ``1/p``) the *integer nearest the mean*, ``round(1/p)`` — the seed's Table 1 gives
+support ``{0, 1, …}`` but the mean ``1/p``, which only fits ``{1, 2, …}`` (ALGORITHMS.md decision 5). The
+integer offset keeps every geometric quantity an integer (issue 16): with integer counts and an integer
+threshold the noisy threshold, the released gap, the estimate and the lower bound are integers, so no
+floating-point noise ever leaves the service (Mironov 2012's least-significant-bits attack needs the
+float noise of Laplace/exponential draws). The price is a bias of at most 1/2 per draw (at most 1 in a
+gap), against a noise standard deviation of ``√(1−p)/p`` — tens for the rates used.
 
 The released gap of a query is ``γ = q + N* − T − N0`` with ``N*`` the (centred) query noise of the branch
 that fired (rate ``a``) and ``N0`` the (centred) threshold noise (rate ``c``). Hence
@@ -23,12 +28,13 @@ that fired (rate ``a``) and ``N0`` the (centred) threshold noise (rate ``c``). H
 - **Geometric** (derived here): with ``r* = e^{−a}``, ``r0 = e^{−c}`` and ``D = G* − G0`` (integers),
   ``P(D = d) = p* p0 r*^d / (1 − r* r0)`` for ``d ≥ 0`` and ``p* p0 r0^{−d} / (1 − r* r0)`` for ``d < 0``,
   so ``P(D ≤ d) = 1 − p0 r*^{d+1} / (1 − r* r0)`` for ``d ≥ 0`` and ``p* r0^{−d} / (1 − r* r0)`` for
-  ``d < 0``; ``X = D − (b* − b0)`` with ``b = 1/p``. The bound ``γ + T − t`` is then an integer whenever
+  ``d < 0``; ``X = D − (b* − b0)`` with ``b = round(1/p)`` the integer offsets. The bound ``γ + T − t`` is then an integer whenever
   the query value and ``T`` are integers.
 
 These tails are for the noise of one query with a fixed value; a bound attached to an answer that passed
 a branch test is conditioned on that test (selection), which shifts the noise upward for queries near
-the threshold, so the stated confidence holds exactly only for queries far above the threshold.
+the threshold, so the stated confidence holds exactly only for queries far above the threshold
+(:mod:`stream_dp.mechanisms.svt_bounds` calibrates the published bound for that).
 """
 
 from __future__ import annotations
@@ -74,11 +80,22 @@ def noise_variance(noise: str, rate: float) -> float:
     raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
 
 
-def sample_centred(noise: str, rate: float, rng: np.random.Generator) -> float:
-    """One draw of the noise of ``rate`` minus the mean of the sampled distribution.
+def noise_offset(noise: str, rate: float) -> float:
+    """The constant :func:`sample_centred` subtracts: 0 (Laplace), ``1/λ`` (exponential) or the integer
+    ``round(1/p)`` (geometric: the released numbers stay integers).
 
-    Exactly one call to the generator per draw (``laplace``, ``exponential`` or ``geometric``), so a
-    resumed generator continues the same stream.
+    >>> noise_offset("geometric", 0.4), round(noise_mean("geometric", 0.4), 3)
+    (3.0, 3.033)
+    """
+    if noise == "geometric":
+        return float(math.floor(noise_mean(noise, rate) + 0.5))
+    return noise_mean(noise, rate)
+
+
+def sample_centred(noise: str, rate: float, rng: np.random.Generator) -> float:
+    """One draw of the noise of ``rate`` minus its offset (:func:`noise_offset`): an integer for geometric.
+
+    Exactly one call to the generator per draw (``laplace``, ``exponential`` or ``geometric``).
     """
     if noise == "laplace":
         return float(rng.laplace(0.0, 1.0 / rate))
@@ -86,7 +103,7 @@ def sample_centred(noise: str, rate: float, rng: np.random.Generator) -> float:
         return float(rng.exponential(1.0 / rate)) - 1.0 / rate
     if noise == "geometric":
         p = -math.expm1(-rate)
-        return float(int(rng.geometric(p))) - 1.0 / p
+        return float(int(rng.geometric(p)) - int(noise_offset(noise, rate)))
     raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
 
 
@@ -120,6 +137,14 @@ class GapTail:
     threshold_rate: float
 
     @property
+    def mean(self) -> float:
+        """``E[X]``: 0 for Laplace and exponential; for geometric the bias of the integer offsets,
+        ``(1/p* − round(1/p*)) − (1/p0 − round(1/p0))``, at most 1 in absolute value."""
+        a, c = self.query_rate, self.threshold_rate
+        return ((noise_mean(self.noise, a) - noise_offset(self.noise, a))
+                - (noise_mean(self.noise, c) - noise_offset(self.noise, c)))
+
+    @property
     def variance(self) -> float:
         """``Var(X) = Var(N*) + Var(N0)``: the variance of the gap as an estimate of ``q − T``."""
         return noise_variance(self.noise, self.query_rate) + noise_variance(self.noise, self.threshold_rate)
@@ -141,7 +166,7 @@ class GapTail:
                 return 1.0 - c / (a + c) * math.exp(-a * x)
             return a / (a + c) * math.exp(c * x)
         if self.noise == "geometric":
-            shift = noise_mean("geometric", a) - noise_mean("geometric", c)
+            shift = noise_offset("geometric", a) - noise_offset("geometric", c)
             return self._geo_cdf_d(math.floor(t + shift + 1e-9))
         raise ValueError(f"noise must be one of {NOISES}, got {self.noise!r}")
 
@@ -173,7 +198,7 @@ class GapTail:
                 x = math.log(confidence * (a + c) / a) / c
             return x - (1.0 / a - 1.0 / c)
         if self.noise == "geometric":
-            shift = noise_mean("geometric", a) - noise_mean("geometric", c)
+            shift = noise_offset("geometric", a) - noise_offset("geometric", c)
             d = self._geo_quantile_d(confidence)
             return d - shift
         if self.noise == "laplace":

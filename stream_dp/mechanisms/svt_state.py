@@ -1,37 +1,25 @@
-"""Validation and generator (de)serialisation for the state of :class:`~stream_dp.mechanisms.svt.AdaptiveSVT`.
+"""Validation of the state of :class:`~stream_dp.mechanisms.svt.AdaptiveSVT`.
 
-A resumed instance must behave exactly like the one that was frozen, so every field is checked for type,
-range and consistency with the others (the budget split, the cost, the break rule) before anything is
-built; a bad state raises ``ValueError`` naming the field. Messages never echo the noisy threshold or
-other secret values.
+The state holds the public parameters, the secret noisy threshold and the answer counters -- and nothing
+from which past noise could be recomputed: no generator state, seed or key (DESIGN §7). A resumed
+instance draws fresh query noise; only its threshold noise is carried over (re-drawing it would be an
+averaging attack). A state that carries a generator (``rng`` other than null, as older versions wrote)
+is refused.
+
+Every field is checked for type, range and consistency with the others (the budget split, the cost, the
+break rule) before anything is built; a bad state raises ``ValueError`` naming the field. Messages never
+echo the noisy threshold or other secret values.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
-
-import numpy as np
 
 from stream_dp.mechanisms.svt_noise import NOISES
 
 STATE_VERSION = 1
-_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
 _REL = 1e-9
-
-
-def generator_state(rng: np.random.Generator) -> dict[str, str]:
-    """The generator's bit-generator state as JSON text (its 128-bit integers survive any JSON reader)."""
-    state = rng.bit_generator.state
-    return {"bit_generator": str(state["bit_generator"]), "state": json.dumps(state, sort_keys=True)}
-
-
-def generator_from_state(saved: dict[str, str]) -> np.random.Generator:
-    """Rebuild a Generator that continues exactly where :func:`generator_state` froze it."""
-    bit_generator = getattr(np.random, saved["bit_generator"])()
-    bit_generator.state = json.loads(saved["state"])
-    return np.random.Generator(bit_generator)
 
 
 def _number(state: dict[str, Any], name: str, *, positive: bool = False) -> float:
@@ -101,21 +89,7 @@ def validate_state(state: Any) -> dict[str, Any]:
         raise ValueError("state field 'spent' does not match epsilon0 + epsilon2*top + epsilon1*middle")
     if _flag(state, "exhausted") != (units > 2 * (k - 1)):
         raise ValueError("state field 'exhausted' contradicts the budget rule")
-    out["rng"] = _validate_rng(state.get("rng", "missing"))
+    if state.get("rng") is not None:
+        raise ValueError("state field 'rng' must be null or absent: a stored generator state would let past "
+                         "noise be recomputed")
     return out
-
-
-def _validate_rng(saved: Any) -> dict[str, str] | None:
-    if saved is None:
-        return None
-    if not isinstance(saved, dict) or saved.get("bit_generator") not in _BIT_GENERATORS:
-        raise ValueError(f"state field 'rng' must be null or name a bit generator in {_BIT_GENERATORS}")
-    text = saved.get("state")
-    try:
-        parsed = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(parsed, dict) or parsed.get("bit_generator") != saved["bit_generator"]:
-            raise ValueError
-        generator_from_state(saved)
-    except (ValueError, TypeError, KeyError):
-        raise ValueError("state field 'rng' holds no valid generator state") from None
-    return {"bit_generator": saved["bit_generator"], "state": text}

@@ -21,27 +21,36 @@ window of a new period opens a new instance even if the old one is not exhausted
 covers every window whose data an instance charged in that period looked at; no instance charged in period
 P answers about data of period P+1.
 
-**Persistence.** The instance's state (``to_state``: noisy threshold, answers so far, ...) is private. The
-state *after* window W travels inside W's outbox envelope (stored atomically with W's charge) and is then
-copied to ``Keys.svt("alerts", "state")`` by a compare-and-set that only moves forward in window order. So a
-crash between the charge and the copy, or a stale worker, can neither roll the instance back (which would
-let it answer more than ``k`` positives) nor fork it.
+**Persistence** (no recoverable noise, issue 16). The instance's state (``to_state``: public parameters, the
+secret noisy threshold, answer counters) holds nothing from which past noise can be recomputed: no
+generator state, seed or key -- every query draws fresh noise from the worker's CSPRNG. The state never
+travels in an outbox payload: the stored release (what no-re-roll needs) is the *result*. Before a window's
+alerts release is committed, the state after it is *staged* under a random reference
+(``Keys.svt("alerts", "pending")``, field ``<window>:<ref>``) and only the reference goes into the
+envelope. After the commit the referenced state is copied to ``Keys.svt("alerts", "state")`` by a
+compare-and-set that only moves forward in window order, and every staged state of that window or earlier
+is deleted. So a crash between the commit and the copy is repaired from the staged state; a stale worker's
+staged state carries another reference and is never applied; a crash before the commit leaves nothing that
+was released. Should the staged state be missing after a commit, the stored instance is *closed* (the next
+window opens a new one and pays for it): never an instance that could give more than ``k`` positives.
+
+When an instance closes (exhausted, or its budget period ended) its SVT state is deleted: the stored
+``svt`` becomes null and only public facts (instance number, scope, last window) remain.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import redis
 
 from stream_dp.config import AlertsConfig
 from stream_dp.keys import Keys
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
-from stream_dp.rng import make_rng
 
 SVT_NAME = "alerts"
 MECHANISM = "adaptive_svt"
@@ -53,6 +62,23 @@ if cur and tonumber(cur) >= tonumber(ARGV[1]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'window', ARGV[1], 'state', ARGV[2])
+return 1
+"""
+
+_APPLY_STAGED = """
+-- KEYS[1]: state key ; KEYS[2]: staged hash ; ARGV[1]: staged field '<window>:<ref>' ; ARGV[2]: window start
+-- Copies the staged state forward (compare-and-set on the window) and deletes every staged state of this
+-- window or an earlier one. Returns 1 applied, 0 stale (a later or equal window is stored), -1 missing.
+local staged = redis.call('HGET', KEYS[2], ARGV[1])
+local w = tonumber(ARGV[2])
+for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
+  local fw = tonumber(string.match(f, '^(%-?%d+):'))
+  if fw == nil or fw <= w then redis.call('HDEL', KEYS[2], f) end
+end
+if not staged then return -1 end
+local cur = redis.call('HGET', KEYS[1], 'window')
+if cur and tonumber(cur) >= w then return 0 end
+redis.call('HSET', KEYS[1], 'window', ARGV[2], 'state', staged)
 return 1
 """
 
@@ -96,32 +122,70 @@ def rotate(keys: list[str], window: Window) -> list[str]:
 
 @dataclass
 class InstanceState:
-    """The persisted alerts state: which instance, in which scope, its SVT state, last window applied."""
+    """The persisted alerts state: which instance, in which scope, its SVT state (None once the instance
+    closed: the secret threshold is deleted), the last window applied."""
 
     instance: int
     scope: str
-    svt: dict[str, Any]
+    svt: dict[str, Any] | None
     window: int
+    opened_in_scope: int = 1  # instances opened in ``scope`` so far (public: one per record with opened)
+
+    @property
+    def closed(self) -> bool:
+        return self.svt is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"instance": self.instance, "scope": self.scope, "svt": self.svt, "window": self.window}
+        return {"instance": self.instance, "scope": self.scope, "svt": self.svt, "window": self.window,
+                "opened_in_scope": self.opened_in_scope}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "InstanceState":
-        return cls(int(d["instance"]), str(d["scope"]), dict(d["svt"]), int(d["window"]))
+        svt = d.get("svt")
+        return cls(int(d["instance"]), str(d["scope"]), None if svt is None else dict(svt), int(d["window"]),
+                   int(d.get("opened_in_scope", 1)))
 
 
 class AlertsStore:
-    """Loads the current instance state and moves it forward (compare-and-set on the window)."""
+    """Loads the current instance state; stages the state after a window and applies it after the commit."""
 
     def __init__(self, client: redis.Redis, *, keys: Keys) -> None:
         self.r = client
         self.key = keys.svt(SVT_NAME, "state")
+        self.staged_key = keys.svt(SVT_NAME, "pending")
         self._cas = client.register_script(_CAS_STATE)
+        self._apply = client.register_script(_APPLY_STAGED)
 
     def load(self) -> InstanceState | None:
+        """The stored state. A state written by a version before issue 16 carries the generator state
+        (``svt.rng``), from which past noise can be recomputed: it is closed and overwritten at once."""
         raw = self.r.hget(self.key, "state")
-        return None if raw is None else InstanceState.from_dict(json.loads(raw))
+        if raw is None:
+            return None
+        state = InstanceState.from_dict(json.loads(raw))
+        if state.svt is not None and state.svt.get("rng") is not None:
+            state = InstanceState(state.instance, state.scope, None, state.window, state.opened_in_scope)
+            self.r.hset(self.key, "state", json.dumps(state.to_dict(), sort_keys=True))
+        return state
+
+    def stage(self, state: InstanceState) -> str:
+        """Store ``state`` (the state after its window) under a fresh random reference; returns the reference
+        to put in the (non-secret part of the) outbox envelope. Called before the release is committed."""
+        ref = f"{state.window}:{secrets.token_hex(16)}"
+        self.r.hset(self.staged_key, ref, json.dumps(state.to_dict(), sort_keys=True))
+        return ref
+
+    def apply(self, ref: str, *, window: int, scope: str, instance: int, opened: bool = False) -> bool:
+        """After the commit of ``window``'s release: move the staged state ``ref`` forward. When it is missing
+        (lost), store instance ``instance`` (from the public record; ``opened``: it opened in this window) as
+        closed instead: the next window opens a new instance and pays for it, never resumes one that might
+        have answered more than ``k``."""
+        result = int(self._apply(keys=[self.key, self.staged_key], args=[ref, window]))
+        if result != -1:
+            return result == 1
+        current = self.load()
+        opened_here = current.opened_in_scope if current is not None and current.scope == scope else 0
+        return self.advance(InstanceState(instance, scope, None, window, opened_here + int(opened)))
 
     def advance(self, state: InstanceState) -> bool:
         """Store ``state`` if it is for a later window than the stored one; False if it was stale."""
@@ -134,8 +198,9 @@ def parameters(cfg: AlertsConfig) -> dict[str, Any]:
 
 
 def needs_new_instance(current: InstanceState | None, scope: str, *, svt_exhausted: bool) -> bool:
-    """A window opens an instance when there is none, it is exhausted, or it belongs to another period."""
-    return current is None or svt_exhausted or current.scope != scope
+    """A window opens an instance when there is none, it is closed or exhausted, or it belongs to another
+    period."""
+    return current is None or current.closed or svt_exhausted or current.scope != scope
 
 
 class AlertsRun:
@@ -155,25 +220,40 @@ class AlertsRun:
         self.scope = scope
         self.current = current
         self.watchlist = rotate(watchlist, window)
-        # a continuing instance resumes its own stored generator: a retry after a crash replays, not re-rolls
-        svt = AdaptiveSVT.from_state(current.svt) if current is not None else None
-        self.opens = bool(self.watchlist) and needs_new_instance(current, scope,
-                                                                 svt_exhausted=bool(svt and svt.exhausted))
+        # a continuing instance keeps its noisy threshold and counters and draws fresh query noise from the
+        # worker's generator (nothing stored lets anyone recompute noise already drawn)
+        svt = AdaptiveSVT.from_state(current.svt, rng=rng) if current is not None and current.svt else None
+        wants = bool(self.watchlist) and needs_new_instance(current, scope,
+                                                            svt_exhausted=bool(svt and svt.exhausted))
+        # releases.alerts.max_instances_per_period bounds the alerts' cost per period (budget planning):
+        # once reached, the period's later windows get no answers (decided from public facts only)
+        self.opened_here = current.opened_in_scope if current is not None and current.scope == scope else 0
+        limit = cfg.max_instances_per_period
+        self.limited = wants and limit > 0 and self.opened_here >= limit
+        self.opens = wants and not self.limited
         if self.opens:
             svt = AdaptiveSVT(cfg.threshold, k=cfg.k, epsilon=cfg.epsilon, noise=cfg.noise, monotone=True,
-                              theta=cfg.theta or None, rng=own_generator(rng))
+                              theta=cfg.theta or None, rng=rng)
         self.svt = svt
         self.instance = (current.instance if current else 0) + (1 if self.opens else 0)
         self.open_events = (svt.privacy_event(),) if self.opens and svt is not None else ()
 
-    def _state_after(self) -> dict[str, Any] | None:
-        if self.svt is None:
-            return None if self.current is None else InstanceState(
-                self.current.instance, self.current.scope, self.current.svt, self.window.start).to_dict()
-        return InstanceState(self.instance, self.scope if self.opens else self.current.scope,  # type: ignore[union-attr]
-                             self.svt.to_state(), self.window.start).to_dict()
+    def _state_after(self) -> InstanceState | None:
+        """The state after this window; the SVT state is dropped (None) once the instance is closed."""
+        if self.opens:
+            return InstanceState(self.instance, self.scope, self._live_svt_state(), self.window.start,
+                                 self.opened_here + 1)
+        if self.current is None:
+            return None
+        live = self.svt is not None and not self.current.closed and self.current.scope == self.scope
+        return InstanceState(self.current.instance, self.current.scope,
+                             self._live_svt_state() if live else None, self.window.start,
+                             self.current.opened_in_scope)
 
-    def answer(self, counts: dict[str, float]) -> tuple[RecordDraft, dict[str, Any] | None]:
+    def _live_svt_state(self) -> dict[str, Any] | None:
+        return None if self.svt is None or self.svt.exhausted else self.svt.to_state()
+
+    def answer(self, counts: dict[str, float]) -> tuple[RecordDraft, InstanceState | None]:
         """Answer the watchlist in order until the instance is exhausted; the draft and the state after."""
         items: list[dict[str, Any]] = []
         svt = self.svt
@@ -185,39 +265,41 @@ class AlertsRun:
                 ans = svt.process(float(counts.get(key, 0.0)))
                 item: dict[str, Any] = {"key": key, "above": bool(ans.above)}
                 if ans.above:
+                    number = _int if self.cfg.noise == "geometric" else _num  # discrete noise: integers
                     item["branch"] = ans.branch
-                    item["gap"] = _num(ans.gap)
-                    item["estimate"] = _num(ans.estimate)
-                    item["lower_bound"] = _num(ans.lower_bound(self.cfg.confidence))
+                    item["gap"] = number(ans.gap)
+                    item["estimate"] = number(ans.estimate)
+                    # calibrated given publication (selective inference): covers the count with
+                    # probability ≥ confidence among the answers that are published
+                    item["lower_bound"] = number(ans.published_lower_bound(self.cfg.confidence))
                 items.append(item)
         info = {"instance": self.instance, "opened": self.opens, "watchlist_size": len(self.watchlist),
                 "unanswered": len(self.watchlist) - len(items),
                 "instance_exhausted": bool(svt.exhausted) if svt is not None else None,
-                "confidence": self.cfg.confidence}
+                "instance_limit_reached": self.limited, "confidence": self.cfg.confidence}
         draft = RecordDraft(self.window, "alerts", MECHANISM, parameters(self.cfg), items=items, hit_bottom=None,
                             events=self.open_events, info=info)
         return draft, self._state_after()
 
-    def exhausted(self, reason: str) -> tuple[RecordDraft, dict[str, Any] | None]:
-        """The budget could not open an instance: status record; the stored state only moves its window."""
+    def exhausted(self, reason: str) -> tuple[RecordDraft, InstanceState | None]:
+        """The budget could not open an instance: status record; the stored state is closed (an instance is
+        only opened when the current one is closed or exhausted or of another period) and moves its window."""
         draft = exhausted_draft(self.window, "alerts", MECHANISM, parameters(self.cfg), reason)
         state = None
         if self.current is not None:
-            state = InstanceState(self.current.instance, self.current.scope, self.current.svt,
-                                  self.window.start).to_dict()
+            state = InstanceState(self.current.instance, self.current.scope, None, self.window.start,
+                                  self.current.opened_in_scope)
         return draft, state
-
-
-def own_generator(rng: Any) -> np.random.Generator:
-    """An independent generator for a new instance (a spawned child stream of the worker's generator).
-
-    The instance stores its generator state with its SVT state and resumes it in later windows; sharing the
-    worker's generator object would make a later resumed copy replay the very stream the worker goes on to
-    use for other mechanisms (correlated noise). A spawned child is a statistically independent stream.
-    """
-    parent = make_rng(rng)
-    return parent.spawn(1)[0]
 
 
 def _num(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _int(x: Any) -> int | None:
+    """An integer-valued result of geometric noise as a JSON integer (it is exact: no rounding happens)."""
+    if x is None:
+        return None
+    if float(x) != round(float(x)):
+        raise ValueError("geometric noise produced a non-integer output (is the threshold an integer?)")
+    return int(round(float(x)))

@@ -260,7 +260,8 @@ class WatchTopkBuilder:
         p = self.parameters()
         k = min(p["k"], len(data) - 1)  # the k-th gap needs the (k+1)-th answer; the cost does not depend on k
         ranked = noisy_topk_with_gap(data, k=k, epsilon=p["epsilon"], monotone=True, noise=p["noise"], rng=rng)
-        items = [{"key": str(key), "rank": i + 1, "gap": float(gap)} for i, (key, gap) in enumerate(ranked)]
+        as_number = int if p["noise"] == "geometric" else float  # discrete noise: integer gaps
+        items = [{"key": str(key), "rank": i + 1, "gap": as_number(gap)} for i, (key, gap) in enumerate(ranked)]
         return RecordDraft(window, self.type, self.mechanism, p, items=items, events=self.reserve_events(),
                            info={"watchlist_size": len(data)})
 

@@ -3,13 +3,13 @@
 A record (schema ``config/release.schema.json``, ``schema_version`` 1) is what subscribers read: the window,
 the release type, the mechanism and its public parameters, the released items, the stopped-at-⊥ flag, the
 privacy cost of this release (its DP events, so every release carries its own audit trail) and the budget
-of the period after it was charged.
+of the period after it was charged. ``created_at`` is the window's end (public), not a wall-clock time.
 
 The outbox stores an **envelope** ``{"record": ..., "state": ...}`` in the ledger atomically with the charge:
 ``record`` lacks only the ``budget`` block, which is filled from the ledger's (first, idempotent) charge result
 when the record is published -- so the budget shown is exactly what the ledger's atomic step computed;
-``state`` is private release-worker state that must change together with the release (the online alerts'
-sparse-vector state after this window). ``state`` never leaves Redis.
+``state`` is release-worker bookkeeping that must change together with the release (for alerts: only the
+random reference of the staged sparse-vector state, never the state itself). ``state`` never leaves Redis.
 """
 
 from __future__ import annotations
@@ -74,8 +74,15 @@ def events_of(record: Mapping[str, Any]) -> list[DpEvent]:
     return [event_from_dict(e) for e in record["cost"]["events"]]
 
 
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def scheduled_at_iso(window: Window) -> str:
+    """The record's ``created_at``: the window's end, UTC ISO 8601 -- the time the public schedule makes the
+    window due, not the wall time of the computation (which grows with the window's size, a private
+    quantity; DESIGN §2b).
+
+    >>> scheduled_at_iso(Window(0, 3600))
+    '1970-01-01T01:00:00Z'
+    """
+    return datetime.fromtimestamp(window.end, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -123,7 +130,7 @@ class RecordDraft:
             "items": list(self.items),
             "hit_bottom": self.hit_bottom,
             "cost": cost_block(self.events),
-            "created_at": utc_now_iso(),
+            "created_at": scheduled_at_iso(self.window),
         }
         if self.info:
             rec["info"] = dict(self.info)

@@ -1,4 +1,11 @@
-"""Reading closed windows from Redis (the window contract of notes/INTERFACES.md, written by ingest).
+"""Reading closed windows from Redis (the window contract written by ingest), on the public schedule.
+
+**Which windows** (DESIGN §2b): the release schedule (:mod:`stream_dp.schedule`) -- every window from the
+recorded schedule start on, in order, once ``end <= watermarks.global`` -- *not* the windows that received
+events. An empty window is released like any other (its counts are simply absent), so whether a window is
+released never depends on whether one user's events exist. The worker keeps a cursor, ``released_through``,
+the last window before which every scheduled window is released, so finding the next due window costs a
+few reads however long the deployment has run.
 
 A window ``[start, end)`` is *closable* when ``end <= watermarks.global``: ingest guarantees that no
 further event is counted into it. The reader returns only what each release type needs:
@@ -26,6 +33,7 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
+from stream_dp.schedule import ReleaseSchedule
 
 READ_CHUNK = 50_000  # members per ZRANGE round trip when reading a whole window
 
@@ -81,19 +89,39 @@ end
 return 1
 """
 
+_ADVANCE_CURSOR = """
+-- KEYS[1]: released_through cursor ; KEYS[2]: released index ; ARGV: schedule start, window size, max steps
+-- Moves the cursor over every consecutive released window after it. Returns the cursor (or false).
+local size = tonumber(ARGV[2])
+local cur = tonumber(redis.call('GET', KEYS[1]) or '')
+local nxt = cur and (cur + size) or tonumber(ARGV[1])
+local moved = false
+for _ = 1, tonumber(ARGV[3]) do
+  if not redis.call('ZSCORE', KEYS[2], string.format('%d', nxt)) then break end
+  cur, nxt, moved = nxt, nxt + size, true
+end
+if moved then redis.call('SET', KEYS[1], string.format('%d', cur)) end
+return cur and string.format('%d', cur) or false
+"""
+
 
 class WindowReader:
     """Read-only view of ingest's windows, plus the release worker's "released" mark."""
 
-    def __init__(self, client: redis.Redis, *, keys: Keys, size_seconds: int, read_chunk: int = READ_CHUNK) -> None:
+    def __init__(self, client: redis.Redis, *, keys: Keys, size_seconds: int, read_chunk: int = READ_CHUNK,
+                 schedule: ReleaseSchedule | None = None) -> None:
         if size_seconds < 1:
             raise ValueError(f"windows.size_seconds must be >= 1, got {size_seconds!r}")
         self.read_chunk = read_chunk
         self.r = client
         self.keys = keys
         self.size = size_seconds
+        self.schedule = schedule or ReleaseSchedule(0, size_seconds)
+        if self.schedule.size != size_seconds:
+            raise ValueError(f"schedule window size {self.schedule.size} != windows.size_seconds {size_seconds}")
         self._mark = client.register_script(_MARK_RELEASED)
         self._chunk = client.register_script(_READ_CHUNK)
+        self._cursor = client.register_script(_ADVANCE_CURSOR)
 
     # --- which windows ---------------------------------------------------------------------------
     def global_watermark(self) -> float | None:
@@ -105,28 +133,22 @@ class WindowReader:
         return Window(start, start + self.size)
 
     def closable(self, *, limit: int = 100) -> list[Window]:
-        """Windows with ``end <= watermark.global`` not yet released, oldest first.
-
-        Pages through the windows index until ``limit`` unreleased windows are found or the closed part
-        of the index is exhausted, so released windows that are still listed (e.g. after a crash between
-        the released mark and pruning, see :meth:`mark_released`) can never hide newer closed ones.
-        """
+        """Scheduled windows with ``end <= watermark.global`` not yet released, oldest first (at most
+        ``limit``): from the ``released_through`` cursor on, skipping windows already released out of order
+        (e.g. after a crash between the released mark and the cursor's move)."""
         wm = self.global_watermark()
         if wm is None:
             return []
-        page = limit + 200
+        raw = self.r.get(self.keys.release_index("released_through"))
+        cursor = None if raw is None else int(raw)
         out: list[Window] = []
-        offset = 0
         while len(out) < limit:
-            starts = self.r.zrangebyscore(self.keys.windows_index(), "-inf", wm - self.size, start=offset, num=page)
+            starts = self.schedule.closed_windows(after=cursor, watermark=wm, limit=limit + 200)
             if not starts:
                 break
-            starts = [int(s) for s in starts]
             released = self.r.zmscore(self.keys.release_index("released"), [str(s) for s in starts])
             out.extend(self.window(s) for s, done in zip(starts, released) if done is None)
-            if len(starts) < page:
-                break
-            offset += page
+            cursor = starts[-1]
         return out[:limit]
 
     def pending_count(self) -> int:
@@ -195,6 +217,8 @@ class WindowReader:
             return False
         # The worker's own index lives in another slot; adding to it after the fenced step is idempotent.
         self.r.zadd(k.release_index("released"), {str(window.start): window.start})
+        self._cursor(keys=[k.release_index("released_through"), k.release_index("released")],
+                     args=[self.schedule.start, self.size, 1000])
         # Then drop the window from ingest's index of windows: it is closed (end <= global watermark), so
         # ingest never needs it again, and the index stays as small as the windows still open or pending.
         # A crash before this line leaves it listed but marked released, which closable() skips.

@@ -2,7 +2,8 @@
 
 One pass (:meth:`ReleaseWorker.run_once`):
 
-1. find the closable windows (``end <= watermarks.global``, not yet released), oldest first;
+1. find the closable windows on the public schedule (every window from the recorded start on, empty or not,
+   with ``end <= watermarks.global``, not yet released), oldest first (:mod:`stream_dp.schedule`);
 2. claim the **oldest** one (lock with fencing token and expiry, :mod:`stream_dp.release.claim`). Windows are
    released in order because the online alerts state moves window by window; several workers give
    failover, not parallel windows;
@@ -41,6 +42,7 @@ from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.rng import make_rng
+from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ class ReleaseWorker:
         self.cfg = cfg
         self.keys = Keys(cfg.redis.key_prefix)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
+        self._client = client
         self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds)
         self.ledger = ledger
         self.outbox = outbox
@@ -97,6 +100,8 @@ class ReleaseWorker:
     def run_once(self) -> Window | None:
         """Recover (first call), then release the oldest closable window if one can be claimed."""
         if not self.recovered:
+            # the public schedule, recorded by the first process of the deployment (checked against the config)
+            self.reader.schedule = establish_schedule(self._client, self.keys, self.cfg.windows)
             self.recover()
             self.recovered = True
         with self.metrics.phase("redis"):
@@ -215,16 +220,25 @@ class ReleaseWorker:
                 return self.outbox.stored(scope, rid)  # type: ignore[return-value]
             if not hold.accepted:
                 draft, state = run.exhausted(hold.reason)
-                return self.outbox.charge(scope, rid, Envelope(draft.to_record(), state), ())
+                return self.outbox.charge(scope, rid, self._alerts_envelope(draft, state), ())
         with self.metrics.phase("redis"):
             counts = self.reader.counts_of(window, run.watchlist)
         with self.metrics.phase("mechanism"):
             draft, state = run.answer(counts)
         del counts
-        env = Envelope(draft.to_record(), state)
+        env = self._alerts_envelope(draft, state)
         if run.open_events:
             return self.outbox.settle(scope, rid, env, draft.events)
         return self.outbox.charge(scope, rid, env, ())
+
+    def _alerts_envelope(self, draft: RecordDraft, state: InstanceState | None) -> Envelope:
+        """The envelope of an alerts release: the record and only a *reference* to the staged SVT state (the
+        secret state itself stays out of the outbox, :mod:`stream_dp.release.alerts`)."""
+        if state is None:
+            return Envelope(draft.to_record())
+        with self.metrics.phase("redis"):
+            ref = self.alerts_store.stage(state)
+        return Envelope(draft.to_record(), {"alerts_state_ref": ref})
 
     def _after_commit(self, rtype: str, window: Window, committed: Committed) -> None:
         """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired)."""
@@ -233,8 +247,13 @@ class ReleaseWorker:
             with self.metrics.phase("redis"):
                 self.watchlist.add_released(window, [item["key"] for item in record["items"]])
         elif rtype == "alerts" and committed.envelope.state is not None:
+            ref = committed.envelope.state.get("alerts_state_ref")
+            if ref is None:  # an envelope of an older version (its state is not trusted): close the instance
+                ref = f"{window.start}:legacy"
+            info = record.get("info") or {}
             with self.metrics.phase("redis"):
-                self.alerts_store.advance(InstanceState.from_dict(committed.envelope.state))
+                self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope,
+                                        instance=int(info.get("instance") or 0), opened=bool(info.get("opened")))
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

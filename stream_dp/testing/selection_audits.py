@@ -76,6 +76,25 @@ def noisy_topk(*, broken: bool = False, trials: int = 20_000, rng: int = 3,
                          rng=rng)
 
 
+def noisy_topk_discrete(*, broken: bool = False, trials: int = 20_000, rng: int = 5,
+                        confidence: float = 0.999) -> AuditResult:
+    """Noisy Top-1 with Gap, monotone, discrete Laplace noise (the ``watch_topk`` default, issue 16), same
+    neighbours and events as :func:`noisy_topk`; ties go to the earlier key ("a"), the case integer noise
+    adds. Broken: half the noise (the scale of 2ε) while claiming ε = 1 -> flagged."""
+    run_epsilon = 2.0 if broken else 1.0
+
+    def mechanism(values, generator):
+        return noisy_topk_with_gap(values, k=1, epsilon=run_epsilon, monotone=True, noise="geometric",
+                                   rng=generator)[0]
+
+    def events(output):
+        key, gap = output
+        return frozenset((key, f"gap>={t}") for t in (0, 1, 2, 3) if gap >= t)
+    return audit_privacy(mechanism, {"a": 0, "b": 0}, {"a": 1, "b": 0}, epsilon=1.0, delta=0.0,
+                         trials=trials, event=events, multi_label=True, confidence=confidence,
+                         rng=rng)
+
+
 def em_gap(*, broken: bool = False, trials: int = 20_000, rng: int = 4,
            confidence: float = 0.999) -> AuditResult:
     """Exponential mechanism with gap (Alg 7), sensitivity 1, non-monotone neighbours x = {a: 0, b: 1},
@@ -144,6 +163,7 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "limited_domain_topk boundary (δ)": ldt_boundary,
     "limited_domain_topk peel (ε)": ldt_epsilon,
     "noisy_topk_with_gap": noisy_topk,
+    "noisy_topk_with_gap (discrete)": noisy_topk_discrete,
     "em_with_gap": em_gap,
     "gaussian_histogram threshold (δ)": histogram_threshold_delta,
     "gaussian_histogram counts (ε)": histogram_counts,

@@ -44,14 +44,25 @@ def make_events(seed: int, n: int, *, users: int, keys: int, windows: int, size:
     return out
 
 
-def produce(bootstrap: str, topic: str, events: list[Any], *, raw: bool = False) -> None:
-    """Produce keyed by user (one partition per user), in list order."""
+def record_time_ms(ev: dict[str, Any]) -> int | None:
+    """The Kafka record timestamp a trusted collector would stamp: the event's own time (as ``stream-dp
+    replay`` does), or None (the producer's clock) for events without a numeric ``ts``."""
+    ts = ev.get("ts")
+    return int(round(ts * 1000)) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts >= 0 else None
+
+
+def produce(bootstrap: str, topic: str, events: list[Any], *, raw: bool = False,
+            record_time: float | None = None) -> None:
+    """Produce keyed by user (one partition per user), in list order, record time = event time (raw
+    values: ``record_time`` seconds, or the producer's clock)."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
     for ev in events:
         if raw:
-            producer.send(topic, key=b"raw", value=ev)
+            producer.send(topic, key=b"raw", value=ev,
+                          timestamp_ms=None if record_time is None else int(record_time * 1000))
         else:
-            producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode())
+            producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode(),
+                          timestamp_ms=record_time_ms(ev))
     producer.flush()
     producer.close()
 
@@ -63,6 +74,10 @@ def ground_truth(events: list[dict[str, Any]], *, size: int, max_keys: int, unit
                                  max_keys_per_user=max_keys, unit=unit)
 
 
+#: The public schedule start of the ingest tests: their streams start at (or after) T0.
+T0 = 1_800_000_000
+
+
 def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, size: int, max_keys: int,
                    lateness: int = 10**6, idle: float = 120.0, prefix: str = "sdp", **sections: Any
                    ) -> dict[str, Any]:
@@ -71,10 +86,14 @@ def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, si
                   "ingest_group_id": group, "max_poll_records": 2000},
         "redis": {"url": redis_url, "key_prefix": prefix},
         "windows": {"size_seconds": size, "allowed_lateness_seconds": lateness,
-                    "idle_partition_timeout_seconds": idle},
+                    "idle_partition_timeout_seconds": idle, "start": str(T0 // size * size),
+                    "max_event_delay_seconds": min(lateness, 30)},
         "contribution": {"max_keys_per_user": max_keys},
         "ingest": {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 1.0, "poll_timeout_ms": 200},
         "metrics": {"port": 0},
+        # minute windows in day-long budget periods: far more windows than the default budget covers at
+        # worst case (stream-dp budget plan); these workers test ingest, not the budget plan
+        "budget": {"allow_partial_period": True},
     }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)

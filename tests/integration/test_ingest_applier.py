@@ -30,7 +30,7 @@ SIZE = 100
 
 
 def _cfg(redis_url: str):
-    return config_from_mapping({"redis": {"url": redis_url}, "windows": {"size_seconds": SIZE},
+    return config_from_mapping({"redis": {"url": redis_url}, "windows": {"size_seconds": SIZE, "start": "0"},
                                 "contribution": {"max_keys_per_user": 2}}, environ={})
 
 
@@ -40,8 +40,9 @@ def _store(client) -> WindowStore:
 
 def _records(partition: int, values: list[object], *, first_offset: int = 0) -> PartitionRecords:
     encoded = [json.dumps(v).encode() if isinstance(v, dict) else v for v in values]
-    return PartitionRecords(partition, list(range(first_offset, first_offset + len(values))),
-                            [1_000] * len(values), encoded)
+    # record time = the event's time, as the trusted collector stamps it (1 s for records without one)
+    stamps = [int(v["ts"] * 1000) if isinstance(v, dict) and "ts" in v else 1_000 for v in values]
+    return PartitionRecords(partition, list(range(first_offset, first_offset + len(values))), stamps, encoded)
 
 
 def _request(*parts: PartitionRecords) -> BatchRequest:

@@ -107,20 +107,29 @@ def test_watermark_min_over_active_partitions_idle_exclusion_and_never_backwards
     assert st.global_watermark is None  # partitions 1 and 2 are known without a watermark yet
     st = store.advance_watermark({1: (200.0, True)}, known_partitions=[0, 1, 2], idle_timeout=10, now=1001)
     assert st.global_watermark is None  # partition 2 still holds back
-    st = store.advance_watermark({0: (510.0, True)}, idle_timeout=10, now=1010.5)  # 2 idle now
+    st = store.advance_watermark({0: (510.0, True)}, idle_timeout=10, now=1010.5)
+    assert st.global_watermark is None  # partition 2 has no owner that read it: it holds back however long
+    # its owner reports it caught up (an empty partition) and quiet since it became known: idle
+    st = store.advance_watermark({2: (None, False, True)}, idle_timeout=10, now=1010.6)
     assert st.global_watermark == 200.0
     st = store.advance_watermark({1: (150.0, True)}, idle_timeout=10, now=1011)  # lower: ignored
     assert st.global_watermark == 200.0
     assert redis_client.hget(store.keys.watermarks(), "1") == b"200.0"
     st = store.advance_watermark({1: (260.0, True)}, idle_timeout=10, now=1012)
     assert st.global_watermark == 260.0
-    # partition 1 goes idle: the global moves to partition 0's watermark
+    # partition 1's owner stops reporting: it holds the global back (nobody read what came since)
     st = store.advance_watermark({0: (520.0, True)}, idle_timeout=10, now=1030)
+    assert st.global_watermark == 260.0
+    # partitions 1 and 2 reported caught up and quiet: 1 goes idle, the global moves to partition 0's
+    store.advance_watermark({1: (260.0, False, True), 2: (None, False, True)}, idle_timeout=10, now=1031)
+    st = store.advance_watermark({0: (520.0, True)}, idle_timeout=10, now=1032)
     assert st.global_watermark == 520.0
     # partition 1 becomes busy again with a low watermark: the global does not move back
-    st = store.advance_watermark({1: (270.0, True)}, idle_timeout=10, now=1031)
+    st = store.advance_watermark({1: (270.0, True)}, idle_timeout=10, now=1033)
     assert st.global_watermark == 520.0
-    # everything idle: the highest partition watermark
+    # everything idle (reported caught up, quiet): the highest partition watermark
+    store.advance_watermark({0: (520.0, False, True), 1: (270.0, False, True), 2: (None, False, True)},
+                            idle_timeout=10, now=1995)
     st = store.advance_watermark({}, idle_timeout=10, now=2000)
     assert st.global_watermark == 520.0
     assert store.global_watermark() == 520.0
@@ -164,12 +173,14 @@ def test_lua_watermark_rule_matches_python_rule(redis_client):
             store.advance_watermark({p: (w, True)}, idle_timeout=5, now=t)
         now = rnd.uniform(15, 30)
         got = store.advance_watermark({}, idle_timeout=5, now=now).closing_through
-        expect = global_watermark(marks, last_seen=seen, now=now, idle_timeout=5)
+        expect = global_watermark(marks, last_seen=seen, now=now, idle_timeout=5, last_reported=seen,
+                                  caught_up={p: True for p in marks})
         # the stored global is the max of every candidate so far, so compare with the running max
         assert got is None or expect is None or got >= expect, trial
         if expect is not None and got is not None:
             running = [global_watermark({q: marks[q] for q in range(k + 1)},
-                                        last_seen={q: seen[q] for q in range(k + 1)}, now=seen[k], idle_timeout=5)
+                                        last_seen={q: seen[q] for q in range(k + 1)}, now=seen[k], idle_timeout=5,
+                                        last_reported=seen, caught_up={q: True for q in marks})
                        for k in range(n)]
             assert got == max([expect] + [r for r in running if r is not None]), trial
 

@@ -99,14 +99,16 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
     good = {"user": "u", "key": "k", "ts": 1_800_000_000}
     bad = [b"\xff\xfe", b"{not json", b"[1,2]", json.dumps({"key": "k"}).encode(),
            json.dumps({"user": "u", "key": "k" * 300}).encode(), json.dumps({"user": "u", "key": "k", "ts": "x"}).encode(),
-           b"[" * 100_000]
-    produce(bootstrap_servers, topic, [json.dumps(good).encode(), *bad], raw=True)
+           b"[" * 100_000,
+           json.dumps({"user": "liar", "key": "k", "ts": 1_800_000_000 + 365 * 86400}).encode()]  # a year ahead
+    produce(bootstrap_servers, topic, [json.dumps(good).encode(), *bad], raw=True, record_time=1_800_000_000)
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
                                              max_keys=MAX_KEYS), environ={})
     with Running(cfg) as run:
         wait_for(lambda: run.metric("dead_letters_produced_total") == len(bad), timeout=60, what="dead letters")
     assert run.error is None
-    reasons = {"not_utf8": 1, "bad_json": 2, "not_object": 1, "missing_user": 1, "key_too_long": 1, "bad_time": 1}
+    reasons = {"not_utf8": 1, "bad_json": 2, "not_object": 1, "missing_user": 1, "key_too_long": 1, "bad_time": 1,
+               "event_time_out_of_range": 1}
     for reason, n in reasons.items():
         assert run.metric("events_rejected_total", {"reason": reason}) == n, reason
     dlq = KafkaConsumer(cfg.kafka.dead_letter_topic, bootstrap_servers=bootstrap_servers, auto_offset_reset="earliest",

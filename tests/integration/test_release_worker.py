@@ -11,6 +11,7 @@ import json
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -56,14 +57,14 @@ def make_cfg(**releases: Any) -> Config:
         base[name] = {**base.get(name, {}), **over}
     return config_from_mapping({
         "redis": {"key_prefix": "t"},
-        "windows": {"size_seconds": SIZE, "retention_seconds": 600},
+        "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": "0"},
         "budget": {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400},
         "releases": base,
     }, environ={})
 
 
 def make_worker(redis_client, cfg: Config, publisher: ListPublisher | None = None, *, worker_id: str = "w1",
-                seed: int = 1) -> tuple[ReleaseWorker, ListPublisher, Ledger]:
+                seed: int | None = 1) -> tuple[ReleaseWorker, ListPublisher, Ledger]:
     publisher = publisher or ListPublisher()
     ledger = Ledger(redis_client, BudgetCap.from_config(cfg.budget), keys=Keys(cfg.redis.key_prefix))
     metrics = ReleaseMetrics(CollectorRegistry())
@@ -211,6 +212,26 @@ def alerts_cfg(**over: Any) -> Config:
     return cfg
 
 
+def _dump_redis(client: Any) -> str:
+    """Every value in the database as text (strings, hashes, lists, sets, sorted sets, streams)."""
+    parts = []
+    for name in client.scan_iter(count=1000):
+        kind = client.type(name).decode()
+        if kind == "string":
+            parts.append(repr(client.get(name)))
+        elif kind == "hash":
+            parts.append(repr(client.hgetall(name)))
+        elif kind == "list":
+            parts.append(repr(client.lrange(name, 0, -1)))
+        elif kind == "set":
+            parts.append(repr(client.smembers(name)))
+        elif kind == "zset":
+            parts.append(repr(client.zrange(name, 0, -1)))
+        elif kind == "stream":
+            parts.append(repr(client.xrange(name)))
+    return "\n".join(parts)
+
+
 def alerts_window(i: int) -> dict[str, float]:
     return {**window_counts(i), "w1": 500.0, "w2": 5.0}
 
@@ -263,6 +284,13 @@ def test_alerts_watch_config_keys_and_earlier_topk_keys_with_one_persistent_inst
             assert len(prev["items"]) + prev["info"]["unanswered"] == prev["info"]["watchlist_size"]
     state = json.loads(redis_client.hget(keys.svt("alerts", "state"), "state"))
     assert state["window"] == 3 * SIZE
+    # no recoverable noise (issue 16): nothing in Redis holds a generator state; the staged states were
+    # applied and deleted; a closed instance keeps no noisy threshold
+    dump = _dump_redis(redis_client)
+    assert "bit_generator" not in dump and '"rng"' not in dump
+    assert dump.count("noisy_threshold") == (0 if state["svt"] is None else 1)  # the live state only, no payload
+    assert redis_client.hlen(keys.svt("alerts", "pending")) == 0
+    assert (state["svt"] is None) == bool(alerts[-1]["info"]["instance_exhausted"])
     scope = alerts[0]["budget"]["scope"]
     assert ledger.remaining(scope).spent.rho == pytest.approx(
         compose(e for r in records for e in events_of(r)).rho, rel=1e-12)
@@ -416,8 +444,8 @@ def test_metrics_count_releases_budget_and_svt_without_keys_in_labels(redis_clie
 
 
 def test_a_new_svt_instance_draws_from_its_own_stream_not_the_workers(redis_client) -> None:
-    # the instance's generator state is stored and resumed; were it the worker's own generator, the resumed
-    # copy would replay the noise the worker then draws for the next window's other mechanisms
+    # the stored state holds no generator (issue 16): a resumed instance draws fresh noise and never
+    # replays the noise the worker then draws for the next window's other mechanisms
     from stream_dp.mechanisms import AdaptiveSVT
 
     cfg = alerts_cfg(alerts={"threshold": 1e6})
@@ -431,6 +459,20 @@ def test_a_new_svt_instance_draws_from_its_own_stream_not_the_workers(redis_clie
     worker_next = worker.rng.random(8)
     svt_next = resumed._rng.random(8)
     assert not (worker_next == svt_next).any()
+
+
+def test_a_production_worker_draws_from_a_csprng_and_its_releases_work(redis_client) -> None:
+    from stream_dp.rng import is_secure
+
+    cfg = alerts_cfg()
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, alerts_window(0))
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, _ = make_worker(redis_client, cfg, seed=None)  # what build_worker passes in production
+    assert is_secure(worker.rng)
+    assert drain(worker) == 1
+    assert {r["type"] for r in pub.records} == set(worker.types) and pub.records
+    assert all(r["status"] == "released" for r in pub.records)
 
 
 def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(redis_client) -> None:
@@ -512,3 +554,21 @@ def test_topk_with_a_known_domain_tracks_it_and_discovers_keys_outside_it(redis_
     scope = first["budget"]["scope"]
     spent = ledger.remaining(scope).spent
     assert spent.rho == pytest.approx(compose(e for r in pub.records for e in events_of(r)).rho, rel=1e-12)
+
+
+def test_a_state_stored_by_an_older_version_is_scrubbed_and_closed(redis_client) -> None:
+    """Before issue 16 the stored SVT state carried its generator state (recoverable noise): on load it is
+    closed (the next window opens a new instance) and the generator state is deleted from Redis."""
+    from stream_dp.mechanisms import AdaptiveSVT
+    from stream_dp.release.alerts import AlertsStore
+
+    keys = Keys("t")
+    gen = np.random.Generator(np.random.PCG64(3))
+    svt = {**AdaptiveSVT(50, k=3, epsilon=1.0, rng=gen).to_state(),
+           "rng": {"bit_generator": "PCG64", "state": json.dumps(gen.bit_generator.state)}}
+    legacy = {"instance": 1, "scope": "p0", "svt": svt, "window": 0}
+    redis_client.hset(keys.svt("alerts", "state"), mapping={"window": 0, "state": json.dumps(legacy)})
+    store = AlertsStore(redis_client, keys=keys)
+    state = store.load()
+    assert state is not None and state.closed and state.instance == 1
+    assert "bit_generator" not in _dump_redis(redis_client)

@@ -100,7 +100,70 @@ def test_published_ports_are_unique_and_workers_scale():
         if name in WORKERS:
             assert "ports" not in svc, f"{name} publishes no host port so it can be scaled out"
     assert len(published) == len(set(published))
-    assert {9090, 3000, 6379, 29092} <= set(published)
+    # locked down (issue 16): Grafana is the only published port, on the host's loopback
+    assert set(published) == {3000}
+
+
+# --------------------------------------------------------------------------------------------------
+# Lockdown (issue 16): the trusted boundary of docs/privacy.md §7
+# --------------------------------------------------------------------------------------------------
+
+
+def _required_variable(value: str) -> str:
+    """The host variable a compose value requires (``${NAME:?message}``), or fail."""
+    match = re.fullmatch(r"\$\{([A-Z_]+):\?[^}]+\}", str(value))
+    assert match, f"{value!r} must be a required variable ${{NAME:?message}}, never a literal secret"
+    return match.group(1)
+
+
+def test_redis_requires_a_password_and_is_not_published():
+    redis_svc = SERVICES["redis"]
+    assert "ports" not in redis_svc, "Redis (raw user ids, counts, the ledger) must not be published to the host"
+    command = redis_svc["command"]
+    password_var = _required_variable(command[command.index("--requirepass") + 1])
+    assert _required_variable(redis_svc["environment"]["REDISCLI_AUTH"]) == password_var  # the healthcheck
+    for name in (*WORKERS, "replay", "tail"):
+        env = SERVICES[name]["environment"]
+        assert _required_variable(env["STREAM_DP_REDIS__PASSWORD"]) == password_var, name
+        assert "@" not in env["STREAM_DP_REDIS__URL"], "the password goes in redis.password, not the URL"
+    assert "--protected-mode" not in command or command[command.index("--protected-mode") + 1] != "no"
+
+
+def test_kafka_has_no_unauthenticated_host_listener():
+    kafka = SERVICES["kafka"]
+    assert "ports" not in kafka
+    env = kafka["environment"]
+    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    for listener in env["KAFKA_ADVERTISED_LISTENERS"].split(","):
+        name, address = listener.split("://")
+        host = address.rsplit(":", 1)[0]
+        assert host not in ("localhost", "127.0.0.1", "0.0.0.0", ""), f"{name} is advertised to the host"
+        assert protocols[name] in ("PLAINTEXT", "SASL_SSL", "SASL_PLAINTEXT", "SSL")
+        if host not in ("kafka",):  # anything reachable beyond the compose network must authenticate
+            assert protocols[name].startswith("SASL"), name
+
+
+def test_metrics_stay_on_the_compose_network():
+    assert "ports" not in SERVICES["prometheus"]
+    for name in WORKERS:
+        assert "ports" not in SERVICES[name] and SERVICES[name]["expose"]
+
+
+def test_grafana_has_no_anonymous_access_and_binds_loopback():
+    grafana = SERVICES["grafana"]
+    env = grafana["environment"]
+    assert str(env.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "false"
+    assert "GF_AUTH_ANONYMOUS_ORG_ROLE" not in env
+    assert str(env["GF_USERS_ALLOW_SIGN_UP"]).lower() == "false"
+    _required_variable(env["GF_SECURITY_ADMIN_PASSWORD"])
+    assert all(str(p).startswith("127.0.0.1:") for p in grafana["ports"])
+
+
+def test_no_literal_secret_anywhere_in_the_compose_file():
+    text = (ROOT / "docker-compose.yml").read_text()
+    for line in text.splitlines():
+        if re.search(r"PASSWORD|requirepass|AUTH:", line) and not line.lstrip().startswith("#"):
+            assert "${" in line or "--requirepass\"," in line.replace(" ", ""), line
 
 
 def _bind_mounts():
@@ -154,7 +217,7 @@ def test_compose_environment_is_a_valid_config():
     env = SERVICES["ingest"]["environment"]
     assert all(key.startswith("STREAM_DP_") for key in env)
     cfg = config_from_mapping({}, environ={k: str(v) for k, v in env.items()})
-    assert cfg.redis.url == "redis://redis:6379/0"
+    assert cfg.redis.url == "redis://redis:6379/0" and cfg.redis.password  # auth: the required variable
     assert cfg.metrics.port == 9108
 
 

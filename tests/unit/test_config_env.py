@@ -39,9 +39,10 @@ STRING_VALUES = {
     "kafka.sasl_mechanism": "SCRAM-SHA-512",
     "redis.url": "rediss://:pw@cache.example:6380/2",
     "contribution.unit": "event",
-    "releases.alerts.noise": "geometric",
+    "releases.alerts.noise": "laplace",
     "releases.sample.scheme": "ppswor",
     "releases.watch_topk.noise": "exponential",
+    "windows.start": "2026-11-03T00:00:00Z",
 }
 
 
@@ -174,7 +175,7 @@ def test_disabled_release_types_and_their_off_range_settings():
     with pytest.raises(ConfigError, match=r"^releases\.argmax\.epsilon "):
         config_from_mapping({"releases": {"argmax": {"enabled": True, "epsilon": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.watch_topk\.noise "):
-        config_from_mapping({"releases": {"watch_topk": {"enabled": True, "noise": "geometric"}}}, environ={})
+        config_from_mapping({"releases": {"watch_topk": {"enabled": True, "noise": "gaussian"}}}, environ={})
 
 
 def test_unknown_settings_are_named_with_their_section_and_variable():

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_dp.config import EventsConfig
-from stream_dp.ingest.decode import REJECT_REASONS, Event, EventDecoder, Rejection
+from stream_dp.ingest.decode import DECODE_REASONS, Event, EventDecoder, Rejection
 
 DEC = EventDecoder(EventsConfig(max_key_bytes=8, max_user_bytes=8))
 
@@ -35,10 +37,12 @@ def test_each_rule_has_its_reason():
         _j({"user": "u", "key": "k", "ts": -1}): "bad_time", b'{"user": "u", "key": "k", "ts": NaN}': "bad_time",
         b'{"user": "u", "key": "k", "ts": Infinity}': "bad_time", _j({"user": "u", "key": "k", "ts": 10**400}): "bad_time",
         _j({"user": "u", "key": "k"}): "bad_time",  # no ts and no record timestamp
+        _j({"user": "a\x1b[2J", "key": "k"}): "user_control_chars",  # an escape sequence
+        _j({"user": "u", "key": "k\u200b"}): "key_control_chars",  # a zero-width space
     }
     for value, reason in cases.items():
         assert _reason(value) == reason, value
-    assert set(cases.values()) == set(REJECT_REASONS)
+    assert set(cases.values()) == set(DECODE_REASONS)
 
 
 def test_valid_events_and_fallback_to_the_record_timestamp():
@@ -63,7 +67,7 @@ def test_arbitrary_bytes_never_raise(value, timestamp_ms):
     assert fast is None or (isinstance(out, Event) and (out.user, out.key, out.ts) == fast)
     assert isinstance(out, (Event, Rejection))
     if isinstance(out, Rejection):
-        assert out.reason in REJECT_REASONS
+        assert out.reason in DECODE_REASONS
 
 
 _json = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=12),
@@ -93,7 +97,7 @@ def test_arbitrary_json_objects_are_classified(obj):
         assert "\x00" not in out.user + out.key
         assert len(out.key.encode()) <= 8 and len(out.user.encode()) <= 8
     else:
-        assert out.reason in REJECT_REASONS
+        assert out.reason in DECODE_REASONS
 
 
 def test_fast_path_edge_cases_agree_with_the_full_decoder():
@@ -115,3 +119,37 @@ def test_fast_path_edge_cases_agree_with_the_full_decoder():
     assert DEC.fields(cases[0], None) == ("b", "k", 1.0)
     assert DEC.fields(cases[7], None) == ("u", "k", 1.5)
     assert _reason(cases[5]) == "bad_user" and _reason(cases[9]) == "bad_user"
+
+
+@pytest.mark.parametrize("char", ["\t", "\n", "\r", "\x1b", "\x7f", "\x85", "\u200b", "\u200d", "\u200e",
+                                  "\u202e", "\u2028", "\u2029", "\u2060", "\ufeff", "\u00ad"])
+def test_control_and_invisible_format_characters_are_rejected_in_users_and_keys(char):
+    dec = EventDecoder(EventsConfig(max_user_bytes=64, max_key_bytes=64))
+    for field, reason in (("user", "user_control_chars"), ("key", "key_control_chars")):
+        record = {"user": "u", "key": "k", "ts": 1}
+        record[field] = f"ab{char}cd"
+        out = dec.decode(_j(record), partition=0, offset=0, timestamp_ms=None)
+        assert isinstance(out, Rejection) and out.reason == reason, (field, repr(char))
+        assert dec.fields(_j(record), None) is None
+
+
+def test_users_and_keys_are_nfc_normalised():
+    dec = EventDecoder(EventsConfig(max_user_bytes=64, max_key_bytes=64))
+    composed, decomposed = "Caf\u00e9", "Cafe\u0301"
+    a = dec.decode(_j({"user": decomposed, "key": decomposed, "ts": 1}), partition=0, offset=0, timestamp_ms=None)
+    b = dec.decode(_j({"user": composed, "key": composed, "ts": 1}), partition=0, offset=1, timestamp_ms=None)
+    assert (a.user, a.key) == (b.user, b.key) == (composed, composed)
+    # visible non-ASCII text (letters, emoji, CJK, non-breaking space) stays accepted
+    for text in ("Zoë", "東京", "🎬", "a\u00a0b", "\u0928\u092e\u0938\u094d\u0924\u0947"):
+        out = dec.decode(_j({"user": text, "key": text, "ts": 1}), partition=0, offset=0, timestamp_ms=None)
+        assert isinstance(out, Event), text
+
+
+def test_the_byte_limit_applies_to_the_raw_and_the_normalised_text():
+    dec = EventDecoder(EventsConfig(max_user_bytes=8, max_key_bytes=8))
+    # "\u0958" (3 bytes) is excluded from composition: NFC maps it to "\u0915\u093c" (6 bytes)
+    out = dec.decode(_j({"user": "u", "key": "\u0958" * 2, "ts": 1}), partition=0, offset=0, timestamp_ms=None)
+    assert isinstance(out, Rejection) and out.reason == "key_too_long"
+    # "\u212b" (ANGSTROM SIGN, 3 bytes) normalises to "\u00c5" (2 bytes)
+    out = dec.decode(_j({"user": "u", "key": "\u212b" * 2, "ts": 1}), partition=0, offset=0, timestamp_ms=None)
+    assert isinstance(out, Event) and out.key == "\u00c5" * 2

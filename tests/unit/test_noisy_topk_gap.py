@@ -106,3 +106,56 @@ def test_blue_mse_ratio_matches_corollary_1(noise, monotone, lam):
     ratio, se = per_run.mean() / baseline, per_run.std(ddof=1) / np.sqrt(runs) / baseline
     expected = (1 + lam * k) / (k + lam * k)
     assert abs(ratio - expected) <= 4.5 * se, (ratio, expected, se)
+
+
+# --- discrete Laplace noise (noise="geometric", the watch_topk default: integer gaps, issue 16) ---------
+
+def test_discrete_noise_gives_integer_gaps_and_needs_integer_values():
+    counts = {"a": 50, "b": 40, "c": 30, "d": 0}
+    for seed in range(20):
+        out = noisy_topk_with_gap(counts, k=3, epsilon=0.3, noise="geometric", rng=seed)
+        assert all(float(gap).is_integer() and gap >= 0 for _, gap in out)
+    with pytest.raises(ValueError, match="integer values"):
+        noisy_topk_with_gap({"a": 1.5, "b": 0, "c": 0}, k=1, epsilon=1.0, noise="geometric", rng=0)
+
+
+def test_discrete_ties_go_to_the_earlier_key_even_at_the_cut():
+    # ε huge: the discrete noise is 0 with probability ~1, every answer ties; input order decides
+    tied = {"z": 5, "y": 5, "x": 5, "w": 5}
+    assert noisy_topk_with_gap(tied, k=2, epsilon=1e6, noise="geometric", rng=0) == [("z", 0.0), ("y", 0.0)]
+
+
+def _discrete_gap_chi2_pvalue(reference_scale: float) -> float:
+    """g_1 − (q_1 − q_2) = η_1 − η_2 for well-separated answers; its counts are compared with a sample of
+    the difference of two discrete Laplace draws of ``reference_scale`` (chi-square homogeneity test)."""
+    from stream_dp.mechanisms.noisy_topk_gap import discrete_laplace
+
+    values = {"a": 10**7, "b": 0, "c": -(10**7), "d": -2 * 10**7}
+    rng = np.random.default_rng(9)
+    observed = np.array([noisy_topk_with_gap(values, k=3, epsilon=0.5, noise="geometric", rng=rng)[0][1] - 1e7
+                         for _ in range(4000)])
+    reference = (discrete_laplace(reference_scale, 4000, rng) - discrete_laplace(reference_scale, 4000, rng))
+    edges = np.concatenate([[-np.inf], np.arange(-20.5, 21.0, 3.0), [np.inf]])
+    table = np.array([np.histogram(observed, edges)[0], np.histogram(reference, edges)[0]])
+    return float(stats.chi2_contingency(table[:, table.sum(axis=0) > 0])[1])
+
+
+def test_discrete_gap_noise_has_the_calibrated_scale_and_the_test_has_power():
+    """Scale k/ε = 6 (monotone, k = 3, ε = 0.5); false-failure rate 1e-4. Half the scale is rejected."""
+    assert _discrete_gap_chi2_pvalue(3 / 0.5) > 1e-4
+    assert _discrete_gap_chi2_pvalue(3 / 0.5 / 2) < 1e-6
+
+
+def test_discrete_noise_variance_formula_matches_draws():
+    from stream_dp.mechanisms.noisy_topk_gap import discrete_laplace, noise_variance
+
+    draws = discrete_laplace(4.0, 200_000, np.random.default_rng(3))
+    assert draws.dtype == np.int64 and abs(draws.mean()) < 5 * draws.std() / np.sqrt(len(draws))
+    assert draws.var() == pytest.approx(noise_variance("geometric", 4.0), rel=0.02)
+
+
+def test_discrete_measures_blue_runs_on_integer_measurements():
+    q = {f"k{i}": 1000 - 100 * i for i in range(8)}
+    out = noisy_topk_with_measures(q, k=3, epsilon=2.0, noise="geometric", rng=4)
+    assert [key for key, _ in out] == ["k0", "k1", "k2"]
+    assert all(abs(est - q[key]) < 60 for key, est in out)

@@ -1,0 +1,196 @@
+"""Budget planning from the config alone: how many worst-case windows fit a budget period and the lifetime cap.
+
+Every window gets every enabled release type (a public release schedule: even an empty window is charged),
+so a window's worst-case cost is the sum over the enabled types of the events each reserves before it runs
+(top-k at k outcomes, sampling, argmax, watch_topk), plus, for ``alerts``, an SVT instance opening
+(its whole ε, ALGORITHMS decision 5). In the worst case an instance opens in every window (a growing
+watchlist exhausts each instance at once); ``releases.alerts.max_instances_per_period`` bounds that.
+
+``windows_fitting(cap)`` is the largest n for which n windows of one period (with min(n, instance limit)
+instances) compose -- by the ledger's own rule (:func:`stream_dp.accounting.budget.decide`) -- within
+the cap. Workers refuse to start when fewer windows fit a period than the period holds
+(:func:`require_full_period`), unless ``budget.allow_partial_period`` says the operator accepts that the
+last windows of each period will be published as ``budget_exhausted``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from stream_dp.accounting.budget import BudgetCap, decide, reported_delta, reported_epsilon
+from stream_dp.accounting.composition import compose
+from stream_dp.accounting.events import DpEvent
+from stream_dp.config import Config, ConfigError
+
+_SEARCH_LIMIT = 1_000_000  # windows; a plan that fits more than this is reported as "≥ limit"
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """The worst-case cost of a window and how many windows the caps hold (all from the config)."""
+
+    window_seconds: int
+    period_seconds: int
+    per_window: dict[str, tuple[DpEvent, ...]]  # batch types: their events every window
+    alerts_instance: tuple[DpEvent, ...] = ()  # one SVT instance opening (empty: alerts off)
+    alerts_max_instances: int = 0  # per period; 0 = no limit (worst case: one per window)
+    period_cap: BudgetCap | None = None
+    lifetime_cap: BudgetCap | None = None
+    allow_partial_period: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def windows_per_period(self) -> int:
+        """Windows whose start lies in one period (each is charged to the period it starts in)."""
+        return math.ceil(self.period_seconds / self.window_seconds)
+
+    def instances(self, windows: int, periods: int = 1) -> int:
+        """Worst-case SVT instances opened by ``windows`` windows spread over ``periods`` periods."""
+        if not self.alerts_instance:
+            return 0
+        if self.alerts_max_instances <= 0:
+            return windows
+        return min(windows, self.alerts_max_instances * periods)
+
+    def events(self, windows: int, periods: int = 1) -> list[DpEvent]:
+        """The worst-case events of ``windows`` windows (spread over ``periods`` periods)."""
+        out: list[DpEvent] = []
+        for events in self.per_window.values():
+            out += [e for e in events for _ in range(windows)]
+        out += [e for e in self.alerts_instance for _ in range(self.instances(windows, periods))]
+        return out
+
+    def window_events(self) -> list[DpEvent]:
+        """One worst-case window, an instance opening included (the most one window can cost)."""
+        return self.events(1)
+
+    def windows_fitting(self, cap: BudgetCap, *, lifetime: bool = False) -> int:
+        """Largest n such that n worst-case windows fit ``cap`` (monotone in n: binary search)."""
+        def fits(n: int) -> bool:
+            periods = max(1, math.ceil(n / self.windows_per_period)) if lifetime else 1
+            return decide(compose(self.events(n, periods)), cap) == "ok"
+
+        if not fits(1):
+            return 0
+        lo, hi = 1, 2
+        while hi <= _SEARCH_LIMIT and fits(hi):
+            lo, hi = hi, hi * 2
+        if hi > _SEARCH_LIMIT:
+            return _SEARCH_LIMIT
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
+    def summary(self) -> dict[str, Any]:
+        """Everything ``stream-dp budget plan`` prints, as JSON-ready data."""
+        assert self.period_cap is not None
+        dp = self.period_cap.delta_prime
+        types = {}
+        for name, events in {**self.per_window, **({"alerts (instance opening)": self.alerts_instance}
+                                                   if self.alerts_instance else {})}.items():
+            spent = compose(events)
+            types[name] = {"rho": spent.rho, "basic_epsilon": spent.basic_epsilon, "delta": spent.basic_delta}
+        window = compose(self.window_events())
+        per_period = self.windows_per_period
+        fit = self.windows_fitting(self.period_cap)
+        full = compose(self.events(min(fit, per_period))) if fit else None
+        out: dict[str, Any] = {
+            "window_seconds": self.window_seconds, "period_seconds": self.period_seconds,
+            "windows_per_period": per_period,
+            "alerts_max_instances_per_period": (self.alerts_max_instances or None) if self.alerts_instance else None,
+            "per_type": types,
+            "window_worst_case": {"rho": window.rho, "basic_epsilon": window.basic_epsilon,
+                                  "delta": window.basic_delta,
+                                  "epsilon": reported_epsilon(window, dp), "delta_total": reported_delta(window, dp)},
+            "period_cap": self.period_cap.to_dict(),
+            "windows_fitting_period": fit,
+            "period_covered": fit >= per_period,
+            "period_spent_worst_case": None if full is None else {
+                "windows": min(fit, per_period), "epsilon": reported_epsilon(full, dp),
+                "delta": reported_delta(full, dp)},
+            "allow_partial_period": self.allow_partial_period,
+            "notes": list(self.notes),
+        }
+        if self.lifetime_cap is not None:
+            life = self.windows_fitting(self.lifetime_cap, lifetime=True)
+            out["lifetime_cap"] = self.lifetime_cap.to_dict()
+            out["windows_fitting_lifetime"] = life
+            out["lifetime_periods"] = life / per_period
+        return out
+
+
+def plan_for(cfg: Config) -> BudgetPlan:
+    """The plan of ``cfg``: the same worst-case events the release worker reserves."""
+    from stream_dp.mechanisms import adaptive_svt_events
+    from stream_dp.release.builders import BUILDERS, enabled_types
+
+    types = enabled_types(cfg)
+    per_window = {t: tuple(BUILDERS[t](cfg).reserve_events()) for t in types if t in BUILDERS}
+    alerts = tuple(adaptive_svt_events(epsilon=cfg.releases.alerts.epsilon)) if "alerts" in types else ()
+    notes = []
+    if "watch_topk" in per_window:
+        notes.append("watch_topk is charged every window (it is skipped at no cost only while the watchlist "
+                     "has fewer than 2 keys)")
+    if alerts and not cfg.releases.alerts.max_instances_per_period:
+        notes.append("alerts: no releases.alerts.max_instances_per_period, so the worst case opens an SVT "
+                     "instance in every window")
+    return BudgetPlan(cfg.windows.size_seconds, cfg.budget.period_seconds, per_window, alerts,
+                      cfg.releases.alerts.max_instances_per_period, BudgetCap.from_config(cfg.budget),
+                      BudgetCap.lifetime_from_config(cfg.budget), cfg.budget.allow_partial_period, notes)
+
+
+def require_full_period(cfg: Config) -> BudgetPlan:
+    """Refuse (ConfigError naming the settings) when fewer worst-case windows fit a budget period than the
+    period holds, unless ``budget.allow_partial_period`` is true. Returns the plan."""
+    plan = plan_for(cfg)
+    assert plan.period_cap is not None
+    fit = plan.windows_fitting(plan.period_cap)
+    if fit < plan.windows_per_period and not cfg.budget.allow_partial_period:
+        raise ConfigError(
+            f"budget.epsilon/budget.delta: only {fit} worst-case window(s) of {cfg.windows.size_seconds} s fit a "
+            f"budget period of {cfg.budget.period_seconds} s, which holds {plan.windows_per_period}; the rest of "
+            "each period would be published as budget_exhausted. Lower the release types' epsilon, bound "
+            "releases.alerts.max_instances_per_period, raise the cap, or set budget.allow_partial_period = true "
+            "(see: stream-dp budget plan)")
+    return plan
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The human-readable plan."""
+    lines = [f"windows: {summary['window_seconds']} s; budget period: {summary['period_seconds']} s "
+             f"= {summary['windows_per_period']} window(s)"]
+    cap = summary["period_cap"]
+    lines.append(f"period cap: ε = {cap['epsilon']:g}, δ = {cap['delta']:g} (δ′ = {cap['delta_prime']:g})")
+    lines.append("")
+    lines.append(f"{'worst case per window':<28} {'ρ (zCDP)':>10} {'Σε':>8} {'Σδ':>10}")
+    for name, t in summary["per_type"].items():
+        lines.append(f"  {name:<26} {t['rho']:>10.5f} {t['basic_epsilon']:>8.4g} {t['delta']:>10.3g}")
+    w = summary["window_worst_case"]
+    lines.append(f"  {'one window (all types)':<26} {w['rho']:>10.5f} {w['basic_epsilon']:>8.4g} {w['delta']:>10.3g}"
+                 f"   -> ε = {w['epsilon']:.4g}, δ = {w['delta_total']:.3g}")
+    limit = summary["alerts_max_instances_per_period"]
+    if "alerts (instance opening)" in summary["per_type"]:
+        lines.append(f"  alerts instances per period: {'at most ' + str(limit) if limit else 'one per window (no limit)'}")
+    lines.append("")
+    fit, per = summary["windows_fitting_period"], summary["windows_per_period"]
+    verdict = "OK: every window of a period fits" if fit >= per else (
+        f"SHORT: {per - fit} window(s) of each period would get budget_exhausted"
+        + (" (allowed by budget.allow_partial_period)" if summary["allow_partial_period"] else
+           "; the workers refuse to start"))
+    lines.append(f"windows fitting one period: {fit} of {per} -- {verdict}")
+    spent = summary["period_spent_worst_case"]
+    if spent:
+        lines.append(f"worst-case spend of {spent['windows']} window(s): ε = {spent['epsilon']:.4g} of "
+                     f"{cap['epsilon']:g}, δ = {spent['delta']:.3g} of {cap['delta']:g}")
+    if "windows_fitting_lifetime" in summary:
+        life = summary["lifetime_cap"]
+        lines.append(f"lifetime cap ε = {life['epsilon']:g}, δ = {life['delta']:g}: "
+                     f"{summary['windows_fitting_lifetime']} window(s) = {summary['lifetime_periods']:.2f} period(s)")
+    else:
+        lines.append("lifetime cap: off (budget.lifetime_epsilon = 0)")
+    for note in summary["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

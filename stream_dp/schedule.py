@@ -1,0 +1,95 @@
+"""The public release schedule: which windows get released, decided from public inputs only.
+
+DESIGN §2b: what a subscriber sees must not depend on whether one user's events exist. The *set of
+windows* released is therefore not "the windows that received events" (a lone user's window would exist
+only with that user: ε = ∞) but a schedule fixed by public inputs:
+
+- the window size (``windows.size_seconds``) and the schedule **start** (``windows.start``; ``"first-start"``
+  means the window of the wall clock when the deployment first starts) — both recorded once in Redis, so every
+  worker, restart and later config agrees on them;
+- the **global watermark**, which advances only with the Kafka record timestamps (the trusted clock, see
+  :mod:`stream_dp.ingest.windowing`), never with a body field.
+
+Every window ``[s, s + size)`` with ``s = start + i·size`` (i ≥ 0) and ``s + size <= watermark`` is released
+exactly once, empty or not, with every enabled release type. Events whose window starts before ``start``
+are late (dropped and counted): the schedule never reaches back before its start.
+
+>>> sched = ReleaseSchedule(start=7200, size=3600)
+>>> sched.closed_windows(after=None, watermark=17999.0)
+[7200, 10800]
+>>> sched.closed_windows(after=7200, watermark=17999.0)
+[10800]
+>>> sched.covers(3600), sched.covers(7200)
+(False, True)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stream_dp.config import ConfigError, WindowsConfig, parse_window_start
+from stream_dp.keys import Keys
+
+
+@dataclass(frozen=True)
+class ReleaseSchedule:
+    """Windows ``start + i·size`` (i ≥ 0); a window is due once ``end <= watermark``."""
+
+    start: int
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"windows.size_seconds must be >= 1, got {self.size!r}")
+        if self.start % self.size:
+            raise ValueError(f"schedule start {self.start} is not a multiple of the window size {self.size}")
+
+    def covers(self, window_start: int) -> bool:
+        """Whether the window starting at ``window_start`` is on the schedule (not before its start)."""
+        return window_start >= self.start
+
+    def closed_windows(self, *, after: int | None, watermark: float | None, limit: int = 1000) -> list[int]:
+        """Starts of the scheduled windows after ``after`` (None: from the schedule start) whose end is at
+        or below ``watermark``, oldest first, at most ``limit``."""
+        if watermark is None:
+            return []
+        first = self.start if after is None else max(self.start, after + self.size)
+        out: list[int] = []
+        s = first
+        while s + self.size <= watermark and len(out) < limit:
+            out.append(s)
+            s += self.size
+        return out
+
+
+class ScheduleMismatch(ConfigError):
+    """The config names a schedule other than the one this deployment recorded."""
+
+
+def establish(client, keys: Keys, windows: WindowsConfig, *,  # noqa: ANN001 - a redis client
+              wall_clock: Callable[[], float] = time.time) -> ReleaseSchedule:
+    """The deployment's schedule: recorded once (the first process to start writes it), then read back.
+
+    ``windows.start`` = 0 takes the recorded start, or on the very first start the window of the wall
+    clock. A configured start or a window size that differs from the recorded one raises
+    :class:`ScheduleMismatch` naming the setting: changing either would skip or re-release windows.
+    """
+    size = windows.size_seconds
+    configured = parse_window_start(windows.start)
+    wanted = configured if configured is not None else int(wall_clock() // size) * size
+    client.set(keys.schedule(), json.dumps({"start": wanted, "size": size}), nx=True)
+    raw = client.get(keys.schedule())
+    recorded = json.loads(raw)
+    if int(recorded["size"]) != size:
+        raise ScheduleMismatch(
+            f"windows.size_seconds is {size} but this deployment's release schedule (redis key "
+            f"{keys.schedule()}) was recorded with {recorded['size']}; use a new redis.key_prefix for a new schedule")
+    if configured is not None and int(recorded["start"]) != configured:
+        raise ScheduleMismatch(
+            f"windows.start is {windows.start!r} but this deployment's release schedule (redis key "
+            f"{keys.schedule()}) starts at {recorded['start']}; set windows.start = \"first-start\" (or "
+            f"\"{recorded['start']}\"), or use a new redis.key_prefix for a new schedule")
+    return ReleaseSchedule(int(recorded["start"]), size)

@@ -1,0 +1,87 @@
+"""The neighbouring-stream harness through real worker processes: ``stream-dp ingest`` and ``stream-dp
+release`` (CLI), a real broker and a real redis-server, D and D′ = D minus one user. The structural part of
+what a subscriber of the releases topic reads must be identical (DESIGN §2b)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from ingest_helpers import REPO, create_topic, stop_worker, wait_for
+from release_processes import write_config
+from stream_dp.config import load_config
+from stream_dp.devstack import die_with_parent
+from stream_dp.testing.neighbours import Scenario, produce_stream, scenarios, subscriber_view
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SIZE = 60
+T0 = 1_800_000_000
+TYPES = ("topk", "alerts", "sample")
+PICKED = [s for s in scenarios(size=SIZE, t0=T0, max_keys=3, skew=5)
+          if s.name.startswith(("u alone", "u with a far-future", "u spread"))]
+
+
+def _cli(command: str, config, log_path):  # noqa: ANN001
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    env["PYTHONPATH"] = str(REPO)
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "stream_dp.cli", command, "--config", str(config)],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+    finally:
+        log.close()
+
+
+def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name):  # noqa: ANN001
+    events_topic, releases_topic = topic_name(f"{name}-events"), topic_name(f"{name}-releases")
+    create_topic(bootstrap, events_topic, scenario.partitions)
+    create_topic(bootstrap, releases_topic, 1)  # as the release worker creates it: one partition, one order
+    config = write_config(tmp_path / f"{name}.toml", {
+        "kafka": {"bootstrap_servers": bootstrap, "events_topic": events_topic, "releases_topic": releases_topic,
+                  "dead_letter_topic": f"{events_topic}-dlq", "ingest_group_id": topic_name(f"{name}-g")},
+        "redis": {"url": redis_url, "key_prefix": topic_name(f"{name}-p")},
+        "windows": {"size_seconds": SIZE, "start": str(T0), "allowed_lateness_seconds": 0,
+                    "max_event_delay_seconds": 0, "idle_partition_timeout_seconds": 600},
+        "contribution": {"max_keys_per_user": 3},
+        "budget": {"epsilon": 1e6, "delta": 0.5},
+        "releases.topk": {"k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6},
+        "releases.alerts": {"watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
+        "ingest": {"poll_timeout_ms": 200},
+        "metrics": {"port": 0},
+    })
+    cfg = load_config(config, environ={})
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    produce_stream(scenario.stream(with_user=with_user), cfg, producer, events_topic)
+    producer.close()
+    due = int((scenario.horizon - T0) // SIZE) * len(TYPES)
+    ingest = _cli("ingest", config, tmp_path / f"{name}-ingest.log")
+    release = _cli("release", config, tmp_path / f"{name}-release.log")
+    consumer = KafkaConsumer(releases_topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=500)
+    messages: list[bytes] = []
+    try:
+        def read() -> bool:
+            messages.extend(m.value for m in consumer)
+            return len(messages) >= due
+
+        wait_for(read, timeout=120, what=f"{due} release records ({name})")
+    finally:
+        consumer.close()
+        for proc, log in ((release, "release"), (ingest, "ingest")):
+            code = stop_worker(proc)
+            assert code == 0, (tmp_path / f"{name}-{log}.log").read_text()[-3000:]
+    return subscriber_view(messages)
+
+
+@pytest.mark.parametrize("scenario", PICKED, ids=[s.name for s in PICKED])
+def test_structure_identical_through_real_workers(tmp_path, scenario, bootstrap_servers, redis_url, topic_name):
+    d = _run(tmp_path, "d", scenario, True, bootstrap_servers, redis_url, topic_name)
+    d_prime = _run(tmp_path, "d-prime", scenario, False, bootstrap_servers, redis_url, topic_name)
+    assert d.structure().differences(d_prime.structure()) == [], (d.structure().rows, d_prime.structure().rows)
+    windows = sorted({r[0] for r in d.structure().rows})
+    assert windows == [T0 + i * SIZE for i in range(int((scenario.horizon - T0) // SIZE))]
