@@ -176,6 +176,14 @@ class TopkConfig:
     k_bar: int = 100
     epsilon: float = 0.1  # per outcome
     delta: float = 1e-7  # δ of the ⊥ rule, per release
+    domain: tuple[str, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
+    domain_file: str = ""  # a file of public keys, one per line, added to domain
+    domain_from_released: bool = False  # keys released by topk in earlier windows join the domain
+    discovery_share: float = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
+
+    @property
+    def has_domain(self) -> bool:
+        return bool(self.domain or self.domain_file or self.domain_from_released)
 
 
 @dataclass(frozen=True)
@@ -217,12 +225,24 @@ class WatchTopkConfig:
 
 
 @dataclass(frozen=True)
+class HistogramConfig:
+    enabled: bool = False
+    epsilon: float = 1.0  # ε of one release on its own, at δ′ = budget.delta_prime (sets σ of the noise)
+    delta: float = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
+    max_keys: int = 1000  # at most this many keys per release (the largest noisy counts above threshold)
+    confidence: float = 0.95  # of the two-sided interval released with each noisy count
+    domain: tuple[str, ...] = ()  # public keys: always released with a noisy count, no threshold needed
+    domain_file: str = ""  # a file of public keys, one per line, added to domain
+
+
+@dataclass(frozen=True)
 class ReleasesConfig:
     topk: TopkConfig = field(default_factory=TopkConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     argmax: ArgmaxConfig = field(default_factory=ArgmaxConfig)
     watch_topk: WatchTopkConfig = field(default_factory=WatchTopkConfig)
+    histogram: HistogramConfig = field(default_factory=HistogramConfig)
 
 
 @dataclass(frozen=True)
@@ -460,6 +480,11 @@ def validate(config: Config) -> Config:
         _require(r.topk.k_bar >= r.topk.k, "releases.topk.k_bar", f">= releases.topk.k ({r.topk.k})", r.topk.k_bar)
         _positive("releases.topk.epsilon", r.topk.epsilon)
         _probability("releases.topk.delta", r.topk.delta)
+        _require(0 <= r.topk.discovery_share < 1, "releases.topk.discovery_share", "in [0, 1)",
+                 r.topk.discovery_share)
+        _require(r.topk.discovery_share > 0 or not (r.topk.domain_from_released and not r.topk.domain
+                                                    and not r.topk.domain_file),
+                 "releases.topk.discovery_share", "> 0 when the domain is only keys released earlier", 0.0)
     if r.alerts.enabled:
         _require(r.alerts.k >= 1, "releases.alerts.k", ">= 1", r.alerts.k)
         _positive("releases.alerts.epsilon", r.alerts.epsilon)
@@ -491,6 +516,11 @@ def validate(config: Config) -> Config:
         _positive("releases.watch_topk.epsilon", r.watch_topk.epsilon)
         _require(r.watch_topk.noise in {"laplace", "exponential", "geometric"}, "releases.watch_topk.noise",
                  "one of geometric, laplace, exponential", r.watch_topk.noise)
+    if r.histogram.enabled:
+        _positive("releases.histogram.epsilon", r.histogram.epsilon)
+        _probability("releases.histogram.delta", r.histogram.delta)
+        _require(r.histogram.max_keys >= 1, "releases.histogram.max_keys", ">= 1", r.histogram.max_keys)
+        _probability("releases.histogram.confidence", r.histogram.confidence)
     _require(0 <= config.metrics.port <= 65535, "metrics.port", "in [0, 65535]", config.metrics.port)
     _require(bool(config.metrics.host), "metrics.host", "a non-empty address", config.metrics.host)
     _require(0 <= config.dashboard.port <= 65535, "dashboard.port", "in [0, 65535]", config.dashboard.port)

@@ -15,7 +15,7 @@ from stream_dp.cli.common import add_config_option, load_config_or_report
 from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion
 from stream_dp.tail import format_release
 
-RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "status")
+RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "histogram", "status")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

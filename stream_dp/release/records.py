@@ -28,7 +28,7 @@ from stream_dp.release.windows import Window
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "release.schema.json"
 PACKAGED_SCHEMA_PATH = Path(__file__).resolve().parents[1] / "defaults" / "release.schema.json"  # wheel copy
-RELEASE_TYPES: tuple[str, ...] = ("topk", "alerts", "sample", "argmax", "watch_topk")
+RELEASE_TYPES: tuple[str, ...] = ("topk", "alerts", "sample", "argmax", "watch_topk", "histogram")
 STATUS_RELEASED = "released"
 STATUS_BUDGET_EXHAUSTED = "budget_exhausted"
 
