@@ -110,28 +110,51 @@ def draw_by_count_class(classes: list[CountClass], table: SanitizerTable, genera
     times 1 / (n_w choose m) times Π_reported π_{w,t}/π_w). Only the reported keys then need to be read
     (:meth:`stream_dp.release.windows.WindowReader.members_at`); cost O(#classes + #reported).
     """
-    ranks: list[np.ndarray] = []
-    counts: list[np.ndarray] = []
-    tokens: list[np.ndarray] = []
-    for cls in classes:
-        if cls.count < 1:
-            continue  # count 0: never reported (π_0 = 0)
-        row = table.row(cls.count)
-        if len(row.tokens) == 0 or row.reported <= 0.0:
-            continue
-        reported = int(generator.binomial(cls.size, min(1.0, float(row.reported))))
-        if reported == 0:
-            continue
-        picked = generator.choice(cls.size, size=reported, replace=False)
-        edges = np.cumsum(row.probs)
-        pos = np.searchsorted(edges, generator.random(reported) * edges[-1], side="right")
-        ranks.append(cls.first + np.asarray(picked, dtype=np.int64))
-        counts.append(np.full(reported, cls.count, dtype=np.int64))
-        tokens.append(row.tokens[np.minimum(pos, len(row.tokens) - 1)].astype(np.int64))
-    if not ranks:
-        empty = np.zeros(0, dtype=np.int64)
+    live = [c for c in classes if c.count >= 1]  # count 0: never reported (π_0 = 0)
+    empty = np.zeros(0, dtype=np.int64)
+    if not live:
         return ClassDraw(empty, empty.copy(), empty.copy())
-    return ClassDraw(np.concatenate(ranks), np.concatenate(counts), np.concatenate(tokens))
+    values = np.array([c.count for c in live], dtype=np.int64)
+    sizes = np.array([c.size for c in live], dtype=np.int64)
+    firsts = np.array([c.first for c in live], dtype=np.int64)
+    pis = np.clip(table.reporting_probabilities(values), 0.0, 1.0)
+    reported = generator.binomial(sizes, pis).astype(np.int64)  # M_w for every class at once
+    hit = np.flatnonzero(reported > 0)
+    if len(hit) == 0:
+        return ClassDraw(empty, empty.copy(), empty.copy())
+    # which keys: the whole class when all of it is reported, else a uniform M_w-subset of its ranks
+    parts = []
+    for j in hit.tolist():
+        m, n = int(reported[j]), int(sizes[j])
+        offsets = np.arange(n, dtype=np.int64) if m == n else generator.choice(n, size=m, replace=False)
+        parts.append(firsts[j] + np.asarray(offsets, dtype=np.int64))
+    ranks = np.concatenate(parts)
+    counts = np.repeat(values[hit], reported[hit])
+    return ClassDraw(ranks, counts, conditional_tokens(table, counts, generator))
+
+
+def conditional_tokens(table: SanitizerTable, counts: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    """One token ≥ 1 per (reported) key, independently from π_{w,t} / π_w, t ≥ 1, for its count w.
+
+    Counts at or beyond the table's saturation k draw from row k and add w - k (the rows there are exact
+    shifts, :mod:`stream_dp.mechanisms.pws_tables`); beyond a non-saturating table's cap, row cap serves.
+    """
+    tokens = np.zeros(len(counts), dtype=np.int64)
+    if len(counts) == 0:
+        return tokens
+    table.extend_to(min(int(counts.max()), table.max_frequency))
+    eff = counts if table.saturation is not None else np.minimum(counts, table.max_frequency)
+    base = np.minimum(eff, table.saturation if table.saturation is not None else table.built)
+    uniforms = generator.random(len(counts))
+    order = np.argsort(base, kind="stable")
+    bounds = np.flatnonzero(np.diff(base[order])) + 1
+    for group in np.split(order, bounds):
+        f = int(base[group[0]])
+        row = table.row(f)
+        edges = np.cumsum(row.probs)
+        pos = np.searchsorted(edges, uniforms[group] * edges[-1], side="right")
+        tokens[group] = row.tokens[np.minimum(pos, len(row.tokens) - 1)] + (eff[group] - f)
+    return tokens
 
 
 MembersAt = Callable[[np.ndarray, np.ndarray], list[str]]
