@@ -44,8 +44,13 @@ class Publisher:
         self.timeout = timeout
 
     def publish(self, record: dict[str, Any]) -> None:
-        """Send one record and wait for the broker's acknowledgement (raises on failure)."""
+        """Send one record and wait for the broker's acknowledgement (raises on failure).
+
+        ``flush`` hands the record to the sender at once instead of after the producer's ``linger_ms``:
+        a release is one record whose acknowledgement is awaited right away, so lingering is pure latency.
+        """
         future = self.producer.send(self.topic, key=record["release_id"].encode(), value=encode(record))
+        self.producer.flush(timeout=self.timeout)
         future.get(timeout=self.timeout)
 
     def close(self) -> None:

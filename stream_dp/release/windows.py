@@ -70,6 +70,13 @@ if #flat == 0 then return '[]' end
 return cjson.encode(flat)
 """
 
+_TOP = """
+-- KEYS[1]: window counts ; ARGV[1]: last rank. The top members with scores, best first, as JSON.
+local flat = redis.call('ZREVRANGE', KEYS[1], 0, ARGV[1], 'WITHSCORES')
+if #flat == 0 then return '[]' end
+return cjson.encode(flat)
+"""
+
 _COUNT_HISTOGRAM = """
 -- KEYS[1]: window counts ; ARGV[1]: exclusive lower bound ('-inf' to start, else '(' .. score),
 -- ARGV[2]: most distinct scores to return. Returns JSON [score, n, score, n, ...], ascending score:
@@ -138,6 +145,7 @@ class WindowReader:
         self._mark = client.register_script(_MARK_RELEASED)
         self._chunk = client.register_script(_READ_CHUNK)
         self._histogram = client.register_script(_COUNT_HISTOGRAM)
+        self._top = client.register_script(_TOP)
         self._members_at = client.register_script(_MEMBERS_AT)
 
     # --- which windows ---------------------------------------------------------------------------
@@ -185,9 +193,13 @@ class WindowReader:
 
     # --- what a release reads --------------------------------------------------------------------
     def top_counts(self, window: Window, n: int) -> dict[str, float]:
-        """The ``n`` largest counts, key → count, best first (ties: Redis' reverse lexicographic order)."""
-        rows = self.r.zrevrange(self.keys.window_counts(window.start), 0, n - 1, withscores=True)
-        return {k.decode(): float(v) for k, v in rows}
+        """The ``n`` largest counts, key → count, best first (ties: Redis' reverse lexicographic order).
+
+        Read as one JSON reply (a read-only Lua ``ZREVRANGE``): redis-py's pure-Python parse of k̄+1 = 1001
+        members with scores took ~5-10 ms, the JSON parse well under 1 ms.
+        """
+        flat = json.loads(self._top(keys=[self.keys.window_counts(window.start)], args=[n - 1]))
+        return dict(zip(flat[0::2], map(float, flat[1::2])))
 
     def counts_of(self, window: Window, watched: list[str]) -> dict[str, float]:
         """Counts of the given public keys (0 for a key with no events)."""
