@@ -47,6 +47,8 @@ import redis
 
 from stream_dp.devstack import DevStack, free_port
 
+from bench.results import emit
+
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_800_000_000 // 3600 * 3600
 
@@ -302,6 +304,18 @@ def main(argv: list[str] | None = None) -> int:
     print("| measure | value |\n|---|---|")
     for k, v in rows:
         print(f"| {k} | {v} |")
+    emit({
+        "bench": "ingest", "events": args.events, "users": args.users, "partitions": args.partitions,
+        "rounds": args.rounds, "bare_events_per_s": [b["rate"] for b in bares],
+        "ingest_events_per_s": [i["rate"] for i in ingests], "ratio_ingest_over_bare": ratios,
+        "cpu_s_per_1e6": {"bare": cpu_bare / args.events * 1e6, "worker_loop": cpu_loop / args.events * 1e6,
+                          "applier": cpu_applier / args.events * 1e6, "redis": cpu_redis / args.events * 1e6},
+        "peak_rss_bytes": {"worker_loop": ingests[0]["rss"].get("worker", 0),
+                           "applier": ingests[0]["rss"].get("applier", 0),
+                           "bare": max(b["rss_bytes"] for b in bares)},
+        "redis_bytes_per_1e6_events": (mem1 - mem0) / args.events * 1e6,
+        "applied": applied, "bounded": bounded, "late": late,
+    })
     return 0
 
 
