@@ -137,7 +137,9 @@ class BatchApplier:
         self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
         self.decoder = EventDecoder(cfg.events)
         self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=self.window_size,
-                                 unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user)
+                                 unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user,
+                                 cache_max_users=cfg.ingest.bounding_cache_max_users,
+                                 catch_up_chunk_bytes=cfg.ingest.catch_up_chunk_bytes)
         self.clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
         self._registered: set[int] = set()  # windows this worker registered (cache; Redis thread only)
         self._closed_through: float | None = None  # the global watermark (or closing target) last seen
