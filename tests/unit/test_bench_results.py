@@ -70,3 +70,16 @@ def test_dev_stack_benchmarks_end_with_their_json_line_when_run(module, args) ->
                          timeout=240, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["bench"] == module.split("bench_")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_soak_smoke_run_samples_memory_and_reports_growth(tmp_path) -> None:
+    """``bench.soak --smoke``: workers, producer and sampling end to end; windows are released and expire."""
+    out = subprocess.run([sys.executable, "-m", "bench.soak", "--smoke", "--out", str(tmp_path / "soak.json")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["bench"] == "soak" and result["windows_released"] >= 2
+    assert {"ingest loop", "ingest applier", "release", "redis-server"} <= set(result["rss_growth"])
+    samples = json.loads((tmp_path / "soak.json").read_text())["samples"]
+    assert len(samples) >= 10 and all(s["rss"]["ingest loop"] > 0 for s in samples)
