@@ -72,6 +72,8 @@ def produce(bootstrap: str, rate: float, users: int, seconds: float, seed: int) 
         time.sleep(max(0.0, tick - (time.time() - now)))
     producer.flush()
     producer.close()
+    print(f"producer: {sent} events in {time.time() - start:.0f} s ({sent / max(1e-9, time.time() - start):.0f}/s)",
+          file=sys.stderr, flush=True)
 
 
 def rss(pid: int) -> int:
