@@ -54,12 +54,13 @@ T0 = 1_800_000_000 // 3600 * 3600
 
 
 def produce(bootstrap: str, topic: str, *, events: int, users: int, keys: int, zipf_a: float, windows: int,
-            partitions: int, seed: int) -> float:
+            partitions: int, seed: int, topic_configs: dict[str, str] | None = None) -> float:
     from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                  topic_configs=topic_configs or {})])
     admin.close()
     rng = np.random.default_rng(seed)
     user_ids = rng.integers(0, users, size=events)
@@ -71,7 +72,8 @@ def produce(bootstrap: str, topic: str, *, events: int, users: int, keys: int, z
     for u, k, s in zip(user_ids.tolist(), key_ids.tolist(), ts.tolist()):
         user = f"user-{u}"
         value = f'{{"user": "{user}", "key": "item-{k}", "ts": {s:.3f}}}'.encode()
-        producer.send(topic, key=user.encode(), value=value)
+        # the record timestamp is the event time: the same clock for every consumer (and for ingest's watermark)
+        producer.send(topic, key=user.encode(), value=value, timestamp_ms=int(s * 1000))
     producer.flush()
     producer.close()
     return time.perf_counter() - t
