@@ -140,9 +140,17 @@ def plot(path: Path, samples: list[dict[str, Any]], stream_end: float) -> bool:
     t = [s["t"] / 60 for s in samples]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for name in samples[0]["rss"]:
-        ax1.plot(t, [s["rss"].get(name, 0) / 2**20 for s in samples], label=name)
+        if name != "broker":
+            ax1.plot(t, [s["rss"].get(name, 0) / 2**20 for s in samples], label=name)
     ax1.set_ylabel("RSS (MiB)")
+    ax1.set_ylim(bottom=0)
     ax1.legend(loc="upper left", fontsize=8)
+    if "broker" in samples[0]["rss"]:  # the embedded dev broker keeps the topic in memory: its own scale
+        broker = ax1.twinx()
+        broker.plot(t, [s["rss"].get("broker", 0) / 2**20 for s in samples], color="grey", linestyle=":",
+                    label="broker (Tansu, right axis)")
+        broker.set_ylabel("broker RSS (MiB)")
+        broker.legend(loc="lower right", fontsize=8)
     ax2.plot(t, [s["redis_used_memory"] / 2**20 for s in samples], color="black", label="Redis used_memory")
     ax2.set_ylabel("Redis (MiB)")
     ax2.set_xlabel("minutes")
@@ -254,6 +262,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--replot":  # --replot SERIES.json PLOT.png: draw a saved run again
+        saved = json.loads(Path(argv[1]).read_text())
+        plot(Path(argv[2]), saved["samples"], saved["result"]["minutes"] * 60)
+        return 0
     if argv and argv[0] == "--produce-child":
         bootstrap, rate, users, seconds, seed = argv[1], float(argv[2]), int(argv[3]), float(argv[4]), int(argv[5])
         produce(bootstrap, rate, users, seconds, seed)
