@@ -47,17 +47,20 @@ import redis
 
 from stream_dp.devstack import DevStack, free_port
 
+from bench.results import emit
+
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_800_000_000 // 3600 * 3600
 
 
 def produce(bootstrap: str, topic: str, *, events: int, users: int, keys: int, zipf_a: float, windows: int,
-            partitions: int, seed: int) -> float:
+            partitions: int, seed: int, topic_configs: dict[str, str] | None = None) -> float:
     from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                  topic_configs=topic_configs or {})])
     admin.close()
     rng = np.random.default_rng(seed)
     user_ids = rng.integers(0, users, size=events)
@@ -69,7 +72,8 @@ def produce(bootstrap: str, topic: str, *, events: int, users: int, keys: int, z
     for u, k, s in zip(user_ids.tolist(), key_ids.tolist(), ts.tolist()):
         user = f"user-{u}"
         value = f'{{"user": "{user}", "key": "item-{k}", "ts": {s:.3f}}}'.encode()
-        producer.send(topic, key=user.encode(), value=value)
+        # the record timestamp is the event time: the same clock for every consumer (and for ingest's watermark)
+        producer.send(topic, key=user.encode(), value=value, timestamp_ms=int(s * 1000))
     producer.flush()
     producer.close()
     return time.perf_counter() - t
@@ -302,6 +306,18 @@ def main(argv: list[str] | None = None) -> int:
     print("| measure | value |\n|---|---|")
     for k, v in rows:
         print(f"| {k} | {v} |")
+    emit({
+        "bench": "ingest", "events": args.events, "users": args.users, "partitions": args.partitions,
+        "rounds": args.rounds, "bare_events_per_s": [b["rate"] for b in bares],
+        "ingest_events_per_s": [i["rate"] for i in ingests], "ratio_ingest_over_bare": ratios,
+        "cpu_s_per_1e6": {"bare": cpu_bare / args.events * 1e6, "worker_loop": cpu_loop / args.events * 1e6,
+                          "applier": cpu_applier / args.events * 1e6, "redis": cpu_redis / args.events * 1e6},
+        "peak_rss_bytes": {"worker_loop": ingests[0]["rss"].get("worker", 0),
+                           "applier": ingests[0]["rss"].get("applier", 0),
+                           "bare": max(b["rss_bytes"] for b in bares)},
+        "redis_bytes_per_1e6_events": (mem1 - mem0) / args.events * 1e6,
+        "applied": applied, "bounded": bounded, "late": late,
+    })
     return 0
 
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from stream_dp.mechanisms import limited_domain_topk
 
+from bench.results import emit
+
 
 def _times(fn: Callable[[], object], reps: int) -> list[float]:
     out = []
@@ -63,6 +65,7 @@ def main() -> None:
           f"{args.baseline_reps} (baseline) runs\n")
     print("| k | limited-domain, top k̄+1 given: median (p95) | full-domain Gumbel top-k: median | ratio |")
     print("|---|---|---|---|")
+    per_k: list[dict] = []
     for k in args.k:
         ldt = _times(lambda: limited_domain_topk(top, k=k, k_bar=args.k_bar, epsilon=args.epsilon,
                                                  delta=args.delta, max_keys_per_user=args.max_keys_per_user,
@@ -70,11 +73,15 @@ def main() -> None:
         base = _times(lambda: full_domain_gumbel_topk(counts, k, args.epsilon, rng), args.baseline_reps)
         med, p95, bmed = statistics.median(ldt), float(np.percentile(ldt, 95)), statistics.median(base)
         print(f"| {k} | {med * 1e3:.3f} ms ({p95 * 1e3:.3f} ms) | {bmed * 1e3:.2f} ms | {bmed / med:.1f}× |")
+        per_k.append({"k": k, "limited_domain_median_s": med, "limited_domain_p95_s": p95,
+                      "full_domain_median_s": bmed, "ratio_full_over_limited": bmed / med})
     whole = _times(lambda: limited_domain_topk(full, k=args.k[0], k_bar=args.k_bar, epsilon=args.epsilon,
                                                delta=args.delta, max_keys_per_user=args.max_keys_per_user,
                                                rng=rng), 3)
     print(f"\nfor reference: limited-domain top-k handed the whole {args.keys:,}-key mapping (it then finds "
           f"the top k̄+1 itself, k = {args.k[0]}): median {statistics.median(whole) * 1e3:.1f} ms")
+    emit({"bench": "limited_domain", "keys": args.keys, "k_bar": args.k_bar, "reps": args.reps, "per_k": per_k,
+          "whole_mapping_median_s": statistics.median(whole)})
 
 
 if __name__ == "__main__":

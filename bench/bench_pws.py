@@ -24,6 +24,8 @@ from stream_dp.mechanisms import private_weighted_sample, sbh_reporting_probabil
 from stream_dp.mechanisms.pws import sanitizer_table
 from stream_dp.mechanisms.pws_estimators import estimator_for
 
+from bench.results import emit
+
 # ALGORITHMS.md §3.9 gains (no sampling, Zipf(n=1e4, a=1)), computed by the spec authors with the paper's formulas
 SPEC_GAINS = {(0.1, 1e-1): 3.14, (0.1, 1e-3): 1.98, (0.1, 1e-6): 1.29, (0.5, 1e-1): 1.69, (0.5, 1e-3): 1.31,
               (0.5, 1e-6): 1.13, (1.0, 1e-1): 1.37, (1.0, 1e-3): 1.18, (1.0, 1e-6): 1.09}
@@ -46,7 +48,7 @@ def exact_nrmse_pws(table, freqs: np.ndarray) -> float:
     return math.sqrt(bias_total**2 + var_total) / float(freqs.sum())
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> list[dict]:
     freqs = zipf_frequencies(args.n, args.a)
     counts = {f"x{n}": int(w) for n, w in enumerate(freqs)}
     total = float(freqs.sum())
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> None:
     print("| sampling | ε | δ | reported PWS | reported SbH | gain PWS/SbH | §3.9 gain | NRMSE PWS exact "
           "| NRMSE PWS MC | NRMSE SbH MC | SbH/PWS NRMSE |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    settings: list[dict] = []
     for scheme, tau in (("none", None), ("pps", args.tau)):
         for eps in (0.1, 0.5, 1.0):
             for delta in (1e-1, 1e-3, 1e-6):
@@ -79,6 +82,12 @@ def run(args: argparse.Namespace) -> None:
                 print(f"| {scheme if tau is None else f'{scheme} τ={tau}'} | {eps} | {delta:g} | {frac_pws:.4f} "
                       f"| {frac_sbh:.4f} | {frac_pws / frac_sbh:.2f}× | {f'{spec:.2f}×' if spec else '–'} "
                       f"| {nrmse_exact:.2e} | {mc_pws:.2e} | {mc_sbh:.2e} | {mc_sbh / mc_pws:.2f} |", flush=True)
+                settings.append({"scheme": scheme, "tau": tau, "epsilon": eps, "delta": delta,
+                                 "reported_pws": frac_pws, "reported_sbh": frac_sbh,
+                                 "gain_pws_over_sbh": frac_pws / frac_sbh, "nrmse_pws_exact": nrmse_exact,
+                                 "nrmse_pws_mc": mc_pws, "nrmse_sbh_mc": mc_sbh,
+                                 "ratio_nrmse_sbh_over_pws": mc_sbh / mc_pws})
+    return settings
 
 
 def main() -> None:
@@ -88,9 +97,14 @@ def main() -> None:
     parser.add_argument("--tau", type=float, default=0.01, help="PPS threshold τ")
     parser.add_argument("--reps", type=int, default=30, help="Monte-Carlo runs per setting")
     parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
     start = time.monotonic()
-    run(parser.parse_args())
+    settings = run(args)
     print(f"\n({time.monotonic() - start:.1f} s)")
+    gains = [s["gain_pws_over_sbh"] for s in settings]
+    emit({"bench": "pws", "n": args.n, "a": args.a, "tau": args.tau, "reps": args.reps,
+          "min_gain_pws_over_sbh": min(gains), "max_gain_pws_over_sbh": max(gains), "settings": settings,
+          "seconds": time.monotonic() - start})
 
 
 if __name__ == "__main__":

@@ -6,11 +6,14 @@ end) and the release worker releases it with top-k (k̄ = ``--k-bar``, default 1
 and produced to a real broker (the embedded dev stack: Tansu + redis-server). Repeated for ``--windows``
 windows (each a server-side COPY of one template sorted set).
 
+``--load N`` runs N busy-looping processes beside it (a CPU burner, for the "under load" figures).
+
 Reported: p50 / p99 of close → last record acknowledged by the broker (the worker is driven directly, so
 its idle poll interval -- 0.5 s by default -- is not included), per-type publish latency, and the share of
 the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka produce (from the worker's
 ``stream_dp_release_phase_seconds_total``). Baselines measured in the same run: one full chunked read of
-the window (the floor for sampling) and one acks=all produce of a record-sized message.
+the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait: what the release publisher does). The last
+stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
     python -m bench.bench_release                       # 10⁶ keys, 5 windows (~1-2 min on 2 cores)
     python -m bench.bench_release --keys 100000 --windows 10
@@ -37,6 +40,8 @@ from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.windows import Window
 from stream_dp.release.worker import ReleaseWorker
 from stream_dp.testing.windows import set_watermark
+
+from bench.results import emit, start_cpu_load, stop_cpu_load
 
 SIZE = 3600
 TEMPLATE = "bench:template"
@@ -79,11 +84,20 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> None:
+    burners = start_cpu_load(args.load)
+    try:
+        measure(args)
+    finally:
+        stop_cpu_load(burners)
+
+
+def measure(args: argparse.Namespace) -> None:
     with DevStack() as stack:
         cfg = config_from_mapping({
             "kafka": {"bootstrap_servers": stack.bootstrap_servers, "releases_topic": "releases"},
             "redis": {"url": stack.redis_url, "key_prefix": "bench"},
-            "windows": {"size_seconds": SIZE, "retention_seconds": 600},
+            # the schedule starts at window 1: window 0 only serves the baseline read and is never released
+            "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(SIZE)},
             "budget": {"epsilon": 1e6, "delta": 1e-2, "delta_prime": 1e-7},
             "releases": {
                 "topk": {"k": 10, "k_bar": args.k_bar, "epsilon": 0.1, "delta": 1e-7},
@@ -119,7 +133,9 @@ def run(args: argparse.Namespace) -> None:
         base_produce = []
         for _ in range(20):
             t = time.perf_counter()
-            producer.send("releases", key=b"baseline", value=b"x" * 1024).get(timeout=30)
+            future = producer.send("releases", key=b"baseline", value=b"x" * 1024)
+            producer.flush(timeout=30)
+            future.get(timeout=30)
             base_produce.append(time.perf_counter() - t)
         client.delete(keys.window_counts(0), keys.window_meta(0))
         client.zrem(keys.windows_index(), "0")
@@ -173,6 +189,17 @@ def run(args: argparse.Namespace) -> None:
     print(f"| other (record building, JSON, claims) | {other:.2f} | {other / total:.0%} |")
     print()
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
+    emit({
+        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load,
+        "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
+        "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
+        **{f"p99_{t}_s": pct(v, 99) for t, v in per_type.items()},
+        **{f"p50_{t}_s": pct(v, 50) for t, v in per_type.items()},
+        "baseline_full_read_s": read_ms / 1e3, "baseline_produce_s": produce_ms / 1e3,
+        "ratio_p50_to_full_read": pct(latencies, 50) * 1e3 / read_ms,
+        "phase_share": {p: phase_totals[p] / total for p in PHASES} | {"other": other / total},
+        "items_median": {t: int(statistics.median(v)) for t, v in items.items()},
+    })
 
 
 def main() -> None:
@@ -185,6 +212,7 @@ def main() -> None:
     p.add_argument("--a", type=float, default=1.0, help="Zipf exponent")
     p.add_argument("--top", type=float, default=100_000.0, help="count of the most frequent key")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--load", type=int, default=0, help="busy-looping processes to run beside it (CPU burner)")
     run(p.parse_args())
 
 

@@ -22,12 +22,13 @@ The last stdout line is a JSON summary: ``{"bench": "rng", "ratios": {name: afte
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
+
+from bench.results import emit
 
 from stream_dp.mechanisms import AdaptiveSVT, large_margin_argmax, limited_domain_topk, noisy_topk_with_gap
 from stream_dp.release.sampling import sample_arrays
@@ -84,7 +85,7 @@ def main() -> None:
         b, a = statistics.median(times["before"]), statistics.median(times["after"])
         ratios[name] = round(a / b, 3)
         print(f"| {name} | {b * 1e3:.3f} ms | {a * 1e3:.3f} ms | {a / b:.2f}× |")
-    print(json.dumps({"bench": "rng", "keys": args.keys, "reps": args.reps, "ratios": ratios}))
+    emit({"bench": "rng", "keys": args.keys, "reps": args.reps, "ratios": ratios})
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from stream_dp.mechanisms.svt_experiments import adaptivity_experiment  # noqa: E402
 
+from bench.results import emit  # noqa: E402
+
 _RATINGS = Path("shared") / "data" / "movielens-small" / "ratings.csv"
 # ../shared next to the checkout; from a worktree under <project>/wt/<name> it is two levels up
 DEFAULT_RATINGS = next((p for p in (ROOT.parent / _RATINGS, ROOT.parent.parent / _RATINGS) if p.is_file()),
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    emit({"bench": "svt", "runs": args.runs, "epsilon": args.epsilon, "ks": ks,
+          "datasets": [name for name, _ in datasets], "rows": rows})
     return 0
 
 

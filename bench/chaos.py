@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.results import emit
+
 REPO = Path(__file__).resolve().parents[1]
 T0 = 1_800_000_000  # event time of the first window (aligned to every window size used here)
 PARTITIONS = 4
@@ -421,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     for problem in result.budget_problems:
         print("budget:", problem)
     print(f"logs in {workdir}")
+    emit({"bench": "chaos", "seed": plan.seed, "faults": dict(result.faults), "events": plan.events,
+          "windows": plan.windows, "events_missing": result.events_missing, "counts_exact": result.counts_exact,
+          "releases_exact": result.releases_exact, "budget_ok": result.budget_ok, "exact": result.exact,
+          "seconds": result.seconds})
     return 0 if result.exact else 1
 
 

@@ -156,6 +156,8 @@ class IngestConfig:
     backoff_max_seconds: float = 5.0  # cap of the exponential retry delay
     dead_letter_timeout_seconds: float = 30.0  # wait this long for the dead-letter topic before retrying a batch
     dead_letter_max_request_bytes: int = 1048576  # producer max_request_size; larger dead letters: bounded form
+    bounding_cache_max_users: int = 2_000_000  # users cached for contribution bounding, all windows (~230 B each)
+    catch_up_chunk_bytes: int = 4 << 20  # most bounding-log bytes per read when a cache catches up with Redis
 
 
 @dataclass(frozen=True)
@@ -465,6 +467,8 @@ def validate(config: Config) -> Config:
     _positive("ingest.dead_letter_timeout_seconds", i.dead_letter_timeout_seconds)
     _require(i.dead_letter_max_request_bytes >= 16384, "ingest.dead_letter_max_request_bytes", ">= 16384 (room for "
              "a bounded dead letter)", i.dead_letter_max_request_bytes)
+    _require(i.bounding_cache_max_users >= 1, "ingest.bounding_cache_max_users", ">= 1", i.bounding_cache_max_users)
+    _require(i.catch_up_chunk_bytes >= 1, "ingest.catch_up_chunk_bytes", ">= 1", i.catch_up_chunk_bytes)
     _require(c.unit in {"user", "event"}, "contribution.unit", "'user' or 'event'", c.unit)
     _require(c.max_keys_per_user >= 1, "contribution.max_keys_per_user", ">= 1", c.max_keys_per_user)
     _require(b.period_seconds >= 1, "budget.period_seconds", ">= 1", b.period_seconds)

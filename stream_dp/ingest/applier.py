@@ -142,7 +142,9 @@ class BatchApplier:
         self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
         self.decoder = EventDecoder(cfg.events)
         self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=self.window_size,
-                                 unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user)
+                                 unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user,
+                                 cache_max_users=cfg.ingest.bounding_cache_max_users,
+                                 catch_up_chunk_bytes=cfg.ingest.catch_up_chunk_bytes)
         self.clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
         self._windows_cfg = cfg.windows
         self._schedule: ReleaseSchedule | None = None  # recorded/read on first use (Redis thread)

@@ -122,6 +122,38 @@ def encode_log(pairs: list[str]) -> bytes:
     return (LOG_SEPARATOR.join(pairs) + LOG_SEPARATOR).encode() if pairs else b""
 
 
+class LogDecoder:
+    """Decodes the bounding log piece by piece: :meth:`feed` any byte ranges in order, get the complete
+    (user, key) pairs so far; a pair cut by a piece boundary is completed by the next piece. (NUL never
+    occurs inside a UTF-8 multi-byte sequence, so cutting at NUL bytes never splits a character.)"""
+
+    def __init__(self) -> None:
+        self._carry = b""
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        buf = self._carry + data if self._carry else data
+        sep = LOG_SEPARATOR.encode()
+        end = buf.rfind(sep)
+        if end < 0:
+            self._carry = buf
+            return []
+        fields = buf[:end].split(sep)
+        if len(fields) % 2:  # the last complete field is a user whose key is still to come
+            cut = end - len(fields[-1])
+            fields.pop()
+            self._carry = buf[cut:]
+        else:
+            self._carry = buf[end + 1:]
+        text = [f.decode() for f in fields]
+        return list(zip(text[0::2], text[1::2]))
+
+    def finish(self) -> None:
+        """Raise ValueError unless everything fed ended on a pair boundary."""
+        if self._carry:
+            raise ValueError(f"bounding log: {len(self._carry)} trailing bytes do not end on a (user, key) pair "
+                             "boundary")
+
+
 def decode_log(raw: bytes) -> list[tuple[str, str]]:
     """Inverse of :func:`encode_log` (for any concatenation of records)."""
     if not raw:
@@ -241,17 +273,33 @@ class WindowBounding:
     def absorb(self, *, token: str, log_from: int, log_tail: bytes, applied_through: dict[int, int]) -> None:
         """Catch up with Redis: ``log_tail`` is the window's log from byte ``log_from`` to its end (from 0
         when the log is shorter than this cache: it was reset, and so is the cache)."""
+        self.absorb_pieces(token=token, log_from=log_from, pieces=[log_tail], applied_through=applied_through)
+
+    def absorb_pieces(self, *, token: str, log_from: int, pieces: Iterable[bytes],
+                      applied_through: dict[int, int]) -> None:
+        """:meth:`absorb` with the log tail given as consecutive byte ranges (read in bounded chunks: only one
+        piece and its pairs are held at a time, whatever the length of the log)."""
         if log_from == 0 and self.log_bytes:
             self.keys_of.clear()
         elif log_from != self.log_bytes:
             raise ValueError(f"bounding log read from byte {log_from}, but the cache holds {self.log_bytes} bytes")
         keys_of = self.keys_of
-        for user, key in decode_log(log_tail):
-            mine = keys_of.get(user)
-            if mine is None:
-                keys_of[user] = [key]
-            else:
-                mine.append(key)
-        self.log_bytes = log_from + len(log_tail)
+        decoder = LogDecoder()
+        length = log_from
+        for piece in pieces:
+            length += len(piece)
+            for user, key in decoder.feed(piece):
+                mine = keys_of.get(user)
+                if mine is None:
+                    keys_of[user] = [key]
+                else:
+                    mine.append(key)
+        decoder.finish()
+        self.log_bytes = length
         self.applied_through = dict(applied_through)
         self.token = token
+
+    @property
+    def users(self) -> int:
+        """Users cached (each costs ~230 B with its key list; the cache's size measure)."""
+        return len(self.keys_of)

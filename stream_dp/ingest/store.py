@@ -25,6 +25,15 @@ is never recorded on a state it was not made for — another worker's writes, a 
 connection, a restart with an empty cache — and Redis does one append and one ZINCRBY per distinct key
 per chunk instead of evaluating the rule per event.
 
+**Bounded cache.** The caches of all windows together hold at most ``cache_max_users`` users (about
+230 B each; ``ingest.bounding_cache_max_users``): after each call, least recently used windows' caches are
+dropped until the rest fit (the most recently used window always stays, so one window larger than the cap
+is still cached: the cap is on the sum of the others). A dropped window is caught up again from Redis the
+next time it gets events, by the very path a restart takes -- its fresh cache's plan is refused as stale and
+the log is read back -- so counts stay exact; the cost is one re-read of that window's log. That catch-up
+read is chunked: the stale reply carries at most ``catch_up_chunk_bytes`` of the log and the rest is read
+with ``GETRANGE`` in pieces of that size, each absorbed before the next is read.
+
 **Closing windows without a race.** A global watermark is installed in three steps: (1) one script on
 ``{ingest}`` computes the target and records it as ``closing`` — from then on no window the target covers
 can be registered; it returns the indexed windows the target closes; (2) each is marked ``closed`` in its
@@ -37,7 +46,8 @@ from __future__ import annotations
 
 import importlib.resources
 import os
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import redis
@@ -47,6 +57,8 @@ from stream_dp.keys import Keys
 
 #: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
 MAX_STALE_ROUNDS = 50
+#: Most bounding-log bytes one catch-up read brings (the stale reply's tail, then each GETRANGE).
+CATCH_UP_CHUNK_BYTES = 4 << 20
 
 
 class StaleBoundingState(RuntimeError):
@@ -98,10 +110,19 @@ class WindowStore:
     """Window counts, bounding state, applied offsets and watermarks in Redis."""
 
     def __init__(self, client: redis.Redis, *, keys: Keys, window_size: int, unit: str = "user",
-                 max_keys_per_user: int = 5) -> None:
+                 max_keys_per_user: int = 5, cache_max_users: int | None = None,
+                 catch_up_chunk_bytes: int = CATCH_UP_CHUNK_BYTES) -> None:
         if window_size < 1:
             raise ValueError(f"windows.size_seconds must be >= 1, got {window_size}")
         check_bounding_settings(max_keys_per_user, unit)
+        if cache_max_users is not None and cache_max_users < 1:
+            raise ValueError(f"ingest.bounding_cache_max_users must be >= 1, got {cache_max_users}")
+        if catch_up_chunk_bytes < 1:
+            raise ValueError(f"ingest.catch_up_chunk_bytes must be >= 1, got {catch_up_chunk_bytes}")
+        self.cache_max_users = cache_max_users
+        self.catch_up_chunk_bytes = catch_up_chunk_bytes
+        self.evictions = 0  # window caches dropped to stay under cache_max_users
+        self.catch_up_reads = 0  # GETRANGE reads of a bounding log beyond a stale reply's first chunk
         self.client = client
         self.keys = keys
         self.window_size = window_size
@@ -112,7 +133,8 @@ class WindowStore:
         self._advance = client.register_script(_script("advance_watermark.lua"))
         self._close = client.register_script(_script("close_window.lua"))
         self._finalize = client.register_script(_script("finalize_watermark.lua"))
-        self._bounding: dict[int, WindowBounding] = {}  # window start -> cache of its bounding state
+        # window start -> cache of its bounding state, least recently used first
+        self._bounding: OrderedDict[int, WindowBounding] = OrderedDict()
         self._id = os.urandom(6).hex()  # makes this store's apply tokens unique
         self._tokens = 0
 
@@ -151,6 +173,7 @@ class WindowStore:
         for _ in range(MAX_STALE_ROUNDS):
             pending = self._apply_round(chunks, pending, results, closed_through, closed)
             if not pending:
+                self._enforce_cache_cap()
                 return [replace(r, replanned=n) if n else r  # type: ignore[type-var]
                         for r, n in zip(results, refused)]
             for i in pending:
@@ -176,6 +199,8 @@ class WindowStore:
             bounding = self._bounding.get(ch.start)
             if bounding is None:
                 bounding = self._bounding[ch.start] = WindowBounding(self.max_keys_per_user, unit=self.unit)
+            else:
+                self._bounding.move_to_end(ch.start)
             self._tokens += 1
             plan = bounding.plan(ch.partition, ch.events, token=f"{self._id}:{self._tokens}")
             if plan.last_offset is None:  # every event already applied: nothing to send
@@ -184,7 +209,8 @@ class WindowStore:
             sent.append((i, plan))
             args.append([ch.start, ch.start + size, ch.partition, closed, plan.token_before, plan.token,
                          plan.log_bytes_before, plan.last_offset, plan.applied, plan.linf + plan.l0, plan.log,
-                         "\0".join(plan.increments), ",".join(map(str, plan.increments.values()))])
+                         "\0".join(plan.increments), ",".join(map(str, plan.increments.values())),
+                         self.catch_up_chunk_bytes])
         if not sent:
             return []
         try:
@@ -216,13 +242,59 @@ class WindowStore:
                 raise RuntimeError(f"apply_window: unexpected reply {status!r}")
         self._rollback(undo)
         for start, reply in catch_up.items():
-            _, token, log_from, tail, flat = reply
-            self._bounding[start].absorb(
-                token=_text(token), log_from=int(log_from), log_tail=tail,
-                applied_through={int(flat[j]): int(flat[j + 1]) for j in range(0, len(flat), 2)})
+            self._catch_up(start, reply)
         for start in late_windows:
             self._bounding.pop(start, None)  # closed: never planned on again
         return stale
+
+    def _catch_up(self, start: int, reply: list) -> None:
+        """Absorb a stale reply: its first chunk of the log, then the rest up to the length it reported, read
+        with GETRANGE in pieces of ``catch_up_chunk_bytes`` (the log is append-only, so bytes below that
+        length do not change). If the log got shorter meanwhile (deleted), the window's cache is dropped:
+        the next plan is refused as stale again and catches up from the start."""
+        _, token, log_from, tail, flat, length = reply
+        log_from, length = int(log_from), int(length)
+        name = self.keys.window_users(start)
+        short = False
+
+        def pieces() -> Iterator[bytes]:
+            nonlocal short
+            yield tail
+            at = log_from + len(tail)
+            while at < length:
+                upto = min(length, at + self.catch_up_chunk_bytes)
+                piece = self.client.getrange(name, at, upto - 1)
+                self.catch_up_reads += 1
+                if len(piece) != upto - at:
+                    short = True
+                    return
+                yield piece
+                at = upto
+
+        bounding = self._bounding[start]
+        try:
+            bounding.absorb_pieces(token=_text(token), log_from=log_from, pieces=pieces(),
+                                   applied_through={int(flat[j]): int(flat[j + 1]) for j in range(0, len(flat), 2)})
+        except ValueError:
+            if not short:
+                raise
+        if short:
+            del self._bounding[start]
+
+    def cache_users(self) -> int:
+        """Users held in the bounding caches of all windows (the measure ``cache_max_users`` caps)."""
+        return sum(b.users for b in self._bounding.values())
+
+    def _enforce_cache_cap(self) -> None:
+        """Drop least recently used window caches until the rest hold at most ``cache_max_users`` users
+        (never the most recently used one). Exactness does not depend on the cache (module docstring)."""
+        if self.cache_max_users is None:
+            return
+        total = self.cache_users()
+        while total > self.cache_max_users and len(self._bounding) > 1:
+            _, dropped = self._bounding.popitem(last=False)
+            total -= dropped.users
+            self.evictions += 1
 
     def _send(self, sent: list[tuple[int, ChunkPlan | None]], chunks: Sequence[Chunk],
               args: list[list[object]]) -> list:

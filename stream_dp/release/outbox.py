@@ -44,8 +44,15 @@ class Publisher:
         self.timeout = timeout
 
     def publish(self, record: dict[str, Any]) -> None:
-        """Send one record and wait for the broker's acknowledgement (raises on failure)."""
+        """Send one record and wait for the broker's acknowledgement (raises on failure).
+
+        ``flush`` hands the record to the sender at once instead of after the producer's ``linger_ms``:
+        a release is one record whose acknowledgement is awaited right away, so lingering is pure latency.
+        """
         future = self.producer.send(self.topic, key=record["release_id"].encode(), value=encode(record))
+        flush = getattr(self.producer, "flush", None)  # stand-ins without a send buffer have none
+        if flush is not None:
+            flush(timeout=self.timeout)
         future.get(timeout=self.timeout)
 
     def close(self) -> None:

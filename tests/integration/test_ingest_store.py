@@ -308,3 +308,72 @@ def test_closed_windows_are_dropped_from_the_cache(redis_client):
     redis_client.hset(Keys("t").window_meta(SIZE), "state", "closed")  # closed by another worker
     r, = store.apply([Chunk.of(SIZE, 0, [(1, "u", "x"), (2, "v", "x")])], closed_through=None)
     assert (r.duplicate, r.late) == (1, 1) and store._bounding == {}
+
+
+def test_a_capped_cache_evicts_windows_and_counts_stay_exact(redis_client):
+    """Four windows, 300 users, the caches capped at 40 users: least recently used windows are dropped
+    after each call and caught up from Redis when they get events again; counts equal the Python rule."""
+    rnd = random.Random(11)
+    logs = _random_log(rnd, 6000, partitions=3, users=300, keys=80)
+    store = _store(redis_client, max_keys_per_user=2, cache_max_users=40, catch_up_chunk_bytes=97)
+    sizes: list[int] = []
+    apply = store.apply
+
+    def apply_and_check(chunks, **kw):
+        out = apply(chunks, **kw)
+        newest = next(reversed(store._bounding.values()))
+        sizes.append(store.cache_users() - newest.users)  # the cap is on all but the newest window
+        return out
+
+    store.apply = apply_and_check  # type: ignore[method-assign]
+    _apply_batches(store, logs, rnd, replays=True)
+    events = [(ts, user, key) for p in sorted(logs) for _, ts, user, key in logs[p]]
+    truth = bounded_window_counts(events, window_size=SIZE, max_keys_per_user=2)
+    for start, counts in truth.items():
+        assert store.counts(start) == counts
+    assert store.evictions > 10 and store.catch_up_reads > 10  # the fallback path really ran, chunked
+    assert max(sizes) <= 40
+
+
+def test_the_catch_up_read_after_a_restart_is_chunked(redis_client):
+    """A new store (a restart: empty cache) on a window with a long log reads it back in pieces of at most
+    catch_up_chunk_bytes and then bounds exactly as the store that wrote it would."""
+    first = _store(redis_client, max_keys_per_user=2)
+    events = [(i, f"user-{i % 500}", f"k{i % 7}") for i in range(3000)]
+    first.apply([Chunk.of(0, 0, events[:2000])], closed_through=None)
+    log_len = redis_client.strlen(Keys("t").window_users(0))
+    restarted = _store(redis_client, max_keys_per_user=2, catch_up_chunk_bytes=1000)
+    reads = []
+    getrange = redis_client.getrange
+
+    def counted(name, start, end):
+        reads.append(end - start + 1)
+        return getrange(name, start, end)
+
+    redis_client.getrange = counted
+    try:
+        r, = restarted.apply([Chunk.of(0, 0, events[1500:])], closed_through=None)
+    finally:
+        del redis_client.getrange
+    assert r.duplicate == 500 and r.replanned == 1
+    assert len(reads) == restarted.catch_up_reads == -(-(log_len - 1000) // 1000) and max(reads) <= 1000
+    truth = bounded_window_counts([(0, u, k) for _, u, k in events], window_size=SIZE, max_keys_per_user=2)
+    assert restarted.counts(0) == truth[0]
+    assert restarted._bounding[0].users == 500
+
+
+def test_log_decoder_completes_pairs_cut_anywhere():
+    from stream_dp.ingest.bounding import LogDecoder, encode_log
+
+    pairs = [("ü", "k1"), ("user-2", "ключ"), ("u3", "k3")]
+    raw = encode_log([x for p in pairs for x in p])
+    for cut in range(1, len(raw)):
+        for step in (cut, 1):
+            d = LogDecoder()
+            got = [pair for i in range(0, len(raw), step) for pair in d.feed(raw[i:i + step])]
+            d.finish()
+            assert got == pairs, (cut, step)
+    d = LogDecoder()
+    d.feed(raw[:-1])
+    with pytest.raises(ValueError, match="pair boundary"):
+        d.finish()

@@ -407,6 +407,23 @@ def test_sample_releases_tokens_and_estimates_from_the_whole_window(redis_client
         assert 1 <= it["token"] <= counts[key]
 
 
+def test_sample_of_an_empty_window_is_released_empty_and_charged(redis_client) -> None:
+    """Every window on the schedule is released, empty ones too: the sample reads an empty histogram, reads no
+    key, publishes no item, and is charged like any other (its cost does not depend on the data)."""
+    from stream_dp.release.builders import SampleBuilder
+    from stream_dp.release.windows import Window
+
+    cfg = make_cfg(topk={"enabled": False}, sample={"enabled": True, "scheme": "pps", "tau": 0.05,
+                                                    "epsilon": 2.0, "delta": 1e-6})
+    worker, _, _ = make_worker(redis_client, cfg)
+    builder = SampleBuilder(cfg)
+    data = builder.read(worker.reader, Window(0, SIZE), [])
+    assert data[0] == []
+    draft = builder.run(Window(0, SIZE), data, 1)
+    assert draft.items == [] and draft.info == {"sampled": 0}
+    assert tuple(draft.events) == builder.reserve_events() and len(draft.events) > 0
+
+
 def test_metrics_count_releases_budget_and_svt_without_keys_in_labels(redis_client) -> None:
     from prometheus_client import generate_latest
 

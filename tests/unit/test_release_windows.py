@@ -108,3 +108,30 @@ def test_closable_finds_new_windows_behind_hundreds_of_released_ones(redis_clien
     write_window(redis_client, keys, n * 10, 10, {"a": 1.0})
     set_watermark(redis_client, keys, (n + 1) * 10)
     assert [w.start for w in reader.closable(limit=100)] == [n * 10]
+
+
+def test_count_histogram_and_members_at_read_only_what_sampling_needs(redis_client) -> None:
+    from stream_dp.release.sampling import count_classes, sample_count_classes
+
+    reader = WindowReader(redis_client, keys=KEYS, size_seconds=60)
+    rng = np.random.default_rng(3)
+    counts = {f"k{i:04d}": float(c) for i, c in enumerate(np.floor(rng.pareto(1.0, 3000) * 3) + 1)}
+    write_window(redis_client, KEYS, 0, 60, counts)
+    w = Window(0, 60)
+    hist = reader.count_histogram(w, chunk=7)  # many Lua calls, last one partial
+    values, sizes = np.unique(np.array(list(counts.values())), return_counts=True)
+    assert hist == [(float(v), int(n)) for v, n in zip(values, sizes)]
+    order = sorted(counts, key=lambda k: (counts[k], k.encode()))  # ZRANGE order
+    ranks = np.array([0, 5, 2999, 1500])
+    want = np.array([counts[order[r]] for r in ranks])
+    assert reader.members_at(w, ranks, want, chunk=3) == [order[r] for r in ranks]
+    with pytest.raises(RuntimeError, match="changed while it was being sampled"):
+        reader.members_at(w, np.array([0]), np.array([want[0] + 1]))
+    with pytest.raises(RuntimeError, match="changed while it was being sampled"):
+        reader.members_at(w, np.array([3000]), np.array([1.0]))
+    # the Redis-backed sample is the in-memory one with the same seed (the same classes and ranks)
+    params = dict(scheme="pps", tau=0.05, epsilon=1.0, delta=1e-3, max_keys_per_user=1, rng=9)
+    from_redis = sample_count_classes(count_classes(hist), lambda r, c: reader.members_at(w, r, c), **params)
+    in_memory = sample_count_classes(count_classes(hist), lambda r, c: [order[int(i)] for i in r], **params)
+    assert from_redis.rows == in_memory.rows and len(from_redis.rows) > 10
+    assert reader.count_histogram(Window(60, 120)) == []  # an empty (absent) window

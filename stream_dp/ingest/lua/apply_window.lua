@@ -7,17 +7,19 @@
 -- KEYS[3] offsets HASH   partition -> highest offset applied to this window
 -- KEYS[4] meta    HASH   start, end, state (open|closed|released), events_applied, events_bounded, apply_token
 -- ARGV: start, end, partition, closed_through, token_before, token, log_bytes_before, last_offset,
---       applied, bounded, log, increment keys (NUL-separated), increment counts (comma-separated)
+--       applied, bounded, log, increment keys (NUL-separated), increment counts (comma-separated),
+--       [most log bytes to return in a stale reply; absent or 0 = all]
 -- closed_through: the caller's view of the global watermark (the window is late when end <= it).
 --
 -- The plan is valid only for the state it was made on: apply_token names that state, every apply
 -- replaces it, and a plan made on any other state (or on a log of another length) is refused. Replies:
 --   {"ok"}                                   recorded
 --   {"late", applied offset | "-1"}          the window is closed: nothing recorded
---   {"stale", apply_token, from, log[from:], offsets (flat HGETALL)}
+--   {"stale", apply_token, from, log[from:from+max], offsets (flat HGETALL), log length}
 --                                            the state moved on (another writer, or an outcome the caller
 --                                            never saw): nothing recorded; the caller absorbs what changed
---                                            (from = log_bytes_before, or 0 if the log is shorter) and plans again
+--                                            (from = log_bytes_before, or 0 if the log is shorter), reading
+--                                            the rest of the log up to "log length" in chunks, and plans again
 local counts, users, offsets, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local partition = ARGV[3]
 
@@ -33,8 +35,11 @@ local from = tonumber(ARGV[7])
 if token ~= ARGV[5] or len ~= from then
   if len < from then from = 0 end
   local tail = ''
-  if len > from then tail = redis.call('GETRANGE', users, from, len - 1) end
-  return {'stale', token, from, tail, redis.call('HGETALL', offsets)}
+  local upto = len
+  local most = tonumber(ARGV[14] or '0') or 0
+  if most > 0 and upto > from + most then upto = from + most end
+  if upto > from then tail = redis.call('GETRANGE', users, from, upto - 1) end
+  return {'stale', token, from, tail, redis.call('HGETALL', offsets), len}
 end
 if last and tonumber(ARGV[8]) <= tonumber(last) then
   -- same token, yet the plan's offsets are already applied: the caller's cache is broken, not stale

@@ -1,0 +1,84 @@
+"""Every benchmark ends with one machine-readable line: a JSON object naming the benchmark (bench/results.py)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.results import emit
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in ("__init__.py", "results.py"))
+
+
+def _calls_emit_with_its_name(path: Path) -> bool:
+    """The module calls ``emit(...)`` and builds a dict with a literal ``"bench"`` entry (syntax tree)."""
+    tree = ast.parse(path.read_text())
+    calls = any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "emit" and n.args for n in ast.walk(tree))
+    named = any(isinstance(n, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "bench" for k in n.keys)
+                for n in ast.walk(tree))
+    return calls and named
+
+
+def test_there_are_benchmarks() -> None:
+    assert len(BENCHES) >= 5
+
+
+@pytest.mark.parametrize("path", BENCHES, ids=lambda p: p.stem)
+def test_every_benchmark_emits_a_json_result(path: Path) -> None:
+    assert _calls_emit_with_its_name(path), f"{path.name} must end with bench.results.emit({{'bench': ...}})"
+
+
+def test_emit_prints_one_json_line_and_requires_a_name(capsys) -> None:
+    import numpy as np
+
+    emit({"bench": "x", "p99_s": np.float64(0.123456789), "n": np.int64(3), "nested": {"r": [1.0, float("nan")]}})
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(line) == {"bench": "x", "p99_s": 0.123457, "n": 3, "nested": {"r": [1.0, None]}}
+    with pytest.raises(ValueError, match="must name its benchmark"):
+        emit({"p99_s": 1.0})
+
+
+@pytest.mark.parametrize("module,args", [
+    ("bench.bench_pws", ["--n", "300", "--reps", "1"]),
+    ("bench.bench_limited_domain", ["--keys", "5000", "--k-bar", "50", "--k", "5", "--reps", "3",
+                                    "--baseline-reps", "2"]),
+    ("bench.bench_svt", ["--dataset", "synthetic", "--runs", "3", "--ks", "2:4:2"]),
+])
+def test_small_benchmarks_end_with_their_json_line_when_run(module, args) -> None:
+    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=240, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["bench"] == module.split("bench_")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("module,args", [
+    ("bench.bench_release", ["--keys", "2000", "--windows", "2"]),
+    ("bench.bench_ingest", ["--events", "30000", "--users", "500", "--keys", "500", "--sample-interval", "0.05"]),
+])
+def test_dev_stack_benchmarks_end_with_their_json_line_when_run(module, args) -> None:
+    """The benchmarks that start the embedded dev stack (Tansu + redis-server), at tiny scale."""
+    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=240, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["bench"] == module.split("bench_")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_soak_smoke_run_samples_memory_and_reports_growth(tmp_path) -> None:
+    """``bench.soak --smoke``: workers, producer and sampling end to end; windows are released and expire."""
+    out = subprocess.run([sys.executable, "-m", "bench.soak", "--smoke", "--out", str(tmp_path / "soak.json")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["bench"] == "soak" and result["windows_released"] >= 2
+    assert {"ingest loop", "ingest applier", "release", "redis-server"} <= set(result["rss_growth"])
+    samples = json.loads((tmp_path / "soak.json").read_text())["samples"]
+    assert len(samples) >= 10 and all(s["rss"]["ingest loop"] > 0 for s in samples)
