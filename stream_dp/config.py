@@ -159,6 +159,16 @@ class IngestConfig:
 
 
 @dataclass(frozen=True)
+class ReleaseConfig:
+    """The release worker's loop (``stream-dp release``; ``--poll-seconds`` / ``--claim-ttl-seconds`` override)."""
+
+    poll_interval_seconds: float = 0.5  # wait between passes when no window is due
+    claim_ttl_seconds: float = 30.0  # a dead worker's claim on a window expires after this long
+    backoff_initial_seconds: float = 0.2  # first retry delay after Redis or the broker failed
+    backoff_max_seconds: float = 10.0  # cap of the exponential retry delay
+
+
+@dataclass(frozen=True)
 class BudgetConfig:
     period_seconds: int = 86400  # length of a budget period (scope); 86400 = one UTC day
     epsilon: float = 10.0  # ε cap per user per period
@@ -245,6 +255,7 @@ class Config:
     windows: WindowsConfig = field(default_factory=WindowsConfig)
     contribution: ContributionConfig = field(default_factory=ContributionConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    release: ReleaseConfig = field(default_factory=ReleaseConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     releases: ReleasesConfig = field(default_factory=ReleasesConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -445,6 +456,12 @@ def validate(config: Config) -> Config:
     _positive("ingest.dead_letter_timeout_seconds", i.dead_letter_timeout_seconds)
     _require(i.dead_letter_max_request_bytes >= 16384, "ingest.dead_letter_max_request_bytes", ">= 16384 (room for "
              "a bounded dead letter)", i.dead_letter_max_request_bytes)
+    rl = config.release
+    _positive("release.poll_interval_seconds", rl.poll_interval_seconds)
+    _positive("release.claim_ttl_seconds", rl.claim_ttl_seconds)
+    _positive("release.backoff_initial_seconds", rl.backoff_initial_seconds)
+    _require(rl.backoff_max_seconds >= rl.backoff_initial_seconds, "release.backoff_max_seconds",
+             f">= release.backoff_initial_seconds ({rl.backoff_initial_seconds})", rl.backoff_max_seconds)
     _require(c.unit in {"user", "event"}, "contribution.unit", "'user' or 'event'", c.unit)
     _require(c.max_keys_per_user >= 1, "contribution.max_keys_per_user", ">= 1", c.max_keys_per_user)
     _require(b.period_seconds >= 1, "budget.period_seconds", ">= 1", b.period_seconds)

@@ -521,17 +521,12 @@ def _replace(obj: Any, **changes: Any) -> Any:
 
 
 def install_sigint(demo: Demo) -> Callable[[], None]:
-    """First SIGINT/SIGTERM: orderly stop; second: kill everything and exit 130. Returns an uninstaller."""
-    count = [0]
+    """First SIGINT/SIGTERM: orderly stop; second: kill everything and exit 130 (the workers' signal
+    policy, :class:`stream_dp.runtime.SignalPolicy`). Returns an uninstaller."""
+    from stream_dp.runtime import SignalPolicy
 
-    def handle(signum: int, _frame: object) -> None:
-        count[0] += 1
-        if count[0] == 1:
-            print("\n(stopping — Ctrl-C again to kill everything now)", file=sys.stderr, flush=True)
-            demo.request_stop()
-        else:
-            demo.kill_everything()
-            os._exit(130)
+    def first() -> None:
+        print("\n(stopping — Ctrl-C again to kill everything now)", file=sys.stderr, flush=True)
+        demo.request_stop()
 
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
-    return lambda: [signal.signal(s, h) for s, h in previous.items()] and None
+    return SignalPolicy(first, on_second=demo.kill_everything, first_message="stopping the demo in order").install()

@@ -17,7 +17,7 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
-from stream_dp.cli.common import add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     cfg = load_config_or_report(args.config)
     if cfg is None:
-        return 1
+        return ExitCode.CONFIG
     if args.action == "plan":
         return _plan(cfg, args, out)
     if args.action in ("show", "history") and not args.scope:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from stream_dp.cli.common import add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion
 from stream_dp.tail import format_release
 
@@ -62,7 +62,7 @@ def follow(follower: ReleaseSubscriber, out: TextIO, *, types: list[str] | None,
 def run(args: argparse.Namespace) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
-        return 1
+        return ExitCode.CONFIG
     if not cfg.kafka.bootstrap_servers:
         print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS",
               file=sys.stderr)

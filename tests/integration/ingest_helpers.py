@@ -156,7 +156,7 @@ class Running:
 
     def __init__(self, cfg) -> None:
         self.registry = CollectorRegistry()
-        from workers.ingest import build_worker
+        from stream_dp.ingest.service import build_worker
 
         self.worker = build_worker(cfg, self.registry)
         self.error: BaseException | None = None
