@@ -288,14 +288,16 @@ def run_ingest_worker(cfg: Config) -> int:
     return run_worker(cfg, role="ingest", build=build)
 
 
-def run_release_worker(cfg: Config, *, worker_id: str | None = None) -> int:
-    """The release worker until a signal: the first one lets the current window finish, then stops."""
+def run_release_worker(cfg: Config, *, worker_id: str | None = None, crashpoints: object = None) -> int:
+    """The release worker until a signal: the first one lets the current window finish, then stops.
+    ``crashpoints``: None in production; crash tests inject one (:mod:`stream_dp.release.crashpoints`)."""
     import threading
 
     from stream_dp.release.service import build_worker
 
     def build(registry: object) -> Running:
-        service = build_worker(cfg, registry=registry, worker_id=worker_id)  # type: ignore[arg-type]
+        extra = {} if crashpoints is None else {"crashpoints": crashpoints}
+        service = build_worker(cfg, registry=registry, worker_id=worker_id, **extra)  # type: ignore[arg-type]
         stop = threading.Event()
         return Running(lambda: service.worker.run(stop), stop.set, service.close,
                        stopping_message="finishing the current window, then stopping")
@@ -306,10 +308,10 @@ def run_release_worker(cfg: Config, *, worker_id: str | None = None) -> int:
 def with_release_flags(cfg: Config, *, poll_seconds: float | None, claim_ttl_seconds: float | None) -> Config:
     """``cfg`` with the command line's ``--poll-seconds`` / ``--claim-ttl-seconds`` over ``[release]``,
     validated like the file's values (an error names the setting)."""
-    from stream_dp.config import validate
+    from stream_dp.config import with_settings
 
     changes = {name: value for name, value in (("poll_interval_seconds", poll_seconds),
                                                ("claim_ttl_seconds", claim_ttl_seconds)) if value is not None}
     if not changes:
         return cfg
-    return validate(cfg.replace(release=dataclasses.replace(cfg.release, **changes)))
+    return with_settings(cfg, "release", **changes)

@@ -74,11 +74,9 @@ class BudgetCap:
     @classmethod
     def lifetime_from_config(cls, budget: Any) -> "BudgetCap | None":
         """The lifetime cap (budget.lifetime_epsilon, budget.lifetime_delta or else budget.delta, same δ′),
-        or None when budget.lifetime_epsilon is 0 (off)."""
+        or None when budget.lifetime_epsilon is 0 (off). The config has checked the ranges."""
         if budget.lifetime_epsilon == 0:
             return None
-        if not budget.lifetime_epsilon > 0:
-            raise ConfigError(f"budget.lifetime_epsilon must be >= 0 (0 disables it), got {budget.lifetime_epsilon!r}")
         return cls(budget.lifetime_epsilon, budget.lifetime_delta or budget.delta, budget.delta_prime,
                    name="budget.lifetime")
 
