@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stream_dp.config import Config, config_from_mapping, load_config
-from stream_dp.devstack import DevStack, die_with_parent, free_port
+from stream_dp.devstack import DevStack
+from stream_dp.processes import die_with_parent, free_port
 from stream_dp.redact import redact_url
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection
 import redis
 
 from stream_dp.config import Config
-from stream_dp.devstack import die_with_parent
+from stream_dp.processes import die_with_parent
 from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock

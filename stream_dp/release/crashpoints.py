@@ -1,7 +1,9 @@
-"""Crash points for tests: make the release worker SIGKILL itself at a named step.
+"""Crash points: the named steps of a release where a test may kill the worker (a seam, not a switch).
 
-Set ``STREAMDP_TEST_CRASH_AT`` to ``"<point>"`` or ``"<point>@<n>"`` (kill on the n-th time the point is
-reached, 1-based) in the worker's environment. Unset (production), :func:`crashpoint` does nothing. Points:
+The release worker and its outbox call ``crashpoints.reached(point)`` at each step below. In production the
+object is :data:`NO_CRASHES`, which does nothing; nothing here reads the environment. Crash tests inject
+an object that kills the process at a chosen point (``tests/integration/crashing_release.py``), to
+prove a release is charged exactly once and never recomputed with fresh noise whatever step a crash hits.
 
 - ``after_reserve``      -- budget reserved, mechanism not run / nothing stored
 - ``after_commit``       -- charge settled and release stored, not yet published
@@ -12,30 +14,22 @@ reached, 1-based) in the worker's environment. Unset (production), :func:`crashp
 
 from __future__ import annotations
 
-import os
-import signal
+from typing import Protocol
 
-ENV = "STREAMDP_TEST_CRASH_AT"  # not STREAM_DP_*: that prefix is the config override namespace
 POINTS = ("after_reserve", "after_commit", "after_publish", "after_mark", "before_release_window")
 
-_hits: dict[str, int] = {}
+
+class CrashPoints(Protocol):
+    """Told each time the worker reaches one of :data:`POINTS`."""
+
+    def reached(self, point: str) -> None: ...
 
 
-def _target() -> tuple[str, int] | None:
-    raw = os.environ.get(ENV, "")
-    if not raw:
+class _NoCrashes:
+    """Production's crash points: reaching one does nothing."""
+
+    def reached(self, point: str) -> None:
         return None
-    name, _, nth = raw.partition("@")
-    if name not in POINTS:
-        raise ValueError(f"{ENV}={raw!r}: unknown crash point; known: {', '.join(POINTS)}")
-    return name, int(nth or 1)
 
 
-def crashpoint(name: str) -> None:
-    """SIGKILL this process if the test environment asks for a crash at ``name`` (now)."""
-    target = _target()
-    if target is None or target[0] != name:
-        return
-    _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] == target[1]:
-        os.kill(os.getpid(), signal.SIGKILL)
+NO_CRASHES: CrashPoints = _NoCrashes()

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from stream_dp.config import Config
 from stream_dp.connections import ensure_topics, kafka_producer, redis_client
 from stream_dp.keys import Keys
+from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.worker import ReleaseWorker
@@ -41,7 +42,7 @@ def default_worker_id() -> str:
 
 
 def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, worker_id: str | None = None,
-                 rng: Any = None) -> Service:
+                 rng: Any = None, crashpoints: CrashPoints = NO_CRASHES) -> Service:
     """A ready-to-run release worker for ``cfg`` (production: ``rng=None``, OS entropy); its poll interval,
     claim TTL and retry backoff come from ``cfg.release``."""
     from stream_dp.accounting.ledger import BudgetCap, Ledger
@@ -55,7 +56,7 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
     producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5)
     publisher = Publisher(producer, cfg.kafka.releases_topic)
-    outbox = Outbox(ledger, publisher, metrics)
+    outbox = Outbox(ledger, publisher, metrics, crashpoints=crashpoints)
     worker = ReleaseWorker(cfg, client, ledger, outbox, metrics, worker_id=worker_id or default_worker_id(),
                            rng=rng)
     return Service(worker, publisher, client, registry)

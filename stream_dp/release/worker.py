@@ -34,7 +34,6 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 from stream_dp.mechanisms import adaptive_svt_events
-from stream_dp.release import testhooks
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
@@ -162,7 +161,7 @@ class ReleaseWorker:
             committed = self.release_type(window, rtype, scope, watch)
             self.outbox.publish(committed)
             self._after_commit(rtype, window, committed)
-        testhooks.crashpoint("before_release_window")
+        self.outbox.crashpoints.reached("before_release_window")
         with self.metrics.phase("redis"):
             ok = self.reader.mark_released(window, claim_key=claim.key, token=claim.token,
                                            retention_seconds=self.cfg.windows.retention_seconds)

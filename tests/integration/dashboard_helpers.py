@@ -20,7 +20,7 @@ from ingest_helpers import config_mapping, create_topic, produce, stop_worker, w
 from ingest_helpers import start_worker as start_ingest
 from release_processes import start_worker as start_release
 from release_processes import stop, wait_for
-from stream_dp.devstack import die_with_parent
+from stream_dp.processes import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 60

@@ -18,7 +18,7 @@ from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from stream_dp.devstack import die_with_parent
+from stream_dp.processes import die_with_parent
 from stream_dp.ingest.bounding import bounded_window_counts
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """SIGKILL the release worker process at named and random points; every window still ends with exactly one
 distinct record per release type on the topic, and the ledger's spent equals the published costs.
 
-Named points (stream_dp.release.testhooks) include the two dangerous gaps: between the charge (record stored)
+Named points (stream_dp.release.crashpoints, injected by tests/integration/crashing_release.py) include the two dangerous gaps: between the charge (record stored)
 and the publish, and between the publish and the mark-published. Random-time kills come from outside.
 Also: two release workers running concurrently never both release one window.
 """
@@ -23,7 +23,7 @@ from stream_dp.accounting.composition import compose
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.keys import Keys
 from stream_dp.release.records import events_of, validate_record
-from stream_dp.release.testhooks import POINTS
+from stream_dp.release.crashpoints import POINTS
 from stream_dp.testing.windows import set_watermark, write_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -71,3 +71,29 @@ def test_the_library_never_imports_entry_points_tests_or_benchmarks():
     for src, targets in import_graph().items():
         if src.startswith("stream_dp"):
             assert not targets & {"workers", "tests", "bench", "eval"}, (src, targets)
+
+
+PRODUCTION = ("stream_dp.ingest", "stream_dp.release", "stream_dp.accounting", "stream_dp.mechanisms",
+              "stream_dp.connections", "stream_dp.config", "stream_dp.dashboard", "stream_dp.client")
+
+
+def test_production_never_imports_the_dev_stack():
+    """The dev stack (Tansu, a local redis-server) is for development; ``stream_dp.processes`` holds the
+    process helpers production shares with it. (``stream_dp.runtime`` reads a running dev stack's state
+    file only when the config names no broker / Redis, lazily.)"""
+    edges = import_graph()
+    for unit in PRODUCTION:
+        assert "stream_dp.devstack" not in edges.get(unit, set()), unit
+
+
+def test_release_code_reads_no_environment_and_has_no_crash_switch():
+    """Crash injection is a seam (``crashpoints``, a no-op in production), not a variable read inside the
+    worker that could SIGKILL it."""
+    from stream_dp.release.crashpoints import NO_CRASHES
+    from stream_dp.release.outbox import Outbox
+
+    for path in (ROOT / "stream_dp" / "release").glob("*.py"):
+        text = path.read_text()
+        assert "os.environ" not in text and "getenv" not in text and "SIGKILL" not in text, path.name
+    assert Outbox(None, None, None).crashpoints is NO_CRASHES  # type: ignore[arg-type]
+    assert NO_CRASHES.reached("after_commit") is None
