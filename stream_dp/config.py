@@ -420,6 +420,15 @@ class ReleasesConfig:
     argmax: ArgmaxConfig = dataclasses.field(default_factory=ArgmaxConfig)
     watch_topk: WatchTopkConfig = dataclasses.field(default_factory=WatchTopkConfig)
 
+    def enabled(self) -> list[str]:
+        """The release types this config computes, in :data:`RELEASE_TYPES` order (top-k first: alerts
+        watch what it released)."""
+        return [name for name in RELEASE_TYPES if getattr(self, name).enabled]
+
+
+#: Every release type, in release order: one ``[releases.<type>]`` section each (the one list of them).
+RELEASE_TYPES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ReleasesConfig))
+
 
 @section
 class MetricsConfig:

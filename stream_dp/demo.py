@@ -47,6 +47,7 @@ from stream_dp.config import Config, config_from_mapping, load_config
 from stream_dp.devstack import DevStack
 from stream_dp.processes import die_with_parent, free_port
 from stream_dp.redact import redact_url
+from stream_dp.schedule import window_start
 
 log = logging.getLogger(__name__)
 
@@ -362,7 +363,7 @@ class Demo:
         if not times:
             return cfg
         size = cfg.windows.size_seconds
-        first = int(min(times) // size) * size
+        first = window_start(min(times), size)
         self.say(f"schedule   every {size:,} s window from {datetime.fromtimestamp(first, timezone.utc):%Y-%m-%d %H:%M} "
                  f"UTC (windows.start = \"{first}\", the stream's first window), empty or not")
         return cfg.replace(windows=_replace(cfg.windows, start=str(first)))
@@ -394,7 +395,7 @@ class Demo:
         from stream_dp.client import ReleaseSubscriber
         from stream_dp.tail import format_release
 
-        window_types = _enabled_types(cfg)
+        window_types = set(cfg.releases.enabled())
         seen: dict[int, set[str]] = {}
         first_seen: dict[int, float] = {}
         follower = ReleaseSubscriber(cfg.kafka, cfg.kafka.releases_topic)
@@ -508,11 +509,6 @@ class Demo:
 
     def request_stop(self) -> None:
         self.stop_requested.set()
-
-
-def _enabled_types(cfg: Config) -> set[str]:
-    r = cfg.releases
-    return {name for name in ("topk", "alerts", "sample", "argmax", "watch_topk") if getattr(r, name).enabled}
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from stream_dp.accounting.composition import Spent, compose
+from stream_dp.accounting.composition import Spent, compose, zcdp_to_epsilon
 from stream_dp.accounting.events import DpEvent
 from stream_dp.config import ConfigError
 
@@ -86,9 +86,7 @@ class BudgetCap:
 
 def reported_epsilon(spent: Spent, delta_prime: float) -> float:
     """ε of a scope's guarantee, evaluated exactly as the Lua scripts do (same operations, same order)."""
-    rho = spent.rho
-    eps = rho + 2 * math.sqrt(rho * math.log(1 / delta_prime))
-    return min(eps, spent.basic_epsilon)
+    return min(zcdp_to_epsilon(spent.rho, delta_prime), spent.basic_epsilon)
 
 
 def reported_delta(spent: Spent, delta_prime: float) -> float:

@@ -45,9 +45,7 @@ def _ledger(cfg: Config) -> Ledger:
 
 
 def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int) -> dict[str, Any]:
-    return {"scope": state.scope, "epsilon_spent": state.epsilon_spent, "delta_spent": state.delta_spent,
-            "epsilon_remaining": state.epsilon_remaining, "delta_remaining": state.delta_remaining,
-            "epsilon_cap": cap.epsilon, "delta_cap": cap.delta, "rho": state.spent.rho,
+    return {**state.budget_block(state.scope, cap), "rho": state.spent.rho,
             "basic_epsilon": state.spent.basic_epsilon if math.isfinite(state.spent.basic_epsilon) else None,
             "open_reservations": open_reservations}
 

@@ -42,10 +42,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from stream_dp.schedule import window_start
 
-def window_start(ts: float, size: int) -> int:
-    """Start (epoch seconds) of the tumbling window of ``size`` seconds holding event time ``ts``."""
-    return int(ts // size) * size
+__all__ = ["PartitionClock", "global_watermark", "window_start"]
 
 
 class PartitionClock:

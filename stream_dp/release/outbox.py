@@ -52,21 +52,6 @@ class Publisher:
         self.producer.close()
 
 
-def budget_block(scope: str, result: Any, cap: Any | None = None) -> dict[str, Any]:
-    """The record's ``budget`` block from a ledger ChargeResult (first result of the release id)."""
-    block = {
-        "scope": scope,
-        "epsilon_spent": float(result.epsilon_spent),
-        "delta_spent": float(result.delta_spent),
-        "epsilon_remaining": float(result.epsilon_remaining),
-        "delta_remaining": float(result.delta_remaining),
-    }
-    if cap is not None:
-        block["epsilon_cap"] = float(cap.epsilon)
-        block["delta_cap"] = float(cap.delta)
-    return block
-
-
 @dataclass
 class Committed:
     """A stored release: its envelope, the ledger's first charge result, and whether this call stored it."""
@@ -139,7 +124,7 @@ class Outbox:
     # --- steps 2 and 3 ---------------------------------------------------------------------------
     def publish(self, committed: Committed) -> dict[str, Any]:
         """Publish the stored record (plus the ledger's budget block) and mark it published."""
-        record = with_budget(committed.envelope.record, budget_block(committed.scope, committed.result, self._cap()))
+        record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self._cap()))
         with self.metrics.phase("kafka"):
             self.publisher.publish(record)
         self.crashpoints.reached("after_publish")
