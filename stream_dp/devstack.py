@@ -26,7 +26,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -413,11 +412,3 @@ def running_addresses() -> dict[str, str] | None:
     if not info.get("running"):
         return None
     return {"bootstrap_servers": info.get("bootstrap_servers") or "", "redis_url": info.get("redis_url") or ""}
-
-
-def main_smoke() -> int:  # pragma: no cover - exercised by the quickstart
-    """Start the stack, print where it listens and how fast it got ready, stop it."""
-    with DevStack() as stack:
-        json.dump(stack.describe(), sys.stdout, indent=2)
-        print()
-    return 0

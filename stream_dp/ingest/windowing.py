@@ -63,9 +63,6 @@ class PartitionClock:
         ts = self._max_ts.get(partition)
         return None if ts is None else ts - self.allowed_lateness
 
-    def watermarks(self) -> dict[int, float]:
-        return {p: ts - self.allowed_lateness for p, ts in self._max_ts.items()}
-
     def forget(self, partitions: set[int]) -> None:
         """Drop revoked partitions (their new owner continues from the watermark stored in Redis)."""
         for p in partitions:
