@@ -15,6 +15,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from stream_dp.processes import die_with_parent
+from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the release tests
 
 REPO = Path(__file__).resolve().parents[2]
 CRASHING_RELEASE = Path(__file__).resolve().parent / "crashing_release.py"
@@ -74,15 +75,6 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: floa
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(timeout=timeout)
-
-
-def wait_for(condition, *, timeout: float, what: str, procs: list[subprocess.Popen[bytes]] = (),  # type: ignore[assignment]
-             interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def read_topic(bootstrap: str, topic: str, *, expect_at_least: int = 0, timeout: float = 20.0) -> list[tuple[str, bytes]]:

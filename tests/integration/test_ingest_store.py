@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stream_dp.ingest import store as store_mod
-from stream_dp.ingest.bounding import ContributionBounder, bounded_window_counts, decode_log
+from bounding_oracle import bounded_counts
+from stream_dp.ingest.bounding import ContributionBounder, decode_log
 from stream_dp.ingest.store import Chunk, StaleBoundingState, WindowStore
 from stream_dp.ingest.windowing import global_watermark, window_start
 from stream_dp.keys import Keys
@@ -63,7 +64,7 @@ def test_counts_equal_ground_truth_under_replays(redis_client, unit):
     store = _store(redis_client, unit=unit, max_keys_per_user=3)
     _apply_batches(store, logs, rnd, replays=True)
     events = [(ts, user, key) for p in sorted(logs) for _, ts, user, key in logs[p]]
-    truth = bounded_window_counts(events, window_size=SIZE, max_keys_per_user=3, unit=unit)
+    truth = bounded_counts(events, window_size=SIZE, max_keys_per_user=3, unit=unit)
     assert store.windows() == sorted(truth)
     for start, counts in truth.items():
         assert store.counts(start) == counts
@@ -202,7 +203,7 @@ def test_bounding_in_the_store_equals_the_python_rule_for_overlapping_keys(redis
         store.apply([Chunk.of(0, 0, [(i, u, k) for i, (u, k) in enumerate(events[lo:hi], start=lo)])],
                     closed_through=None)
         lo = hi
-    truth = bounded_window_counts([(0, u, k) for u, k in events], window_size=SIZE, max_keys_per_user=max_keys)
+    truth = bounded_counts([(0, u, k) for u, k in events], window_size=SIZE, max_keys_per_user=max_keys)
     assert store.counts(0) == truth.get(0, {})
     meta = store.meta(0)
     assert int(meta["events_applied"]) + int(meta.get("events_bounded", 0)) == len(events)
@@ -308,3 +309,22 @@ def test_closed_windows_are_dropped_from_the_cache(redis_client):
     redis_client.hset(Keys("t").window_meta(SIZE), "state", "closed")  # closed by another worker
     r, = store.apply([Chunk.of(SIZE, 0, [(1, "u", "x"), (2, "v", "x")])], closed_through=None)
     assert (r.duplicate, r.late) == (1, 1) and store._bounding == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 250), st.sampled_from("abcd"), st.sampled_from("vwxyz")),
+                       max_size=60),
+       max_keys=st.integers(1, 4), unit=st.sampled_from(["user", "event"]))
+def test_the_test_owned_oracle_and_productions_python_rule_agree(events, max_keys, unit):
+    """Two independent statements of one rule (so a shared bug would need to be written twice)."""
+    from stream_dp.ingest.bounding import bounded_window_counts
+
+    assert bounded_counts(events, window_size=SIZE, max_keys_per_user=max_keys, unit=unit) == \
+        bounded_window_counts(events, window_size=SIZE, max_keys_per_user=max_keys, unit=unit)
+
+
+def test_the_oracle_catches_an_l0_off_by_one():  # broken variant: Δ + 1 keys kept per user
+    events = [(0, "a", k) for k in "xyz"]
+    assert bounded_counts(events, window_size=SIZE, max_keys_per_user=2) == {0: {"x": 1, "y": 1}}
+    assert bounded_counts(events, window_size=SIZE, max_keys_per_user=3) != \
+        bounded_counts(events, window_size=SIZE, max_keys_per_user=2)
