@@ -20,6 +20,9 @@ from stream_dp.runtime import (ExitCode, add_log_level_option, configure_logging
                                run_release_worker, with_release_flags)
 
 
+CRASHED = "crash point reached, SIGKILL:"
+
+
 class KillAt:
     """SIGKILL this process the ``nth`` time ``point`` is reached."""
 
@@ -34,6 +37,7 @@ class KillAt:
             return
         self.hits += 1
         if self.hits == self.nth:
+            print(f"{CRASHED} {point}@{self.nth}", file=sys.stderr, flush=True)  # the test counts these
             os.kill(os.getpid(), signal.SIGKILL)
 
 

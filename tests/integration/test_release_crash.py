@@ -17,6 +17,7 @@ import time
 import pytest
 import redis
 
+from crashing_release import CRASHED
 from release_processes import (by_release_id, read_topic, start_worker, stop, wait_for, wait_started,
                                write_config)
 from stream_dp.accounting.composition import compose
@@ -88,7 +89,7 @@ def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path
     schedule = [f"{p}@1" for p in POINTS] + [f"{rnd.choice(POINTS)}@{rnd.randint(1, 2)}" for _ in range(5)]
     schedule += ["external"] * 3
     rnd.shuffle(schedule)
-    kills = 0
+    kills = injected = 0
     for i, point in enumerate(schedule):
         add_window(client, i, rnd)
         log = tmp_path / f"worker-{i}.log"
@@ -107,7 +108,9 @@ def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path
         code = proc.wait(timeout=20)
         assert code == -signal.SIGKILL, log.read_text()[-3000:]
         kills += 1
+        injected += CRASHED in log.read_text()
     assert kills >= 10
+    assert injected >= 3, "the injected crash points must actually kill the worker"
     final = start_worker(cfg, worker_id="final", log_path=tmp_path / "final.log")
     try:
         wait_for(lambda: released(client) == len(schedule), timeout=90, what="all windows released",
