@@ -27,7 +27,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from stream_dp import redact
@@ -73,6 +73,19 @@ def add_log_level_option(parser: argparse.ArgumentParser) -> None:
     """``--log-level`` (default ``$STREAM_DP_LOG_LEVEL`` or INFO)."""
     parser.add_argument("--log-level", default=None,
                         help=f"logging level (default: ${LOG_LEVEL_VARIABLE} or INFO)")
+
+
+def process_main(argv: Sequence[str] | None, *, prog: str, description: str,
+                 add_arguments: Callable[[argparse.ArgumentParser], object],
+                 run: Callable[[argparse.Namespace], int]) -> int:
+    """A process entry point (``python -m workers.…``): parse ``argv`` with the command's options plus
+    ``--log-level``, configure logging once, then ``run(args)``; returns its :class:`ExitCode`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_arguments(parser)
+    add_log_level_option(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    return run(args)
 
 
 # --------------------------------------------------------------------------------------------------

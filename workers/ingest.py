@@ -7,21 +7,16 @@ A thin entry point: :func:`stream_dp.runtime.run_ingest_worker` runs the worker 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
 from stream_dp.cli import ingest_cmd
-from stream_dp.runtime import add_log_level_option, configure_logging
+from stream_dp.runtime import process_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.ingest", description=__doc__.splitlines()[0])
-    ingest_cmd.add_arguments(parser)
-    add_log_level_option(parser)
-    args = parser.parse_args(argv)
-    configure_logging(args.log_level)
-    return ingest_cmd.run(args)
+    return process_main(argv, prog="python -m workers.ingest", description=__doc__.splitlines()[0],
+                        add_arguments=ingest_cmd.add_arguments, run=ingest_cmd.run)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: release.claim_ttl_seconds)")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Load the config named by ``args``, apply the flags over ``[release]`` and run until a signal."""
+def run(args: argparse.Namespace, *, crashpoints: object = None) -> int:
+    """Load the config named by ``args``, apply the flags over ``[release]`` and run until a signal
+    (``crashpoints``: None in production; crash tests inject one)."""
     cfg = load_config_or_report(args.config)
     if cfg is None:
         return ExitCode.CONFIG
@@ -45,4 +46,4 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    return run_release_worker(cfg, worker_id=args.worker_id)
+    return run_release_worker(cfg, worker_id=args.worker_id, crashpoints=crashpoints)

@@ -14,10 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from stream_dp.cli import release_cmd
-from stream_dp.config import ConfigError
 from stream_dp.release.crashpoints import POINTS
-from stream_dp.runtime import (ExitCode, add_log_level_option, configure_logging, load_config_or_report,
-                               run_release_worker, with_release_flags)
+from stream_dp.runtime import process_main
 
 
 CRASHED = "crash point reached, SIGKILL:"
@@ -42,22 +40,13 @@ class KillAt:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="crashing_release", description=__doc__.splitlines()[0])
-    release_cmd.add_arguments(parser)
-    add_log_level_option(parser)
-    parser.add_argument("--crash-at", required=True, help=f"POINT[@N], POINT one of {', '.join(POINTS)}")
-    args = parser.parse_args(argv)
-    configure_logging(args.log_level)
-    crash = KillAt(args.crash_at)
-    cfg = load_config_or_report(args.config)
-    if cfg is None:
-        return ExitCode.CONFIG
-    try:
-        cfg = with_release_flags(cfg, poll_seconds=args.poll_seconds, claim_ttl_seconds=args.claim_ttl_seconds)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
-    return run_release_worker(cfg, worker_id=args.worker_id, crashpoints=crash)
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        release_cmd.add_arguments(parser)
+        parser.add_argument("--crash-at", required=True, help=f"POINT[@N], POINT one of {', '.join(POINTS)}")
+
+    return process_main(argv, prog="crashing_release", description=__doc__.splitlines()[0],
+                        add_arguments=add_arguments,
+                        run=lambda args: release_cmd.run(args, crashpoints=KillAt(args.crash_at)))
 
 
 if __name__ == "__main__":
