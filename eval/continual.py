@@ -54,6 +54,7 @@ class ContinualSetup:
     window_seconds: int
     period_seconds: int
     overrides: dict[str, str] = field(default_factory=dict)
+    release_type: str = "topk"  # the release scored: "topk" or "histogram" (its top k by noisy count)
 
     def config(self, redis_url: str, prefix: str, *, start: int | None = None) -> Config:
         """The setup's config; ``start``: the public release schedule's first window (the stream's)."""
@@ -70,6 +71,9 @@ class ContinualSetup:
         }
         if start is not None:
             env["STREAM_DP_WINDOWS__START"] = str(start)
+        if self.release_type == "histogram":
+            env["STREAM_DP_RELEASES__TOPK__ENABLED"] = "false"
+            env["STREAM_DP_RELEASES__HISTOGRAM__ENABLED"] = "true"
         env.update(self.overrides)
         return load_config(environ=env)
 
@@ -129,24 +133,30 @@ def release_all(cfg: Config, client: redis.Redis, *, seed: int, max_windows: int
     return producer.records
 
 
-def worst_case_windows_per_period(cfg: Config) -> int:
-    """How many windows one period admits if every top-k release were charged its k-outcome worst case
-    (the counterfactual without pay-what-you-get), by the ledger's own cap rule."""
-    t = cfg.releases.topk
+def one_release_worst_case(cfg: Config, release_type: str = "topk") -> list[Any]:
+    """The events the ledger reserves for one release of ``release_type`` (the builder's own worst case)."""
+    from stream_dp.release.builders import BUILDERS
+
+    return list(BUILDERS[release_type](cfg).reserve_events())
+
+
+def worst_case_windows_per_period(cfg: Config, release_type: str = "topk") -> int:
+    """How many windows one period admits if every release were charged its worst case (for top-k: k
+    outcomes, the counterfactual without pay-what-you-get), by the ledger's own cap rule."""
     cap = BudgetCap.from_config(cfg.budget)
-    events = list(limited_domain_topk_max_events(k=t.k, epsilon=t.epsilon, delta=t.delta))
+    events = one_release_worst_case(cfg, release_type)
     n = 0
     while decide(compose(events * (n + 1)), cap) == "ok" and n < 1_000_000:
         n += 1
     return n
 
 
-def _worst_case_curve(starts: Sequence[int], scope_of: dict[int, str], cfg: Config) -> dict[int, float]:
-    """The scope's reported ε after each window had every top-k release been charged its k-outcome worst
-    case (the counterfactual without pay-what-you-get); a window that would not fit adds nothing."""
-    t = cfg.releases.topk
+def _worst_case_curve(starts: Sequence[int], scope_of: dict[int, str], cfg: Config,
+                      release_type: str = "topk") -> dict[int, float]:
+    """The scope's reported ε after each window had every release been charged its worst case (top-k: k
+    outcomes, the counterfactual without pay-what-you-get); a window that would not fit adds nothing."""
     cap = BudgetCap.from_config(cfg.budget)
-    one = list(limited_domain_topk_max_events(k=t.k, epsilon=t.epsilon, delta=t.delta))
+    one = one_release_worst_case(cfg, release_type)
     charged: dict[str, int] = {}
     out = {}
     for start in starts:
@@ -197,7 +207,8 @@ def run_continual(stream: Stream, setup: ContinualSetup, redis_url: str, *, runs
             prefix = f"evalrun{seed}x{r}"
             _copy_prefix(client, base, prefix)
             cfg = setup.config(redis_url, prefix, start=first)
-            all_records.append([rec for rec in release_all(cfg, client, seed=seed + r) if rec["type"] == "topk"])
+            all_records.append([rec for rec in release_all(cfg, client, seed=seed + r)
+                                if rec["type"] == setup.release_type])
             _delete_prefix(client, prefix)
         _delete_prefix(client, base)
     finally:
@@ -209,7 +220,7 @@ def run_continual(stream: Stream, setup: ContinualSetup, redis_url: str, *, runs
             scope_of[start] = rec["budget"]["scope"]
             released = rec["status"] == "released"
             refused += not released
-            keys = [label_to_id[item["key"]] for item in rec["items"]]
+            keys = [label_to_id[item["key"]] for item in rec["items"][:k]]  # ranked best first
             row = -np.ones((1, k), dtype=np.int64)
             row[0, :len(keys)] = keys
             m = release_metrics(row, truth[start], k)
@@ -223,7 +234,7 @@ def run_continual(stream: Stream, setup: ContinualSetup, redis_url: str, *, runs
             acc["epsilon_spent"].append(float(rec["budget"]["epsilon_spent"]))
             acc["rho"].append(float(rec["cost"]["rho"]))
         refused_runs.append(refused)
-    worst = _worst_case_curve(sorted(per_window), scope_of, probe)
+    worst = _worst_case_curve(sorted(per_window), scope_of, probe, setup.release_type)
     rows = []
     for i, start in enumerate(sorted(per_window)):
         acc = per_window[start]
@@ -250,8 +261,10 @@ def _summary(setup: ContinualSetup, rows: Sequence[dict[str, Any]], cfg: Config,
     recall = Estimate.of(np.array([r["recall_mean"] for r in rows]))
     released = [r for r in rows if r["released_mean"] > 0]
     one_outcome = compose(limited_domain_topk_max_events(k=1, epsilon=t.epsilon, delta=t.delta))
+    one_release = compose(one_release_worst_case(cfg, setup.release_type))
     return {
-        "setup": setup.name, "window_seconds": setup.window_seconds, "period_seconds": setup.period_seconds,
+        "setup": setup.name, "release_type": setup.release_type,
+        "window_seconds": setup.window_seconds, "period_seconds": setup.period_seconds,
         "k": t.k, "k_bar": t.k_bar, "epsilon_per_outcome": t.epsilon, "delta_bottom": t.delta,
         "max_keys_per_user": cfg.contribution.max_keys_per_user, "cap_epsilon": b.epsilon, "cap_delta": b.delta,
         "delta_prime": b.delta_prime, "runs": runs, "windows": len(rows), "periods": len(scopes),
@@ -259,8 +272,8 @@ def _summary(setup: ContinualSetup, rows: Sequence[dict[str, Any]], cfg: Config,
         "windows_released_mean": float(sum(r["released_mean"] for r in rows)),
         "windows_refused_mean": float(np.mean(refused_runs)) if refused_runs else 0.0,
         "max_released_in_a_period": float(max(per_scope_released)) if per_scope_released else 0.0,
-        "worst_case_windows_per_period": worst_case_windows_per_period(cfg),
-        "delta_cap_releases_per_period": int((b.delta - b.delta_prime) / t.delta + 1e-9),
+        "worst_case_windows_per_period": worst_case_windows_per_period(cfg, setup.release_type),
+        "delta_cap_releases_per_period": int((b.delta - b.delta_prime) / one_release.zcdp_delta + 1e-9),
         "bottom_offset": 1.0 + math.log(min(cfg.contribution.max_keys_per_user, t.k_bar) / t.delta) / t.epsilon,
         "mean_recall_over_windows": recall.mean, "mean_recall_ci95": recall.half_width,
         "windows_with_any_key_fraction": float(np.mean([r["keys_mean"] > 0 for r in rows])) if rows else 0.0,

@@ -36,7 +36,7 @@ def findings_continual(out: Path) -> list[str]:
             f"recall@{s['k']} {_pm(s['mean_recall_over_windows'], s['mean_recall_ci95'])}; "
             f"{s['windows_released_mean']:.1f} windows released and {s['windows_refused_mean']:.1f} refused by the "
             f"period cap (at most {s['max_released_in_a_period']:.1f} in one period; {s['worst_case_windows_per_period']} "
-            f"would fit if each were charged k outcomes; the δ cap alone allows {s['delta_cap_releases_per_period']}).")
+            f"would fit if each were charged its worst case; the δ cap alone allows {s['delta_cap_releases_per_period']}).")
     return lines
 
 
@@ -72,6 +72,14 @@ def findings_seeds(out: Path) -> list[str]:
     return lines
 
 
+def _release_of(summary: dict) -> str:
+    return summary.get("release_type") or "topk"  # CSVs written before the histogram existed
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g} d" if seconds >= 86400 else f"{seconds / 3600:g} h"
+
+
 def section_continual(out: Path) -> str:
     """Experiment 2: setups, outcome summary, per-window figures."""
     if not (out / "continual_summary.csv").is_file():
@@ -79,17 +87,19 @@ def section_continual(out: Path) -> str:
     summaries = analysis.read_csv(out / "continual_summary.csv")
     windows = analysis.read_csv(out / "continual_windows.csv")
     setup_table = _table(
-        ("setup", "stream", "window", "budget period", "k", "k̄", "ε per outcome", "δ_⊥", "Δ",
+        ("setup", "release", "stream", "window", "budget period", "k", "k̄", "ε per outcome", "δ_⊥", "Δ",
          "cap per period (ε, δ, δ′)", "replays"),
-        [[s["setup"], s["dataset"], f"{s['window_seconds'] / 86400:g} d", f"{s['period_seconds'] / 86400:g} d",
-          s["k"], s["k_bar"], s["epsilon_per_outcome"], f"{s['delta_bottom']:g}", s["max_keys_per_user"],
+        [[s["setup"], _release_of(s), s["dataset"], _days(s["window_seconds"]), _days(s["period_seconds"]),
+          s["k"], *((s["k_bar"], s["epsilon_per_outcome"], f"{s['delta_bottom']:g}") if _release_of(s) == "topk"
+                    else ("–", "– (ε = 1 per window)", "– (δ_τ = 1e-7)")), s["max_keys_per_user"],
           f"({s['cap_epsilon']:g}, {s['cap_delta']:g}, {s['delta_prime']:g})", s["runs"]] for s in summaries])
     result_table = _table(
         ("setup", "windows", "median users / window", "⊥ offset h_⊥ − h_(k̄+1)", "windows with ≥ 1 key",
          "mean recall@k over windows", "released (mean)", "refused by the cap (mean)",
          "most released in one period", "fit in a period if charged k outcomes", "δ cap allows",
          "never released"),
-        [[s["setup"], s["windows"], f"{s['median_users_per_window']:g}", f"{s['bottom_offset']:.0f}",
+        [[s["setup"], s["windows"], f"{s['median_users_per_window']:g}",
+          f"{s['bottom_offset']:.0f}" if _release_of(s) == "topk" else "–",
           f"{100 * s['windows_with_any_key_fraction']:.0f} %",
           _pm(s["mean_recall_over_windows"], s["mean_recall_ci95"]), f"{s['windows_released_mean']:.1f}",
           f"{s['windows_refused_mean']:.1f}", f"{s['max_released_in_a_period']:.1f} of "
@@ -97,7 +107,7 @@ def section_continual(out: Path) -> str:
           s["delta_cap_releases_per_period"], s["windows_never_released"]] for s in summaries])
     notes = []
     for s in summaries:
-        if s["windows_with_any_key_fraction"] == 0:
+        if s["windows_with_any_key_fraction"] == 0 and _release_of(s) == "topk":
             notes.append(f"- **{s['setup']}**: no window released a single key in {s['runs']} replays: the "
                          f"median window has {s['median_users_per_window']:g} users, while a key must beat "
                          f"h_(k̄+1) + {s['bottom_offset']:.0f} distinct users to come before ⊥. Every window "
@@ -121,8 +131,9 @@ def section_continual(out: Path) -> str:
             [("recall@k vs true bounded top-k", xs, [r["recall_mean"] for r in rows], [r["recall_ci95"] for r in rows]),
              ("keys returned / k", xs, [r["keys_mean"] / s["k"] for r in rows], None),
              ("released (not refused by the cap)", xs, [r["released_mean"] for r in rows], None)],
-            title=f"{s['setup']}: per-window top-{s['k']} (k̄={s['k_bar']}, ε/outcome={s['epsilon_per_outcome']}, "
-                  f"Δ={s['max_keys_per_user']}); {runs} replays, 95% CI",
+            title=(f"{s['setup']}: per-window top-{s['k']} (k̄={s['k_bar']}, ε/outcome={s['epsilon_per_outcome']}, "
+                   f"Δ={s['max_keys_per_user']}); {runs} replays, 95% CI" if _release_of(s) == "topk" else
+                   f"{s['setup']}: histogram, its top {s['k']} (Δ={s['max_keys_per_user']}); {runs} replays, 95% CI"),
             xlabel="window index (event time)", ylabel="fraction", path=out / f"continual_{s['setup']}_utility.png")
         p2 = plots.line_figure(
             [("ε spent in the period (ledger, pay-what-you-get)", xs, [r["epsilon_spent_mean"] for r in rows],
@@ -139,8 +150,9 @@ Each stream is replayed through ingest's `WindowStore` (the production bounding 
 partition, offset order = event-time order) into a real redis-server, the watermark is advanced past the
 last window, and the release worker (`ReleaseWorker.run_once`, real ledger and outbox; only the Kafka
 producer is an in-memory list) releases every closed window, oldest first. Each replay releases the
-same ingested counts with a fresh ledger and its own seed. Only top-k is enabled; every other setting
-is the default `config/stream-dp.toml`. The per-window truth is the bounded top-k computed independently
+same ingested counts with a fresh ledger and its own seed. Only the setup's release type is enabled
+(top-k, or the histogram — scored on its k largest noisy counts); every other setting is the default
+`config/stream-dp.toml`. The per-window truth is the bounded top-k computed independently
 (and checked equal to what ingest wrote to Redis).
 
 {setup_table}

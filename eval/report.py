@@ -23,6 +23,7 @@ from eval import analysis, seeds
 from eval.calibration import calibrate
 from eval.data import Stream, bounded_histogram, load_movielens, zipf_stream
 from eval.render import render_report
+from eval.peers import PeerGrid, cell_verdicts, peers_available, run_peer_experiment
 from eval.topk import Grid, run_topk_experiment
 
 
@@ -41,13 +42,14 @@ class Scale:
     seed_runs: int  # Monte-Carlo runs per k of the seed-003 experiments
     svt_runs: int  # runs per k of the (slower, query-at-a-time) sparse-vector experiments
     seed_ks: tuple[int, ...] = (2, 4, 8, 12, 16, 24)
+    peer_runs: int = 200  # Monte-Carlo runs per point of experiment 4 (the peer libraries are called per run)
 
 
 SCALES = {
     # the test runs this: synthetic data only (no /work/shared), the whole grid, few runs
     "tiny": Scale("tiny", topk_runs=20, zipf_users=2000, zipf_universe=1000, zipf_exponent=1.1,
                   use_movielens=False, continual_runs=2, continual_users=1500, seed_runs=30, svt_runs=10,
-                  seed_ks=(2, 8)),
+                  seed_ks=(2, 8), peer_runs=10),
     # the committed report: ~10 minutes on 2 cores
     "full": Scale("full", topk_runs=1000, zipf_users=20000, zipf_universe=10000, zipf_exponent=1.0,
                   use_movielens=True, continual_runs=20, continual_users=20000, seed_runs=1000, svt_runs=200),
@@ -101,7 +103,26 @@ def continual_setups(scale: Scale) -> list[tuple[Any, str]]:
         (continual.ContinualSetup("movielens-30d-windows", 30 * 86400, CONTINUAL_PERIOD), "movielens"),
         (continual.ContinualSetup("synthetic-weekly-windows", 7 * 86400, CONTINUAL_PERIOD,
                                   {"STREAM_DP_RELEASES__TOPK__EPSILON": "0.25"}), "synthetic"),
+        # the histogram release on the same streams, with its defaults (ε = 1 per window, δ_τ = 1e-7)
+        (continual.ContinualSetup("movielens-30d-windows-histogram", 30 * 86400, CONTINUAL_PERIOD,
+                                  release_type="histogram"), "movielens"),
+        (continual.ContinualSetup("synthetic-weekly-windows-histogram", 7 * 86400, CONTINUAL_PERIOD,
+                                  release_type="histogram"), "synthetic"),
+        # one day of hourly windows, ~10^4 users per hour, the default one-day budget period and cap
+        (continual.ContinualSetup("hourly-day-topk", 3600, 86400), "hourly"),
+        (continual.ContinualSetup("hourly-day-histogram", 3600, 86400, release_type="histogram"), "hourly"),
     ]
+
+
+HOURLY_DAY_START = 20_000 * 86400  # 2024-10-04 00:00 UTC: the day is one default budget period
+
+
+def hourly_day_stream(scale: Scale) -> Stream:
+    """24 hourly windows: users who each draw 48 keys at uniform times over one day (≈ 10⁴ users per hour
+    at full scale: a user with 48 events is active in ~21 of the 24 hours)."""
+    users = 11_500 if scale.name == "full" else 300
+    return zipf_stream(n_users=users, universe=scale.zipf_universe, exponent=scale.zipf_exponent,
+                       events_per_user=48, seed=3, start=HOURLY_DAY_START, span_seconds=86400)
 
 
 def continual_stream(scale: Scale) -> Stream:
@@ -131,11 +152,15 @@ def run_continual_setups(scale: Scale, movielens: Stream | None, redis_url: str 
 
     window_rows: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
+    streams = {"movielens": lambda: movielens, "synthetic": lambda: continual_stream(scale),
+               "hourly": lambda: hourly_day_stream(scale)}
     for setup, which in continual_setups(scale):
-        stream = movielens if which == "movielens" else continual_stream(scale)
+        stream = streams[which]()
         if stream is None:
             continue
-        rows, summary = continual.run_continual(stream, setup, redis_url, runs=scale.continual_runs, seed=seed)
+        # the histogram's exact sampler runs in Python on every key of every window: fewer replays
+        runs = scale.continual_runs if setup.release_type == "topk" else max(2, scale.continual_runs // 4)
+        rows, summary = continual.run_continual(stream, setup, redis_url, runs=runs, seed=seed)
         summary["dataset"] = stream.name
         window_rows += rows
         summaries.append(summary)
@@ -193,6 +218,12 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
         analysis.write_csv(out / "continual_windows.csv", window_rows)
         analysis.write_csv(out / "continual_summary.csv", summaries)
     timings["continual"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    peer_rows = run_peer_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed, peers=peers_available())
+    analysis.write_csv(out / "peers.csv", peer_rows)
+    analysis.write_csv(out / "peers_verdicts.csv", cell_verdicts(peer_rows))
+    timings["peers"] = time.perf_counter() - t
 
     t = time.perf_counter()
     for name, seed_rows in run_seed_experiments(scale, movielens, seed=seed).items():

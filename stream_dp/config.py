@@ -327,12 +327,24 @@ class TopkConfig:
     k_bar: Count = 100
     epsilon: Number = 0.1  # per outcome
     delta: Number = 1e-7  # δ of the ⊥ rule, per release
+    domain: tuple[StrictStr, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
+    domain_file: Str = ""  # a file of public keys, one per line, added to domain
+    domain_from_released: Flag = False  # keys released by topk in earlier windows join the domain
+    discovery_share: Number = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
+
+    @property
+    def has_domain(self) -> bool:
+        return bool(self.domain or self.domain_file or self.domain_from_released)
 
     @model_validator(mode="after")
     def _rules(self) -> TopkConfig:
         if self.enabled:
+            only_released = self.domain_from_released and not self.domain and not self.domain_file
             _check(self, [(self.k >= 1, "k", ">= 1"), (self.k_bar >= self.k, "k_bar", f">= releases.topk.k ({self.k})"),
-                    (_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)")])
+                          (_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)"),
+                          (0 <= self.discovery_share < 1, "discovery_share", "in [0, 1)"),
+                          (self.discovery_share > 0 or not only_released, "discovery_share",
+                           "> 0 when the domain is only keys released earlier")])
         return self
 
 
@@ -413,12 +425,32 @@ class WatchTopkConfig:
 
 
 @section
+class HistogramConfig:
+    enabled: Flag = False
+    epsilon: Number = 1.0  # ε of one release on its own, at δ′ = budget.delta_prime (sets σ of the noise)
+    delta: Number = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
+    max_keys: Count = 1000  # at most this many keys per release (the largest noisy counts above threshold)
+    confidence: Number = 0.95  # of the two-sided interval released with each noisy count
+    domain: tuple[StrictStr, ...] = ()  # public keys: always released with a noisy count, no threshold needed
+    domain_file: Str = ""  # a file of public keys, one per line, added to domain
+
+    @model_validator(mode="after")
+    def _rules(self) -> HistogramConfig:
+        if self.enabled:
+            _check(self, [(_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)"),
+                          (self.max_keys >= 1, "max_keys", ">= 1"),
+                          (_probability(self.confidence), "confidence", "in (0, 1)")])
+        return self
+
+
+@section
 class ReleasesConfig:
     topk: TopkConfig = dataclasses.field(default_factory=TopkConfig)
     alerts: AlertsConfig = dataclasses.field(default_factory=AlertsConfig)
     sample: SampleConfig = dataclasses.field(default_factory=SampleConfig)
     argmax: ArgmaxConfig = dataclasses.field(default_factory=ArgmaxConfig)
     watch_topk: WatchTopkConfig = dataclasses.field(default_factory=WatchTopkConfig)
+    histogram: HistogramConfig = dataclasses.field(default_factory=HistogramConfig)
 
     def enabled(self) -> list[str]:
         """The release types this config computes, in :data:`RELEASE_TYPES` order (top-k first: alerts

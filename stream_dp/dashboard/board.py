@@ -53,10 +53,12 @@ def _number(value: Any) -> float | None:
 
 def interval_of(item: Mapping[str, Any]) -> dict[str, float] | None:
     """An item's interval as ``{"lower", "upper"}``: from ``interval`` given as ``[lo, hi]`` or as a mapping
-    with ``lower``/``upper`` (or ``low``/``high``), else from ``lower_bound``/``upper_bound``; None if none.
+    with ``lower``/``upper`` (or ``low``/``high``), else from ``lower_bound``/``upper_bound`` or a histogram's ``ci_low``/``ci_high``; None if none.
 
     >>> interval_of({"interval": [1, 3.5]}), interval_of({"interval": {"low": 2, "high": 4}})
     ({'lower': 1.0, 'upper': 3.5}, {'lower': 2.0, 'upper': 4.0})
+    >>> interval_of({"key": "k", "count": 40, "ci_low": 31, "ci_high": 49})  # a histogram item
+    {'lower': 31.0, 'upper': 49.0}
     """
     raw = item.get("interval")
     lo = hi = None
@@ -67,6 +69,8 @@ def interval_of(item: Mapping[str, Any]) -> dict[str, float] | None:
         hi = _number(raw.get("upper", raw.get("high")))
     elif raw is None and ("lower_bound" in item or "upper_bound" in item):
         lo, hi = _number(item.get("lower_bound")), _number(item.get("upper_bound"))
+    elif raw is None and ("ci_low" in item or "ci_high" in item):  # a histogram item
+        lo, hi = _number(item.get("ci_low")), _number(item.get("ci_high"))
     if lo is None and hi is None:
         return None
     return {"lower": lo, "upper": hi}  # type: ignore[dict-item]
@@ -83,7 +87,7 @@ def ranked_items(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     items = [dict(i) for i in record.get("items") or [] if isinstance(i, Mapping) and "key" in i]
     if all(isinstance(i.get("rank"), int) for i in items):
         return sorted(items, key=lambda i: i["rank"])
-    items.sort(key=lambda i: -(_number(i.get("estimate")) or 0.0))
+    items.sort(key=lambda i: -(_number(i.get("estimate", i.get("count"))) or 0.0))
     for n, item in enumerate(items, start=1):
         item["rank"] = n
     return items

@@ -42,38 +42,107 @@ class Builder(Protocol):
 
 @dataclass
 class TopkBuilder:
-    """Limited-domain top-k (DR19 Algorithm 1): reads the top k̄+1 counts, returns ≤ k keys and ⊥ flag."""
+    """Limited-domain top-k (DR19 Algorithm 1): reads the top k̄+1 counts, returns ≤ k keys and ⊥ flag.
+
+    With a known domain (``releases.topk.domain``, ``domain_file``, ``domain_from_released``): discover-then-
+    track (:mod:`stream_dp.mechanisms.known_domain`) -- full-domain Gumbel top-k over the public domain plus
+    the keys limited-domain top-k discovers outside it with ``discovery_share`` of ρ; each item says its
+    ``source``."""
 
     cfg: Config
     type: str = "topk"
     mechanism: str = "limited_domain_topk"
 
+    def __post_init__(self) -> None:
+        t = self.cfg.releases.topk
+        if t.has_domain:
+            self.mechanism = "known_domain_topk"
+        self.static_domain: list[str] = list(dict.fromkeys(list(t.domain) + _read_domain_file(t.domain_file)))
+
+    def split(self) -> tuple[float, float | None]:
+        from stream_dp.mechanisms.known_domain import domain_split
+
+        t = self.cfg.releases.topk
+        return domain_split(epsilon=t.epsilon, discovery_share=t.discovery_share)
+
     def parameters(self) -> dict[str, Any]:
         t = self.cfg.releases.topk
-        return {"k": t.k, "k_bar": t.k_bar, "epsilon": t.epsilon, "delta": t.delta,
-                "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
+        p: dict[str, Any] = {"k": t.k, "k_bar": t.k_bar, "epsilon": t.epsilon, "delta": t.delta,
+                             "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
+        if t.has_domain:
+            track, discover = self.split()
+            p.update({"track_epsilon": track, "discover_epsilon": discover, "discovery_share": t.discovery_share,
+                      "domain_size_static": len(self.static_domain),
+                      "domain_from_released": t.domain_from_released})
+        return p
 
     def reserve_events(self) -> tuple[DpEvent, ...]:
         from stream_dp.mechanisms import limited_domain_topk_max_events
+        from stream_dp.mechanisms.known_domain import known_domain_topk_max_events
 
         t = self.cfg.releases.topk
+        if t.has_domain:
+            track, discover = self.split()
+            return known_domain_topk_max_events(k=t.k, track_epsilon=track, discover_epsilon=discover,
+                                                delta=t.delta)
         return tuple(limited_domain_topk_max_events(k=t.k, epsilon=t.epsilon, delta=t.delta))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
 
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> dict[str, float]:
-        return reader.top_counts(window, self.cfg.releases.topk.k_bar + 1)
+    def domain_for(self, reader: WindowReader, window: Window) -> list[str]:
+        """The public domain of ``window``: config keys, file keys, then keys top-k released before it."""
+        keys = list(self.static_domain)
+        if self.cfg.releases.topk.domain_from_released:
+            from stream_dp.keys import Keys
 
-    def run(self, window: Window, data: dict[str, float], rng: Any) -> RecordDraft:
+            index = Keys(self.cfg.redis.key_prefix).release_index("watchlist")
+            earlier = reader.r.zrangebyscore(index, "-inf", f"({window.start}", withscores=True)
+            keys.extend(k.decode() for _, k in sorted((score, k) for k, score in earlier))
+        return list(dict.fromkeys(keys))
+
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
+        t = self.cfg.releases.topk
+        if not t.has_domain:
+            return reader.top_counts(window, t.k_bar + 1)
+        domain = self.domain_for(reader, window)
+        # the top k̄+1 keys outside the domain are among the top k̄+1+|domain| keys
+        outside = reader.top_counts(window, t.k_bar + 1 + len(domain)) if self.split()[1] is not None else {}
+        return reader.counts_of(window, domain), outside
+
+    def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         from stream_dp.mechanisms import limited_domain_topk
+        from stream_dp.mechanisms.known_domain import known_domain_topk
 
         p = self.parameters()
+        if self.cfg.releases.topk.has_domain:
+            domain_counts, outside = data
+            res = known_domain_topk(domain_counts, outside, k=p["k"], k_bar=p["k_bar"],
+                                    track_epsilon=p["track_epsilon"], discover_epsilon=p["discover_epsilon"],
+                                    delta=p["delta"], max_keys_per_user=p["max_keys_per_user"], rng=rng)
+            items = [{"key": str(key), "rank": i + 1, "source": source}
+                     for i, (key, source) in enumerate(zip(res.keys, res.sources))]
+            return RecordDraft(window, self.type, self.mechanism, {**p, "domain_size": len(domain_counts)},
+                               items=items, hit_bottom=bool(res.hit_bottom), events=tuple(res.events),
+                               info={"discovered": [str(key) for key in res.discovered]})
         res = limited_domain_topk(data, k=p["k"], k_bar=p["k_bar"], epsilon=p["epsilon"], delta=p["delta"],
                                   max_keys_per_user=p["max_keys_per_user"], rng=rng)
         items = [{"key": str(key), "rank": i + 1} for i, key in enumerate(res.keys)]
         return RecordDraft(window, self.type, self.mechanism, p, items=items, hit_bottom=bool(res.hit_bottom),
                            events=tuple(res.events), info={"outcomes": int(res.outcomes)})
+
+
+def _read_domain_file(path: str, section: str = "releases.topk") -> list[str]:
+    """Keys of a domain file, one per line (blank lines skipped); a missing file names the setting."""
+    if not path:
+        return []
+    from stream_dp.config import ConfigError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except OSError as exc:
+        raise ConfigError(f"{section}.domain_file {path!r} cannot be read: {exc.strerror}") from None
 
 
 @dataclass
@@ -197,11 +266,70 @@ class WatchTopkBuilder:
                            info={"watchlist_size": len(data)})
 
 
+@dataclass
+class HistogramBuilder:
+    """Discrete-Gaussian histogram with partition selection: every key whose noisy count clears τ, with its
+    noisy count and interval (:mod:`stream_dp.mechanisms.gaussian_histogram`). Reads the whole window; the
+    cost does not depend on the data, so the reserved worst case is what is settled. An empty window
+    releases an empty (still charged) histogram: whether a window is empty is not public."""
+
+    cfg: Config
+    type: str = "histogram"
+    mechanism: str = "gaussian_histogram"
+
+    def __post_init__(self) -> None:
+        h = self.cfg.releases.histogram
+        self.domain: list[str] = list(dict.fromkeys(list(h.domain) + _read_domain_file(h.domain_file,
+                                                                                       "releases.histogram")))
+
+    def calibration(self) -> Any:
+        from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
+
+        h = self.cfg.releases.histogram
+        return calibrate_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
+                                   conversion_delta=self.cfg.budget.delta_prime,
+                                   max_keys_per_user=self.cfg.contribution.max_keys_per_user)
+
+    def parameters(self) -> dict[str, Any]:
+        h = self.cfg.releases.histogram
+        cal = self.calibration()
+        return {"epsilon": h.epsilon, "delta": h.delta, "delta_prime": self.cfg.budget.delta_prime,
+                "max_keys": h.max_keys, "confidence": h.confidence,
+                "max_keys_per_user": self.cfg.contribution.max_keys_per_user,
+                "noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho,
+                "threshold": cal.threshold, "domain_size": len(self.domain)}
+
+    def reserve_events(self) -> tuple[DpEvent, ...]:
+        return self.calibration().events()
+
+    def skip_reason(self, watchlist: list[str]) -> str | None:
+        return None
+
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
+        return reader.all_counts(window)
+
+    def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
+        from stream_dp.mechanisms.gaussian_histogram import gaussian_histogram
+
+        h = self.cfg.releases.histogram
+        res = gaussian_histogram(data.as_dict(), calibration=self.calibration(), max_keys=h.max_keys,
+                                 confidence=h.confidence, domain=self.domain, rng=rng)
+        items = [{"key": str(row.key), "rank": i + 1, "count": row.count, "ci_low": row.ci_low,
+                  "ci_high": row.ci_high, **({"source": "domain" if row.in_domain else "discovered"}
+                                             if self.domain else {})}
+                 for i, row in enumerate(res.rows)]
+        return RecordDraft(window, self.type, self.mechanism, self.parameters(), items=items,
+                           events=tuple(res.events),
+                           info={"above_threshold": res.above_threshold, "capped": res.capped,
+                                 "ci_half_width": res.ci_half_width, "confidence": h.confidence})
+
+
 BUILDERS: dict[str, Callable[[Config], Builder]] = {
     "topk": TopkBuilder,
     "sample": SampleBuilder,
     "argmax": ArgmaxBuilder,
     "watch_topk": WatchTopkBuilder,
+    "histogram": HistogramBuilder,
 }
 
 
@@ -209,5 +337,6 @@ def enabled_types(cfg: Config) -> list[str]:
     """Release types the config enables, in release order (top-k first: alerts watch what it released)."""
     r = cfg.releases
     order = [("topk", r.topk.enabled), ("alerts", r.alerts.enabled), ("sample", r.sample.enabled),
-             ("argmax", r.argmax.enabled), ("watch_topk", r.watch_topk.enabled)]
+             ("argmax", r.argmax.enabled), ("watch_topk", r.watch_topk.enabled),
+             ("histogram", r.histogram.enabled)]
     return [name for name, on in order if on]

@@ -10,8 +10,15 @@ the broken one must be flagged (tests/unit/test_privacy_audits.py). Print the ta
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 
+from stream_dp.accounting.composition import zcdp_to_epsilon
 from stream_dp.mechanisms import em_with_gap, limited_domain_topk, noisy_topk_with_gap
+from stream_dp.mechanisms.gaussian_histogram import (
+    HistogramCalibration,
+    calibration_for_sigma2,
+    gaussian_histogram,
+)
 from stream_dp.mechanisms import limited_domain as limited_domain_module
 from stream_dp.testing.audit import AuditResult, audit_privacy
 
@@ -106,6 +113,41 @@ def em_gap(*, broken: bool = False, trials: int = 20_000, rng: int = 4,
                          trials=trials, event=events, multi_label=True, confidence=confidence, rng=rng)
 
 
+def histogram_threshold_delta(*, broken: bool = False, trials: int = 20_000, rng: int = 5,
+                              confidence: float = 0.999) -> AuditResult:
+    """δ part of the Gaussian histogram: an empty window vs. one user on key "a" (Δ = 1, σ² = 1, threshold δ
+    = 0.1). Real: τ = 3, P[release "a"] = P[Z ≥ 2] ≈ 0.059 ≤ δ on x′ and 0 on x -> passes at
+    (ε(ρ = ½, δ′ = 0.01), 0.1 + δ′). Broken (τ = 1, "any present key"): P[release "a"] = P[Z ≥ 0] ≈ 0.6
+    -> flagged. The event is the released key set (the counts only add the ε part, audited below)."""
+    real = calibration_for_sigma2(sigma2=1, threshold_delta=0.1, max_keys_per_user=1)
+    cal = HistogramCalibration(real.sigma2, 1, real.threshold_delta, 1) if broken else real
+
+    def mechanism(counts, generator):
+        return tuple(row.key for row in gaussian_histogram(counts, calibration=cal, max_keys=5, rng=generator).rows)
+    return audit_privacy(mechanism, {}, {"a": 1}, epsilon=zcdp_to_epsilon(real.rho, 0.01), delta=0.1 + 0.01,
+                         trials=trials, confidence=confidence, rng=rng)
+
+
+def histogram_counts(*, broken: bool = False, trials: int = 20_000, rng: int = 6,
+                     confidence: float = 0.999) -> AuditResult:
+    """ε part: one user adds 1 to each of Δ = 9 keys far above τ (x = 100 each, x′ = 101 each), σ² = 9, so
+    ρ = Δ/(2σ²) = ½ and the claim is (ρ + 2·sqrt(ρ·ln(1/δ′)), δ′ + 1e-9) with δ′ = 0.01; events: "the sum
+    of the released counts ≥ 900 + t" (the sum is the sufficient statistic). Real: worst ratio ≈ e^2 <
+    e^3.5. Broken: σ² = 1, noise for L2 sensitivity 1 instead of √Δ (ρ really 4.5) -> flagged."""
+    real = calibration_for_sigma2(sigma2=9, threshold_delta=1e-9, max_keys_per_user=9)
+    cal = HistogramCalibration(Fraction(1), real.threshold, real.threshold_delta, 9) if broken else real
+    keys = tuple("abcdefghi")
+
+    def mechanism(counts, generator):
+        return sum(row.count for row in gaussian_histogram(counts, calibration=cal, max_keys=9, rng=generator).rows)
+
+    def events(total):
+        return frozenset(f"sum>={900 + t}" for t in range(0, 18, 2) if total >= 900 + t)
+    return audit_privacy(mechanism, {k: 100 for k in keys}, {k: 101 for k in keys},
+                         epsilon=zcdp_to_epsilon(real.rho, 0.01), delta=0.01 + 1e-9, trials=trials,
+                         event=events, multi_label=True, confidence=confidence, rng=rng)
+
+
 def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> AuditResult:
     if offset is None:
         return run()
@@ -123,6 +165,8 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "noisy_topk_with_gap": noisy_topk,
     "noisy_topk_with_gap (discrete)": noisy_topk_discrete,
     "em_with_gap": em_gap,
+    "gaussian_histogram threshold (δ)": histogram_threshold_delta,
+    "gaussian_histogram counts (ε)": histogram_counts,
 }
 
 

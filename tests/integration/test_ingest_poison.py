@@ -32,7 +32,8 @@ FIVE_MB = 5_000_000  # over it: rejected as record_too_large before any parsing
 def _produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 * 1024 * 1024)
     for v in values:
-        producer.send(topic, key=b"poison", value=v).get(timeout=30)
+        # stamped like the trusted collector would: the record time of the good events' window
+        producer.send(topic, key=b"poison", value=v, timestamp_ms=(T0 + 1) * 1000).get(timeout=30)
     producer.close()
 
 

@@ -179,3 +179,18 @@ def test_audit_of_the_whole_pipeline_real_within_epsilon_broken_flagged(redis_cl
     assert broken.violated, broken.summary()
     # the boundary pair is not vacuous: the released outcome varies between runs
     assert len({o for o in _audit_views(boundary, cfg, redis_client, 40, seed=14)[0]}) > 1
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario) -> None:
+    """The histogram release (issue 18) on every neighbouring pair: same windows, statuses and charges; an
+    empty window is a released (charged) empty histogram."""
+    cfg = harness_cfg(topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
+                      histogram={"enabled": True, "epsilon": 1.0, "delta": 1e-6})
+    assert compare(scenario, cfg, redis_client, rng=5) == [], scenario.name
+    view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=6,
+                          partitions=scenario.partitions)
+    due = [T0 + i * SIZE for i in range(int((scenario.horizon - T0) // SIZE))]
+    assert [r[0] for r in view.structure().rows] == due
+    assert all(r["type"] == "histogram" and r["status"] == "released" and r["cost"]["rho"] > 0
+               for r in view.records)

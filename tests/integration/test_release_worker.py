@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -487,6 +488,72 @@ def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(r
     sample = make_cfg(sample={"enabled": True, "delta": 1e-3})
     with pytest.raises(ConfigError, match="budget.delta"):
         make_worker(redis_client, sample.replace(budget=dataclasses.replace(sample.budget, delta=1e-4)))
+
+
+def test_histogram_releases_noisy_counts_above_the_threshold_and_settles_its_reserved_cost(redis_client) -> None:
+    cfg = make_cfg(topk={"enabled": False},
+                   histogram={"enabled": True, "epsilon": 2.0, "delta": 1e-7, "max_keys": 3, "confidence": 0.9})
+    keys = Keys("t")
+    counts = {**{f"hot{j}": float(5000 + 1000 * j) for j in range(5)}, "rare": 1.0, "small": 2.0}
+    write_window(redis_client, keys, 0, SIZE, counts)
+    write_window(redis_client, keys, SIZE, SIZE, {"only-one-user": 1.0})
+    set_watermark(redis_client, keys, 2 * SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 2
+    first, second = pub.records
+    for rec in pub.records:
+        validate_record(rec)
+        assert rec["type"] == "histogram" and rec["status"] == "released"
+    params = first["mechanism"]["parameters"]
+    # the cap keeps the 3 largest noisy counts among the 5 keys above the threshold
+    assert [it["key"] for it in first["items"]] == ["hot4", "hot3", "hot2"]
+    assert first["info"] == {"above_threshold": 5, "capped": True, "ci_half_width": first["info"]["ci_half_width"],
+                             "confidence": 0.9}
+    for it in first["items"]:
+        assert isinstance(it["count"], int) and it["ci_low"] < it["count"] < it["ci_high"]
+        assert abs(it["count"] - counts[it["key"]]) < 10 * float(Fraction(params["sigma2"])) ** 0.5
+    # a window whose only key one user touched: nothing above τ, still a (charged) record
+    assert second["items"] == [] and second["info"]["above_threshold"] == 0
+    (event,) = events_of(first)
+    assert event.kind == "zcdp" and event.rho == pytest.approx(5 / (2 * float(Fraction(params["sigma2"]))))
+    assert event.delta == 1e-7
+    scope = first["budget"]["scope"]
+    assert ledger.remaining(scope).spent.rho == pytest.approx(2 * event.rho, rel=1e-12)
+    assert events_of(second) == [event]
+
+
+def test_topk_with_a_known_domain_tracks_it_and_discovers_keys_outside_it(redis_client, tmp_path) -> None:
+    domain_file = tmp_path / "catalogue.txt"
+    domain_file.write_text("d3\n\nd4\n")
+    cfg = make_cfg(topk={"k": 3, "k_bar": 5, "epsilon": 1000.0, "delta": 1e-6, "domain": ["d1", "d2"],
+                         "domain_file": str(domain_file), "domain_from_released": True,
+                         "discovery_share": 0.2})
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, {"d1": 5000.0, "d3": 3000.0, "new": 9000.0, "noise": 2.0})
+    write_window(redis_client, keys, SIZE, SIZE, {"d1": 10.0, "new": 7000.0, "d4": 4000.0})
+    set_watermark(redis_client, keys, 2 * SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 2
+    first, second = pub.records
+    for rec in pub.records:
+        validate_record(rec)
+        assert rec["mechanism"]["name"] == "known_domain_topk"
+    assert [(it["key"], it["source"]) for it in first["items"]] == [
+        ("new", "discovered"), ("d1", "domain"), ("d3", "domain")]
+    assert first["mechanism"]["parameters"]["domain_size"] == 4  # d1, d2, d3, d4
+    # "new" was released in window 0, so it is in window 1's domain
+    assert [(it["key"], it["source"]) for it in second["items"]] == [
+        ("new", "domain"), ("d4", "domain"), ("d1", "domain")]
+    assert second["mechanism"]["parameters"]["domain_size"] == 5
+    # charged: discovery outcomes (pay what you get, with δ) + 3 tracked peels (no δ); ρ split 0.2 / 0.8
+    discover, track = events_of(first)
+    assert (discover.mechanism, track.mechanism) == ("limited_domain_topk", "known_domain_gumbel_topk")
+    assert discover.count == len(first["info"]["discovered"]) + int(first["hit_bottom"])
+    assert discover.epsilon == pytest.approx(1000.0 * 0.2 ** 0.5) and discover.delta == 1e-6
+    assert track.epsilon == pytest.approx(1000.0 * 0.8 ** 0.5) and track.count == 3 and track.delta == 0.0
+    scope = first["budget"]["scope"]
+    spent = ledger.remaining(scope).spent
+    assert spent.rho == pytest.approx(compose(e for r in pub.records for e in events_of(r)).rho, rel=1e-12)
 
 
 def test_a_state_stored_by_an_older_version_is_scrubbed_and_closed(redis_client) -> None:

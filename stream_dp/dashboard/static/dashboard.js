@@ -149,11 +149,14 @@ function renderEstimates(record) {
     replace("estimates", h("p", { class: "exhausted" }, "not released: the period's privacy budget cannot cover it"));
     return;
   }
-  const items = record.items.filter(i => i.estimate !== null && i.estimate !== undefined)
+  // sample items carry an estimate; histogram items a noisy count with ci_low / ci_high
+  const items = record.items.map(i => ({ ...i, estimate: i.estimate ?? i.count }))
+    .filter(i => i.estimate !== null && i.estimate !== undefined)
     .sort((a, b) => b.estimate - a.estimate).slice(0, 12);
   if (!items.length) { replace("estimates", h("p", { class: "muted" }, "no keys in this release")); return; }
   const iv = i => Array.isArray(i.interval) ? { lower: i.interval[0], upper: i.interval[1] }
-    : (i.interval ? { lower: i.interval.lower ?? i.interval.low, upper: i.interval.upper ?? i.interval.high } : null);
+    : (i.interval ? { lower: i.interval.lower ?? i.interval.low, upper: i.interval.upper ?? i.interval.high }
+      : (i.ci_low !== undefined ? { lower: i.ci_low, upper: i.ci_high } : null));
   const max = Math.max(...items.map(i => (iv(i) && iv(i).upper) || i.estimate)) * 1.05;
   const L = 170, W = 520, row = 18, H = items.length * row + 8;
   const x = v => L + (W - L - 40) * Math.max(0, v) / (max || 1);

@@ -1,0 +1,487 @@
+"""Experiment 4: stream-dp's release types against the real OpenDP and PipelineDP, at equal (ε_w, δ_w).
+
+Same bounded window histogram (a user counts once per key, for at most Δ keys), same per-window guarantee.
+Each method releases a set of keys (with noisy counts where it has them); the top k by noisy value (by rank
+for the selection-only methods) are scored with :func:`eval.metrics.release_metrics`.
+
+stream-dp (calibrated by the project's accountant, the rule of :mod:`eval.calibration`):
+
+- ``sdp_histogram``: :mod:`stream_dp.mechanisms.gaussian_histogram` -- discrete Gaussian counts, threshold
+  τ for δ_τ = δ_w/2, ρ from the zCDP conversion at δ′ = δ_w/2 (what the ledger charges). The Monte-Carlo
+  runs draw the noise with the vectorised sampler of the same law (``sample_discrete_gaussian_table``).
+- ``sdp_ldt``: limited-domain top-k (k̄ = 2k), the default ``topk`` release;
+- ``sdp_known_domain`` (known domain only; the domain is the public catalogue = the universe, so
+  ``discovery_share = 0``): :func:`stream_dp.mechanisms.known_domain.known_domain_topk` without discovery,
+  i.e. one-shot Gumbel top-k over the domain (drawn with the vectorised ``eval.baselines.full_domain_topk``,
+  the same law).
+
+Peers (each calibrated by its own library to (ε_w, δ_w)):
+
+- ``opendp_laplace_threshold``: ``opendp.measurements.make_laplace_threshold`` on the map key → count with
+  ``l01inf_distance`` d_in = (Δ, Δ, 1); scale by bisection so the map's ε = ε_w, then the smallest integer
+  threshold whose δ ≤ δ_w (OpenDP's own privacy map);
+- ``opendp_gaussian_threshold``: ``make_gaussian_threshold`` (approximate zCDP, ``l02inf_distance``
+  d_in = (Δ, √Δ, 1)) converted by OpenDP's ``make_zCDP_to_approxDP`` + ``make_fix_delta``: threshold δ =
+  δ_w/2, the rest to the conversion, scale by bisection;
+- ``pipelinedp_truncated_geometric`` / ``_laplace_thresholding`` / ``_gaussian_thresholding``: PipelineDP's
+  partition selection strategies (``pipeline_dp.partition_selection``, Google's C++ implementation). The
+  thresholding strategies return the noisy count they thresholded (``noised_value_if_should_keep``), which
+  ranks the kept keys (PipelineDP's post-aggregation thresholding). Truncated geometric only selects: as
+  PipelineDP's engine does by default, half the budget selects and a Laplace count with the other half
+  (scale Δ/(ε_w/2), PipelineDP's L1 sensitivity Δ·1) ranks;
+- known domain only: ``pipelinedp_public_laplace`` / ``_public_gaussian``: PipelineDP with public
+  partitions -- a noisy count for every domain key (Laplace Δ/ε_w; Gaussian σ from PipelineDP's
+  ``compute_sigma(ε_w, δ_w, √Δ)``), top k.
+
+Speed: per-key library calls are made for keys whose keep probability under the library's own law is at
+least 1e-9 (PipelineDP's ``probability_of_keep``; for OpenDP from the calibrated scale and threshold); rarer
+keys are left out of the input, which changes a run's output with probability ≤ 1e-9 per key. OpenDP
+measurements are called once per run on the map of the remaining keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stream_dp.mechanisms.discrete_gaussian import sample_discrete_gaussian_table
+from stream_dp.mechanisms.gaussian_histogram import calibration_for_sigma2, rho_for_epsilon
+
+from eval import baselines
+from eval.calibration import calibrate
+from eval.data import Histogram, Stream, bounded_histogram
+from eval.metrics import Estimate, release_metrics
+from eval.topk import cell_rng, run_ldt
+
+SDP_METHODS = ("sdp_histogram", "sdp_ldt", "sdp_known_domain", "sdp_histogram_domain")
+PEER_METHODS = ("opendp_laplace_threshold", "opendp_gaussian_threshold", "pipelinedp_truncated_geometric",
+                "pipelinedp_laplace_thresholding", "pipelinedp_gaussian_thresholding",
+                "pipelinedp_public_laplace", "pipelinedp_public_gaussian")
+KEEP_CUTOFF = 1e-9
+HISTOGRAM_MAX_KEYS = 1000  # releases.histogram.max_keys default
+
+
+@dataclass(frozen=True)
+class PeerGrid:
+    epsilons: Sequence[float] = (0.1, 0.5, 1.0, 2.0)
+    deltas_keys: Sequence[int] = (1, 5, 20)
+    ks: Sequence[int] = (10, 50)
+    delta_w: float = 1e-6
+    runs: int = 200
+
+
+@dataclass
+class Release:
+    """``runs`` releases of one method: kept positions (into ``index`` order) with noisy values (−inf: not
+    kept; for rank-only methods the value is minus the rank)."""
+
+    values: np.ndarray  # (runs, n) float, -inf where not kept
+    index: np.ndarray  # key ids of the columns
+    has_counts: bool
+
+
+# --------------------------------------------------------------------------------------------------
+# stream-dp
+# --------------------------------------------------------------------------------------------------
+
+
+def _log_delta_optimal(rho: float, eps: float) -> float:
+    """ln δ of the optimal ρ-zCDP → (ε, δ)-DP conversion (Canonne, Kamath & Steinke 2020, Corollary 13:
+    δ = inf_{α>1} e^{(α−1)(αρ−ε)}/(α−1)·(1−1/α)^α) -- what OpenDP's ``make_zCDP_to_approxDP`` computes."""
+    from scipy.optimize import minimize_scalar
+
+    def g(a: float) -> float:
+        return (a - 1) * (a * rho - eps) - math.log(a - 1) + a * math.log1p(-1 / a)
+    return float(minimize_scalar(g, bounds=(1 + 1e-9, 1e6), method="bounded", options={"xatol": 1e-10}).fun)
+
+
+def optimal_conversion_epsilon(rho: float, delta: float) -> float:
+    """ε of the optimal conversion at δ (bisection on ε); the project's ledger uses the looser
+    ρ + 2·sqrt(ρ·ln(1/δ)). Counterfactual rows only.
+
+    >>> round(optimal_conversion_epsilon(0.025, 1e-6 - 9.087553487496791e-09), 6)
+    1.014515
+    """
+    lo, hi, target = 0.0, 100.0, math.log(delta)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _log_delta_optimal(rho, mid) <= target else (mid, hi)
+    return hi
+
+
+@functools.lru_cache(maxsize=None)
+def optimal_conversion_rho(eps: float, delta: float) -> float:
+    """The largest ρ whose optimal conversion at δ is ε or less (bisection on ρ; δ grows with ρ)."""
+    lo, hi, target = 1e-9, 100.0, math.log(delta)
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if _log_delta_optimal(mid, eps) <= target else (lo, mid)
+    return lo
+
+
+def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, tight: bool = False) -> Any:
+    """σ² and τ at (ε_w, δ_w): δ_w/2 for the threshold, δ_w/2 for the conversion (the project's accountant;
+    ``tight``: the optimal conversion instead -- a counterfactual, not what the ledger charges)."""
+    if tight:
+        rho = optimal_conversion_rho(epsilon_w, delta_w / 2)
+    else:
+        rho = rho_for_epsilon(epsilon_w, delta_w / 2)
+    return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=delta_w / 2, max_keys_per_user=dk)
+
+
+def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator, *,
+                  domain: bool = False, tight: bool = False) -> Release:
+    """The histogram release; ``domain``: the whole universe is a public domain (released without τ)."""
+    cal = sdp_histogram_calibration(eps, delta, dk, tight=tight)
+    counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
+    values = np.empty((runs, len(counts)))
+    for lo in range(0, runs, baselines.CHUNK):  # bounded memory: CHUNK runs at a time
+        n = min(baselines.CHUNK, runs - lo)
+        noisy = (counts[None, :] + sample_discrete_gaussian_table(cal.sigma2, (n, len(counts)), rng)).astype(float)
+        values[lo:lo + n] = noisy if domain else np.where(noisy >= cal.threshold, noisy, -np.inf)
+    if values.shape[1] > HISTOGRAM_MAX_KEYS:  # the cap: exactly the max_keys largest noisy counts
+        top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
+        capped = np.full_like(values, -np.inf)
+        np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
+        values = capped
+    return Release(values, index, True)
+
+
+def _ranked(released: np.ndarray, width: int) -> Release:
+    """Key-id rows (−1 padded, best first) as a Release over those ids with value −rank."""
+    ids = np.unique(released[released >= 0])
+    values = np.full((len(released), max(len(ids), 1)), -np.inf)
+    pos = {int(k): i for i, k in enumerate(ids)}
+    for r, row in enumerate(released):
+        for rank, key in enumerate(row):
+            if key >= 0:
+                values[r, pos[int(key)]] = -rank
+    return Release(values[:, :len(ids)] if len(ids) else values[:, :0], ids, False)
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenDP
+# --------------------------------------------------------------------------------------------------
+
+
+def _opendp():
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    return dp
+
+
+def _bisect_scale(ok: Callable[[float], bool], lo: float = 1e-3, hi: float = 1e6) -> float:
+    """Smallest scale with ok(scale) (ok is monotone: larger scale, more privacy); relative precision ~1e-9."""
+    for _ in range(36):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def _smallest_threshold(delta_of: Callable[[int], float], delta: float) -> int:
+    lo, hi = 1, 2
+    while delta_of(hi) > delta:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if delta_of(mid) <= delta else (mid, hi)
+    return hi
+
+
+@functools.lru_cache(maxsize=None)
+def opendp_laplace_measurement(dk: int, eps: float, delta: float) -> Any:
+    dp = _opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l01inf_distance(dp.absolute_distance(T=dp.i64))
+    d_in = (dk, dk, 1)
+
+    def make(scale: float, threshold: int) -> Any:
+        return dp.m.make_laplace_threshold(dom, met, scale=scale, threshold=threshold)
+
+    scale = _bisect_scale(lambda s: make(s, 10**9).map(d_in)[0] <= eps)
+    threshold = _smallest_threshold(lambda t: make(scale, t).map(d_in)[1], delta)
+    # with the threshold fixed, a smaller scale only lowers δ: take the smallest scale that still meets ε
+    scale = _bisect_scale(lambda s: make(s, threshold).map(d_in)[0] <= eps, lo=scale / 2, hi=scale)
+    _OPENDP_PARAMS[("laplace", dk, eps, delta)] = (scale, threshold)
+    return make(scale, threshold)
+
+
+def opendp_min_count(kind: str, dk: int, eps: float, delta: float) -> float:
+    """Counts below this are kept by the OpenDP measurement with probability < KEEP_CUTOFF (Laplace:
+    ½·e^{−(τ−c)/b}; Gaussian: P[N(0, σ²) ≥ τ − c]); the runs skip them (see the module docstring)."""
+    from scipy import stats
+
+    (opendp_laplace_measurement if kind == "laplace" else opendp_gaussian_measurement)(dk, eps, delta)
+    scale, threshold = _OPENDP_PARAMS[(kind, dk, eps, delta)]  # recorded by the (cached) calibration
+    if kind == "laplace":
+        return threshold - scale * math.log(1 / (2 * KEEP_CUTOFF))
+    return threshold - scale * float(stats.norm.isf(KEEP_CUTOFF))
+
+
+_OPENDP_PARAMS: dict[tuple, tuple[float, int]] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def opendp_gaussian_measurement(dk: int, eps: float, delta: float) -> Any:
+    dp = _opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l02inf_distance(dp.absolute_distance(T=dp.i64))
+    d_in = (dk, dk, 1)  # (L0, L2, L∞); OpenDP bounds L2 by min(L2, sqrt(L0)·L∞) = √Δ
+
+    def make(scale: float, threshold: int) -> Any:
+        return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(
+            dp.m.make_gaussian_threshold(dom, met, scale=scale, threshold=threshold)), delta)
+
+    def threshold_for(scale: float) -> int:
+        return _smallest_threshold(
+            lambda t: dp.m.make_gaussian_threshold(dom, met, scale=scale, threshold=t).map(d_in)[1], delta / 2)
+
+    scale = _bisect_scale(lambda s: make(s, threshold_for(s)).map(d_in)[0] <= eps, lo=0.1, hi=1e5)
+    threshold = threshold_for(scale)
+    # threshold fixed: below this scale its δ only shrinks (more δ left to the conversion); refine the scale
+    scale = _bisect_scale(lambda s: make(s, threshold).map(d_in)[0] <= eps, lo=scale / 2, hi=scale)
+    _OPENDP_PARAMS[("gaussian", dk, eps, delta)] = (scale, threshold)
+    return make(scale, threshold)
+
+
+def run_opendp(meas: Any, hist: Histogram, runs: int, min_count: float = -math.inf) -> Release:
+    data = {int(k): int(c) for k, c in zip(hist.keys, hist.counts) if c >= min_count}
+    col = {int(k): i for i, k in enumerate(hist.keys)}
+    values = np.full((runs, len(hist)), -np.inf)
+    for r in range(runs):
+        for key, value in meas(data).items():
+            values[r, col[int(key)]] = float(value)
+    return Release(values, hist.keys, True)
+
+
+# --------------------------------------------------------------------------------------------------
+# PipelineDP
+# --------------------------------------------------------------------------------------------------
+
+
+def _strategy(name: str, eps: float, delta: float, dk: int) -> Any:
+    import pipeline_dp
+    from pipeline_dp import partition_selection
+
+    kind = {"truncated_geometric": pipeline_dp.PartitionSelectionStrategy.TRUNCATED_GEOMETRIC,
+            "laplace_thresholding": pipeline_dp.PartitionSelectionStrategy.LAPLACE_THRESHOLDING,
+            "gaussian_thresholding": pipeline_dp.PartitionSelectionStrategy.GAUSSIAN_THRESHOLDING}[name]
+    return partition_selection.create_partition_selection_strategy(kind, eps, delta, dk)
+
+
+def _eligible(strategy: Any, counts: np.ndarray) -> np.ndarray:
+    """Columns whose keep probability (the library's own) is at least KEEP_CUTOFF."""
+    probs = {int(c): strategy.probability_of_keep(int(c)) for c in np.unique(counts)}
+    return np.flatnonzero(np.array([probs[int(c)] >= KEEP_CUTOFF for c in counts], dtype=bool))
+
+
+def run_pipelinedp_thresholding(name: str, hist: Histogram, dk: int, eps: float, delta: float, runs: int
+                                ) -> Release:
+    strategy = _strategy(name, eps, delta, dk)
+    cols = _eligible(strategy, hist.counts)
+    values = np.full((runs, len(hist)), -np.inf)
+    counts = [int(c) for c in hist.counts[cols]]
+    for r in range(runs):
+        for j, c in zip(cols, counts):
+            v = strategy.noised_value_if_should_keep(c)
+            if v is not None:
+                values[r, j] = float(v)
+    return Release(values, hist.keys, True)
+
+
+def run_pipelinedp_truncated_geometric(hist: Histogram, dk: int, eps: float, delta: float, runs: int,
+                                       rng: np.random.Generator) -> Release:
+    strategy = _strategy("truncated_geometric", eps / 2, delta, dk)
+    cols = _eligible(strategy, hist.counts)
+    values = np.full((runs, len(hist)), -np.inf)
+    counts = [int(c) for c in hist.counts[cols]]
+    noise_scale = dk / (eps / 2)  # PipelineDP: L1 = max_partitions_contributed · max_contributions_per_partition
+    for r in range(runs):
+        for j, c in zip(cols, counts):
+            if strategy.should_keep(c):
+                values[r, j] = c + rng.laplace(scale=noise_scale)
+    return Release(values, hist.keys, True)
+
+
+def run_pipelinedp_public(kind: str, hist: Histogram, dk: int, eps: float, delta: float, runs: int,
+                          rng: np.random.Generator) -> Release:
+    from pipeline_dp import dp_computations
+
+    dense = hist.dense().astype(float)
+    if kind == "laplace":
+        noise = rng.laplace(scale=dp_computations.compute_l1_sensitivity(dk, 1) / eps, size=(runs, dense.size))
+    else:
+        sigma = dp_computations.compute_sigma(eps, delta, dp_computations.compute_l2_sensitivity(dk, 1))
+        noise = rng.normal(scale=sigma, size=(runs, dense.size))
+    return Release(dense[None, :] + noise, np.arange(dense.size), True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------------------------------
+
+
+def _score(rel: Release, hist: Histogram, k: int) -> dict[str, Any]:
+    vals = rel.values
+    cols = baselines._topk_rows(vals, k) if vals.shape[1] else -np.ones((len(vals), k), dtype=np.int64)
+    released = np.where(cols >= 0, rel.index[np.maximum(cols, 0)], -1) if len(rel.index) else cols
+    m = release_metrics(released, hist, k)
+    kept = np.isfinite(vals)
+    out = {"precision": m["precision"], "recall": m["recall"], "keys_topk": m["keys"],
+           "keys_released": kept.sum(axis=1).astype(float)}
+    if rel.has_counts and vals.shape[1] and len(rel.index):
+        dense = hist.dense()
+        truth = dense[rel.index].astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            err = np.where(kept, np.abs(vals - truth[None, :]) / np.maximum(truth[None, :], 1.0), np.nan)
+        # mean relative error of the counts released among the top k, per run (NaN when none)
+        top = np.take_along_axis(err, np.maximum(cols, 0), axis=1)
+        top[cols < 0] = np.nan
+        finite = np.isfinite(top)
+        total = np.where(finite, top, 0.0).sum(axis=1)
+        n = finite.sum(axis=1)
+        out["rel_error"] = np.where(n > 0, total / np.maximum(n, 1), np.nan)
+    else:
+        out["rel_error"] = np.full(len(vals), np.nan)
+    return out
+
+
+def _family(method: str) -> str:
+    if method.startswith("sdp_"):
+        return "stream-dp"
+    return method.split("_")[0]  # opendp, pipelinedp, counterfactual
+
+
+def _rows(dataset: str, dk: int, eps: float, delta: float, known: bool, method: str, rel: Release,
+          hist: Histogram, ks: Iterable[int], seconds: float) -> list[dict[str, Any]]:
+    rows = []
+    for k in ks:
+        s = _score(rel, hist, k)
+        row: dict[str, Any] = {"dataset": dataset, "delta_keys": dk, "epsilon_w": eps, "delta_w": delta, "k": k,
+                               "known_domain": known, "method": method,
+                               "family": _family(method),
+                               "runs": len(rel.values)}
+        for name in ("precision", "recall", "keys_released", "rel_error"):
+            with np.errstate(invalid="ignore"):
+                est = Estimate.of(s[name])
+            row[f"{name}_mean"], row[f"{name}_ci95"] = est.mean, est.half_width
+        row["empty_fraction"] = float(np.mean(s["keys_topk"] == 0))
+        row["seconds"] = round(seconds, 2)
+        rows.append(row)
+    return rows
+
+
+def peers_available() -> bool:
+    """Whether the peer libraries (the ``eval`` extra: opendp, pipeline-dp) are installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("opendp", "pipeline_dp"))
+
+
+def run_peer_experiment(datasets: Iterable[Stream], grid: PeerGrid, *, seed: int = 20261129,
+                        peers: bool = True) -> list[dict[str, Any]]:
+    """Rows: dataset × Δ × ε_w × known-domain × method × k (the selection-only peers do not depend on k or on
+    the domain: they are run once per (dataset, Δ, ε_w) and scored for every k and both domain settings)."""
+    rows: list[dict[str, Any]] = []
+    for stream in datasets:
+        for dk in grid.deltas_keys:
+            hist = bounded_histogram(stream, dk)
+            for eps in grid.epsilons:
+                rows += _cell(stream.name, hist, dk, eps, grid, seed, peers)
+    return rows
+
+
+def _timed(fn: Callable[[], Release]) -> tuple[Release, float]:
+    t = time.perf_counter()
+    rel = fn()
+    return rel, time.perf_counter() - t
+
+
+def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed: int, peers: bool
+          ) -> list[dict[str, Any]]:
+    delta, runs, ks = grid.delta_w, grid.runs, grid.ks
+
+    def rng(*tag: Any) -> np.random.Generator:
+        return cell_rng(seed, "peers", name, dk, eps, *tag)
+
+    shared: dict[str, tuple[Release, float]] = {
+        "sdp_histogram": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist"))),
+        "counterfactual_histogram_optimal_conversion": _timed(
+            lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-tight"), tight=True))}
+    if peers:
+        for kind in ("laplace", "gaussian"):
+            make = opendp_laplace_measurement if kind == "laplace" else opendp_gaussian_measurement
+            shared[f"opendp_{kind}_threshold"] = _timed(
+                lambda make=make, kind=kind: run_opendp(make(dk, eps, delta), hist, runs,
+                                                        opendp_min_count(kind, dk, eps, delta)))
+        shared["pipelinedp_truncated_geometric"] = _timed(
+            lambda: run_pipelinedp_truncated_geometric(hist, dk, eps, delta, runs, rng("tg")))
+        for kind in ("laplace_thresholding", "gaussian_thresholding"):
+            shared[f"pipelinedp_{kind}"] = _timed(
+                lambda kind=kind: run_pipelinedp_thresholding(kind, hist, dk, eps, delta, runs))
+    rows: list[dict[str, Any]] = []
+    for known in (False, True):
+        for method, (rel, sec) in shared.items():
+            rows += _rows(name, dk, eps, delta, known, method, rel, hist, ks, sec)
+        for k in ks:
+            cal = calibrate(eps, delta, k)
+            t = time.perf_counter()
+            if known:
+                released = baselines.full_domain_topk(hist, k=k, epsilon=cal.em_epsilon, runs=runs,
+                                                      rng=rng("known", k))
+                rows += _rows(name, dk, eps, delta, True, "sdp_known_domain", _ranked(released, k), hist, [k],
+                              time.perf_counter() - t)
+            else:
+                released, _ = run_ldt(hist, k=k, k_bar=2 * k, epsilon=cal.ldt_epsilon, delta=cal.ldt_delta,
+                                      max_keys_per_user=dk, runs=runs, rng=rng("ldt", k))
+                rows += _rows(name, dk, eps, delta, False, "sdp_ldt", _ranked(released, k), hist, [k],
+                              time.perf_counter() - t)
+        if known:
+            for method, tight in (("sdp_histogram_domain", False),
+                                  ("counterfactual_histogram_domain_optimal_conversion", True)):
+                rel, sec = _timed(lambda tight=tight: sdp_histogram(hist, dk, eps, delta, runs, rng("dom", tight),
+                                                                     domain=True, tight=tight))
+                rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
+        if known and peers:
+            for kind in ("laplace", "gaussian"):
+                rel, sec = _timed(lambda kind=kind: run_pipelinedp_public(kind, hist, dk, eps, delta, runs,
+                                                                           rng("public", kind)))
+                rows += _rows(name, dk, eps, delta, True, f"pipelinedp_public_{kind}", rel, hist, ks, sec)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Verdicts
+# --------------------------------------------------------------------------------------------------
+
+
+def cell_verdicts(rows: Sequence[dict[str, Any]], metric: str = "recall") -> list[dict[str, Any]]:
+    """Per grid cell and peer: the best stream-dp method vs that peer on ``metric``@k -- "win" when the
+    best stream-dp mean exceeds the peer's by more than both 95 % half-widths combined, "lose" in the
+    mirror case, else "same"."""
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["dataset"], r["delta_keys"], r["epsilon_w"], r["k"], r["known_domain"]), []).append(r)
+    out = []
+    for (dataset, dk, eps, k, known), group in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        sdp = [r for r in group if r["family"] == "stream-dp"]
+        if not sdp:
+            continue
+        best = max(sdp, key=lambda r: r[f"{metric}_mean"])
+        for peer in (r for r in group if r["family"] in ("opendp", "pipelinedp")):
+            diff = best[f"{metric}_mean"] - peer[f"{metric}_mean"]
+            margin = best[f"{metric}_ci95"] + peer[f"{metric}_ci95"]
+            verdict = "win" if diff > margin else ("lose" if -diff > margin else "same")
+            out.append({"dataset": dataset, "delta_keys": dk, "epsilon_w": eps, "k": k, "known_domain": known,
+                        "best_sdp": best["method"], "best_sdp_mean": best[f"{metric}_mean"],
+                        "best_sdp_ci95": best[f"{metric}_ci95"], "peer": peer["method"],
+                        "peer_mean": peer[f"{metric}_mean"], "peer_ci95": peer[f"{metric}_ci95"],
+                        "verdict": verdict})
+    return out

@@ -1,0 +1,218 @@
+"""Private histogram: discrete Gaussian counts with partition selection (docs/privacy.md, "Histogram").
+
+For one window's bounded counts (distinct users per key; a user touches at most Δ = ``max_keys_per_user``
+keys, adding 1 to each), :func:`gaussian_histogram`
+
+1. adds i.i.d. discrete Gaussian noise N_Z(0, σ²) (CKS20, exact sampler) to the count of every key present;
+2. keeps the keys whose noisy count is at least the integer threshold τ (:func:`histogram_threshold`);
+3. if more than ``max_keys`` are kept, keeps the ``max_keys`` largest noisy counts (ties by the fixed,
+   data-independent :func:`~stream_dp.mechanisms._validation.tie_key` order);
+4. releases each kept key with its noisy count and a two-sided interval count ± h, where h is the
+   ``confidence`` quantile of |Z| (:func:`~stream_dp.mechanisms.discrete_gaussian.discrete_gaussian_quantile`).
+
+Guarantee (derivation in docs/privacy.md): δ-approximate ρ-zCDP with ρ = Δ/(2σ²) -- the counts of the keys
+present in both neighbours form an integer vector of L2 sensitivity √Δ -- and δ = 1 − (1 − P[1 + Z ≥ τ])^Δ,
+the probability that one of the (at most Δ) keys only the extra user touched, each with count exactly 1, is
+kept. τ is the smallest integer with that δ ≤ ``delta``. Steps 3 and 4 are post-processing. The cost does not
+depend on the data, so what is reserved is what is settled: one
+:class:`~stream_dp.accounting.events.ZCdpEvent` (:func:`gaussian_histogram_events`).
+
+The confidence interval covers the true count with probability ≥ ``confidence`` for a key fixed in advance;
+for released keys near τ the interval is conditioned on selection and reads high (selection bias).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Hashable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from stream_dp.accounting.composition import zcdp_to_epsilon
+from stream_dp.accounting.events import DpEvent, ZCdpEvent
+from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, tie_key
+from stream_dp.mechanisms.discrete_gaussian import (
+    as_sigma2,
+    discrete_gaussian_quantile,
+    discrete_gaussian_tail,
+    sample_discrete_gaussian,
+)
+from stream_dp.rng import RngLike
+
+MECHANISM = "gaussian_histogram"
+# σ² is rounded *up* to a multiple of this (so ρ only shrinks) to keep the exact sampler's fractions small.
+SIGMA2_GRID = Fraction(1, 1000)
+# Float tail sums are accurate to ~1e-15 relative; the threshold keeps this much margin below δ.
+_TAIL_MARGIN = 1e-9
+
+
+@dataclass(frozen=True)
+class HistogramCalibration:
+    """The noise and threshold parameters of one histogram release and its cost."""
+
+    sigma2: Fraction
+    threshold: int
+    threshold_delta: float  # the bound δ the threshold was solved for
+    max_keys_per_user: int
+
+    @property
+    def rho(self) -> float:
+        return self.max_keys_per_user / (2 * float(self.sigma2))
+
+    def events(self) -> tuple[DpEvent, ...]:
+        return gaussian_histogram_events(sigma2=self.sigma2, delta=self.threshold_delta,
+                                         max_keys_per_user=self.max_keys_per_user)
+
+
+@dataclass(frozen=True)
+class HistogramRow:
+    key: Hashable
+    count: int  # noisy count
+    ci_low: int
+    ci_high: int
+    in_domain: bool = False  # a public domain key (released whatever its noisy count)
+
+
+@dataclass(frozen=True)
+class HistogramResult:
+    rows: tuple[HistogramRow, ...]
+    above_threshold: int  # keys outside the domain whose noisy count cleared τ
+    threshold: int
+    ci_half_width: int
+    events: tuple[DpEvent, ...]
+
+    kept: int = 0  # keys kept before the cap (domain keys + above_threshold)
+
+    @property
+    def capped(self) -> bool:
+        return self.kept > len(self.rows)
+
+
+def selection_delta(*, sigma2: object, threshold: int, max_keys_per_user: int) -> float:
+    """δ of the threshold: P[at least one of Δ count-1 keys has 1 + Z ≥ τ] = 1 − (1 − P[Z ≥ τ − 1])^Δ."""
+    p = discrete_gaussian_tail(sigma2, int(threshold) - 1)
+    return -math.expm1(max_keys_per_user * math.log1p(-p)) if p < 1 else 1.0
+
+
+def histogram_threshold(*, sigma2: object, delta: float, max_keys_per_user: int) -> int:
+    """The smallest integer τ ≥ 1 whose :func:`selection_delta` is at most ``delta`` (bisection).
+
+    >>> histogram_threshold(sigma2=1, delta=1e-6, max_keys_per_user=1)
+    7
+    """
+    s2 = as_sigma2(sigma2)
+    delta = check_delta(delta)
+    dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
+    p_max = -math.expm1(math.log1p(-delta) / dk) * (1 - _TAIL_MARGIN)  # per-key bound, with margin
+
+    def ok(tau: int) -> bool:
+        return discrete_gaussian_tail(s2, tau - 1) <= p_max
+
+    lo, hi = 1, 2
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+    if ok(lo):
+        return lo
+    while hi - lo > 1:  # invariant: not ok(lo), ok(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def rho_for_epsilon(epsilon: float, delta_prime: float) -> float:
+    """The largest ρ whose conversion ρ + 2·sqrt(ρ·ln(1/δ′)) is at most ε: (sqrt(L + ε) − sqrt(L))², L = ln(1/δ′).
+
+    >>> eps = 1.0; rho = rho_for_epsilon(eps, 1e-6)
+    >>> abs(zcdp_to_epsilon(rho, 1e-6) - eps) < 1e-12
+    True
+    """
+    epsilon = check_epsilon(epsilon)
+    log_term = math.log(1 / check_delta(delta_prime, "delta_prime"))
+    return (math.sqrt(log_term + epsilon) - math.sqrt(log_term)) ** 2
+
+
+def calibrate_histogram(*, epsilon: float, threshold_delta: float, conversion_delta: float,
+                        max_keys_per_user: int) -> HistogramCalibration:
+    """Parameters making one release (ε, threshold_delta + conversion_delta)-DP on its own: the largest ρ
+    whose conversion at δ′ = ``conversion_delta`` is ε (:func:`rho_for_epsilon`), σ² = Δ/(2ρ) rounded up to
+    the 1/1000 grid (so ρ can only shrink), and τ for ``threshold_delta``.
+
+    >>> cal = calibrate_histogram(epsilon=1.0, threshold_delta=5e-7, conversion_delta=5e-7, max_keys_per_user=5)
+    >>> zcdp_to_epsilon(cal.rho, 5e-7) <= 1.0, cal.threshold_delta, cal.threshold
+    (True, 5e-07, 66)
+    """
+    dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
+    rho = rho_for_epsilon(epsilon, conversion_delta)
+    return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=threshold_delta, max_keys_per_user=dk)
+
+
+def calibration_for_sigma2(*, sigma2: float | Fraction, threshold_delta: float, max_keys_per_user: int
+                           ) -> HistogramCalibration:
+    """The calibration for a given σ² (rounded up to the grid) and threshold δ."""
+    dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
+    s2 = as_sigma2(sigma2)
+    s2 = Fraction(math.ceil(s2 / SIGMA2_GRID)) * SIGMA2_GRID
+    tau = histogram_threshold(sigma2=s2, delta=threshold_delta, max_keys_per_user=dk)
+    return HistogramCalibration(sigma2=s2, threshold=tau, threshold_delta=float(threshold_delta),
+                                max_keys_per_user=dk)
+
+
+def gaussian_histogram_events(*, sigma2: object, delta: float, max_keys_per_user: int) -> tuple[DpEvent, ...]:
+    """One (ρ = Δ/(2σ²), δ)-approximate-zCDP event: the whole cost of one release, data-independent."""
+    dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
+    rho = dk / (2 * float(as_sigma2(sigma2)))
+    return (ZCdpEvent(rho, delta=check_delta(delta), mechanism=MECHANISM),)
+
+
+def _check_counts(counts: Mapping[Hashable, object]) -> tuple[list[Hashable], np.ndarray]:
+    if not isinstance(counts, Mapping):
+        raise ValueError(f"counts must be a mapping key -> integer count, got {type(counts).__name__}")
+    keys = list(counts)
+    values = []
+    for value in counts.values():
+        number = float(value) if isinstance(value, (int, float, np.integer, np.floating)) \
+            and not isinstance(value, bool) else math.nan
+        if not (math.isfinite(number) and number >= 0 and number == int(number)):
+            raise ValueError("counts must map every key to an integer count >= 0")
+        values.append(int(number))
+    return keys, np.asarray(values, dtype=np.int64)
+
+
+def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: HistogramCalibration, max_keys: int,
+                       confidence: float = 0.95, domain: Collection[Hashable] = (),
+                       rng: RngLike = None) -> HistogramResult:
+    """Release the keys whose discretely noised count clears τ, with noisy counts and intervals.
+
+    ``counts`` are the window's bounded counts (the keys present); keys not listed have count 0 and are never
+    released -- except the keys of the public ``domain`` (config or earlier releases, never the data), which
+    get a noisy count whatever their count (0 if absent) and need no threshold: they are coordinates of the
+    same ρ-zCDP Gaussian vector, and only keys outside the domain can be "new" (module docstring).
+
+    >>> cal = calibration_for_sigma2(sigma2=4, threshold_delta=1e-6, max_keys_per_user=1)
+    >>> r = gaussian_histogram({"a": 500, "b": 1}, calibration=cal, max_keys=10, rng=1)
+    >>> [row.key for row in r.rows], r.threshold
+    (['a'], 11)
+    >>> [row.key for row in gaussian_histogram({"a": 500}, calibration=cal, max_keys=10, domain=["z"], rng=1).rows]
+    ['a', 'z']
+    """
+    present, values = _check_counts(counts)
+    max_keys = check_positive_int(max_keys, "max_keys")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    public = set(domain)
+    seen = set(present)
+    absent = [key for key in dict.fromkeys(domain) if key not in seen]
+    keys = present + absent
+    values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
+    in_domain = np.array([key in public for key in keys], dtype=bool)
+    noisy = values + sample_discrete_gaussian(calibration.sigma2, len(keys), rng=rng)
+    kept = np.flatnonzero(in_domain | (noisy >= calibration.threshold))
+    order = sorted(kept, key=lambda i: (int(noisy[i]), tie_key(keys[i])), reverse=True)[:max_keys]
+    h = discrete_gaussian_quantile(calibration.sigma2, confidence)
+    rows = tuple(HistogramRow(keys[i], int(noisy[i]), int(noisy[i]) - h, int(noisy[i]) + h, bool(in_domain[i]))
+                 for i in order)
+    return HistogramResult(rows=rows, above_threshold=int(np.count_nonzero(~in_domain[kept])),
+                           threshold=calibration.threshold, ci_half_width=h, events=calibration.events(),
+                           kept=int(len(kept)))

@@ -1,0 +1,84 @@
+"""Experiment 4's calibrations: every method at the same (ε_w, δ_w), by its own library's accounting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stream_dp.accounting.events import ZCdpEvent
+
+from eval import peers
+from eval.calibration import window_epsilon
+from eval.data import zipf_stream
+
+pytest.importorskip("opendp")
+pytest.importorskip("pipeline_dp")
+
+
+@pytest.mark.parametrize(("dk", "eps"), [(1, 0.1), (5, 1.0), (20, 2.0)])
+def test_the_opendp_measurements_are_calibrated_to_the_window_guarantee(dk, eps) -> None:
+    delta = 1e-6
+    lap = peers.opendp_laplace_measurement(dk, eps, delta)
+    lap_eps, lap_delta = lap.map((dk, dk, 1))
+    assert lap_eps <= eps * (1 + 1e-9) and lap_eps == pytest.approx(eps, rel=1e-4) and lap_delta <= delta
+    gauss = peers.opendp_gaussian_measurement(dk, eps, delta)
+    g_eps, g_delta = gauss.map((dk, dk, 1))
+    assert g_eps <= eps * (1 + 1e-9) and g_eps == pytest.approx(eps, rel=1e-3) and g_delta <= delta
+
+
+def test_the_histogram_is_calibrated_by_the_projects_accountant() -> None:
+    for dk, eps in [(1, 0.1), (5, 1.0), (20, 2.0)]:
+        cal = peers.sdp_histogram_calibration(eps, 1e-6, dk)
+        (event,) = cal.events()
+        assert isinstance(event, ZCdpEvent) and event.delta == 5e-7
+        assert window_epsilon([event], 1e-6) <= eps
+        assert window_epsilon([event], 1e-6) == pytest.approx(eps, rel=1e-3)
+
+
+def test_the_counterfactual_conversion_is_openDPs() -> None:
+    """The optimal zCDP → (ε, δ) conversion of the counterfactual rows agrees with OpenDP's own."""
+    dp = peers._opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l02inf_distance(dp.absolute_distance(T=dp.i64))
+    raw = dp.m.make_gaussian_threshold(dom, met, scale=10.0, threshold=60)
+    rho, threshold_delta = raw.map((5, 5, 1))
+    converted = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(raw), 1e-6).map((5, 5, 1))[0]
+    assert peers.optimal_conversion_epsilon(rho, 1e-6 - threshold_delta) == pytest.approx(converted, rel=1e-6)
+    assert peers.optimal_conversion_epsilon(0.02, 1e-6) < 0.02 + 2 * math.sqrt(0.02 * math.log(1e6))
+
+
+def test_every_method_runs_on_a_small_window_and_scores_in_range() -> None:
+    stream = zipf_stream(n_users=300, universe=200, exponent=1.1, seed=4)
+    grid = peers.PeerGrid(epsilons=(1.0,), deltas_keys=(5,), ks=(10,), runs=5)
+    rows = peers.run_peer_experiment([stream], grid, seed=1)
+    methods = {(r["method"], r["known_domain"]) for r in rows}
+    assert ("sdp_histogram", False) in methods and ("sdp_histogram_domain", True) in methods
+    assert ("pipelinedp_public_gaussian", True) in methods and ("opendp_gaussian_threshold", False) in methods
+    for r in rows:
+        assert 0 <= r["recall_mean"] <= 1 and r["runs"] == 5
+    verdicts = peers.cell_verdicts(rows)
+    assert {v["verdict"] for v in verdicts} <= {"win", "same", "lose"}
+    assert not any(v["peer"].startswith("counterfactual") for v in verdicts)
+
+
+def test_verdicts_compare_the_best_stream_dp_type_with_each_peer() -> None:
+    def row(method, family, mean, ci=0.01):
+        return {"dataset": "d", "delta_keys": 5, "epsilon_w": 1.0, "k": 10, "known_domain": False,
+                "method": method, "family": family, "recall_mean": mean, "recall_ci95": ci}
+    rows = [row("sdp_histogram", "stream-dp", 0.5), row("sdp_ldt", "stream-dp", 0.9),
+            row("opendp_x", "opendp", 0.5), row("pipelinedp_y", "pipelinedp", 0.895),
+            row("pipelinedp_z", "pipelinedp", 0.99), row("counterfactual_w", "counterfactual", 1.0)]
+    got = {v["peer"]: (v["best_sdp"], v["verdict"]) for v in peers.cell_verdicts(rows)}
+    assert got == {"opendp_x": ("sdp_ldt", "win"), "pipelinedp_y": ("sdp_ldt", "same"),
+                   "pipelinedp_z": ("sdp_ldt", "lose")}
+
+
+def test_the_histogram_cap_keeps_the_largest_noisy_counts() -> None:
+    stream = zipf_stream(n_users=3000, universe=3000, exponent=0.5, events_per_user=5, seed=5)
+    from eval.data import bounded_histogram
+
+    hist = bounded_histogram(stream, 5)
+    rel = peers.sdp_histogram(hist, 5, 2.0, 1e-6, 3, np.random.default_rng(0), domain=True)
+    assert (np.isfinite(rel.values).sum(axis=1) == peers.HISTOGRAM_MAX_KEYS).all()
