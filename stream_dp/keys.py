@@ -8,7 +8,7 @@ places what one atomic step touches in one slot:
   are applied by one Lua script;
 - ingest progress (watermarks, the index of known windows) shares ``{ingest}``;
 - each ledger scope shares ``{ledger:<scope>}`` -- a charge is one Lua script over that scope;
-- each release shares ``{release:<release id>}``; the release-worker bookkeeping shares ``{release}``;
+- the release-worker bookkeeping shares ``{release}`` (stored releases live in their ledger scope);
 - the online sparse-vector state shares ``{svt:<name>}``.
 
 Window starts are integer epoch seconds.
@@ -66,10 +66,6 @@ class Keys:
         return f"{self.prefix}:{{ledger:{scope}}}:{part}"
 
     # --- releases --------------------------------------------------------------------------------
-    def release(self, release_id: str) -> str:
-        """The stored release record (the outbox entry) of one release id."""
-        return f"{self.prefix}:{{release:{release_id}}}:record"
-
     def release_index(self, part: str) -> str:
         """Release-worker bookkeeping (``unpublished``, ``published``, ``claims``…)."""
         return f"{self.prefix}:{{release}}:{part}"

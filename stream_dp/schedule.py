@@ -34,6 +34,17 @@ from stream_dp.config import ConfigError, WindowsConfig, parse_window_start
 from stream_dp.keys import Keys
 
 
+def window_start(ts: float, size: int) -> int:
+    """Start (epoch seconds) of the tumbling window of ``size`` seconds holding time ``ts``: windows are
+    ``[start, start + size)`` with ``start`` a multiple of ``size``. The one place this is written (ingest,
+    the bounding oracle, the schedule's first start and the demo all call it).
+
+    >>> window_start(7199.9, 3600), window_start(7200, 3600), window_start(-1, 60)
+    (3600, 7200, -60)
+    """
+    return int(ts // size) * size
+
+
 @dataclass(frozen=True)
 class ReleaseSchedule:
     """Windows ``start + i·size`` (i ≥ 0); a window is due once ``end <= watermark``."""
@@ -79,7 +90,7 @@ def establish(client, keys: Keys, windows: WindowsConfig, *,  # noqa: ANN001 - a
     """
     size = windows.size_seconds
     configured = parse_window_start(windows.start)
-    wanted = configured if configured is not None else int(wall_clock() // size) * size
+    wanted = configured if configured is not None else window_start(wall_clock(), size)
     client.set(keys.schedule(), json.dumps({"start": wanted, "size": size}), nx=True)
     raw = client.get(keys.schedule())
     recorded = json.loads(raw)

@@ -1,99 +1,22 @@
-"""``python -m workers.ingest --config FILE``: the ingest worker process (thin wiring).
+"""``python -m workers.ingest --config FILE``: the ingest worker process (same as ``stream-dp ingest``).
 
-Builds the clients from the config, serves /metrics on ``metrics.port`` (0 = off), installs the signal
-handlers (first SIGTERM/SIGINT: finish the batch, commit, close; a second one exits at once) and runs
-:class:`stream_dp.ingest.worker.IngestWorker`. Exit code 0 after a clean stop.
+A thin entry point: :func:`stream_dp.runtime.run_ingest_worker` runs the worker that
+:mod:`stream_dp.ingest.service` assembles, under the process conventions of :mod:`stream_dp.runtime`
+(logging, start checks, signals: first graceful, second hard; exit codes in README.md).
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
-import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry
-
-from stream_dp import redact
-from stream_dp.cli.common import budget_plan_or_report, redis_preflight_or_report, schedule_or_report, with_devstack
-from stream_dp.config import Config, ConfigError, load_config
-from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
-from stream_dp.ingest.applier import ProcessRunner
-from stream_dp.ingest.metrics import IngestMetrics
-from stream_dp.ingest.worker import IngestWorker
-from stream_dp.metrics_http import MetricsPortError, serve_metrics
-
-log = logging.getLogger("stream_dp.ingest")
-
-HARD_EXIT_CODE = 130
-
-
-def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
-    """The worker with clients built from ``cfg`` (consumer in the ingest group, DLQ producer, Redis)."""
-    ensure_topics(cfg.kafka, {cfg.kafka.dead_letter_topic: 1})
-    consumer = kafka_consumer(cfg.kafka, group_id=cfg.kafka.ingest_group_id)
-    producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000),
-                              max_request_size=cfg.ingest.dead_letter_max_request_bytes)
-    return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),
-                        metrics=IngestMetrics(registry))
-
-
-def signal_handler(worker: IngestWorker, *, hard_exit: Callable[[int], object] = os._exit
-                   ) -> Callable[[int, object], None]:
-    """First SIGTERM/SIGINT: graceful stop; second: immediate exit (uncommitted work is replayed)."""
-
-    def handle(signum: int, _frame: object) -> None:
-        name = signal.Signals(signum).name
-        if worker.stopping:
-            log.warning("second %s: exiting immediately; uncommitted batches will be replayed", name)
-            logging.shutdown()
-            hard_exit(HARD_EXIT_CODE)
-            return
-        log.info("%s received: finishing the current batch, then committing and closing", name)
-        worker.stop()
-
-    return handle
-
-
-def install_signal_handlers(worker: IngestWorker) -> None:
-    handle = signal_handler(worker)
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-
-
-def run(cfg: Config) -> int:
-    redact.install(cfg)  # every log line of this process masks the config's secrets and URL credentials
-    if not budget_plan_or_report(cfg) or not redis_preflight_or_report(cfg) or not schedule_or_report(cfg):
-        return 2
-    registry = CollectorRegistry()
-    try:
-        serve_metrics(cfg.metrics, registry, role="ingest")
-    except MetricsPortError as exc:
-        log.error("%s", exc)
-        return 2
-    worker = build_worker(cfg, registry)
-    install_signal_handlers(worker)
-    worker.run()
-    return 0
+from stream_dp.cli import ingest_cmd
+from stream_dp.runtime import process_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.ingest", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="TOML config file (default: config/stream-dp.toml)")
-    parser.add_argument("--log-level", default=os.environ.get("STREAM_DP_LOG_LEVEL", "INFO"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if logging.getLogger().level > logging.DEBUG:
-        logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python narrates every connection at INFO
-    try:
-        cfg = with_devstack(load_config(args.config))
-    except ConfigError as exc:
-        redact.install()
-        log.error("config error: %s", exc)
-        return 2
-    return run(cfg)
+    return process_main(argv, prog="python -m workers.ingest", description=__doc__.splitlines()[0],
+                        add_arguments=ingest_cmd.add_arguments, run=ingest_cmd.run)
 
 
 if __name__ == "__main__":

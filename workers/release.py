@@ -1,26 +1,21 @@
-"""The release worker process: ``python -m workers.release --config FILE``.
+"""``python -m workers.release --config FILE``: the release worker process (same as ``stream-dp release``).
 
-Thin wiring over :mod:`stream_dp.release` (see :mod:`stream_dp.release.worker` for what it does). Stops
-cleanly on SIGTERM/SIGINT; serves Prometheus metrics on ``metrics.port``.
+A thin entry point over :func:`stream_dp.runtime.run_release_worker` and :mod:`stream_dp.runtime`
+(logging, start checks, signals: first graceful, second hard; exit codes in README.md).
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
 from stream_dp.cli import release_cmd
+from stream_dp.runtime import process_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.release", description=__doc__.splitlines()[0])
-    release_cmd.add_arguments(parser)
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return release_cmd.run(args)
+    return process_main(argv, prog="python -m workers.release", description=__doc__.splitlines()[0],
+                        add_arguments=release_cmd.add_arguments, run=release_cmd.run)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from stream_dp.accounting.composition import Spent, compose
+from stream_dp.accounting.composition import Spent, compose, zcdp_to_epsilon
 from stream_dp.accounting.events import DpEvent
 from stream_dp.config import ConfigError
 
@@ -74,11 +74,9 @@ class BudgetCap:
     @classmethod
     def lifetime_from_config(cls, budget: Any) -> "BudgetCap | None":
         """The lifetime cap (budget.lifetime_epsilon, budget.lifetime_delta or else budget.delta, same δ′),
-        or None when budget.lifetime_epsilon is 0 (off)."""
+        or None when budget.lifetime_epsilon is 0 (off). The config has checked the ranges."""
         if budget.lifetime_epsilon == 0:
             return None
-        if not budget.lifetime_epsilon > 0:
-            raise ConfigError(f"budget.lifetime_epsilon must be >= 0 (0 disables it), got {budget.lifetime_epsilon!r}")
         return cls(budget.lifetime_epsilon, budget.lifetime_delta or budget.delta, budget.delta_prime,
                    name="budget.lifetime")
 
@@ -88,9 +86,7 @@ class BudgetCap:
 
 def reported_epsilon(spent: Spent, delta_prime: float) -> float:
     """ε of a scope's guarantee, evaluated exactly as the Lua scripts do (same operations, same order)."""
-    rho = spent.rho
-    eps = rho + 2 * math.sqrt(rho * math.log(1 / delta_prime))
-    return min(eps, spent.basic_epsilon)
+    return min(zcdp_to_epsilon(spent.rho, delta_prime), spent.basic_epsilon)
 
 
 def reported_delta(spent: Spent, delta_prime: float) -> float:

@@ -123,10 +123,21 @@ class ChargeResult:
         """True when refused because the budget (period or lifetime) cannot cover the cost."""
         return self.reason in EXHAUSTED_REASONS
 
-    def budget_dict(self) -> dict[str, Any]:
-        """The ``budget`` object of a release record."""
-        return {"scope": self.scope, "epsilon_spent": self.epsilon_spent, "delta_spent": self.delta_spent,
-                "epsilon_remaining": self.epsilon_remaining, "delta_remaining": self.delta_remaining}
+    def budget_block(self, scope: str, cap: BudgetCap | None = None) -> dict[str, Any]:
+        """The ``budget`` block of a release record (and of ``stream-dp budget show``): what ``scope`` has
+        spent and has left after this result, plus the caps when ``cap`` is given. The one place its
+        fields are written."""
+        block: dict[str, Any] = {
+            "scope": scope,
+            "epsilon_spent": float(self.epsilon_spent),
+            "delta_spent": float(self.delta_spent),
+            "epsilon_remaining": float(self.epsilon_remaining),
+            "delta_remaining": float(self.delta_remaining),
+        }
+        if cap is not None:
+            block["epsilon_cap"] = float(cap.epsilon)
+            block["delta_cap"] = float(cap.delta)
+        return block
 
 
 @dataclass(frozen=True)

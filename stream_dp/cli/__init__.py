@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
-from stream_dp import redact
+from stream_dp.runtime import ExitCode, add_log_level_option, configure_logging
 
 # Subcommand modules, in the order `stream-dp --help` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -33,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="stream-dp",
         description="Differentially private heavy hitters, released continuously from a Kafka stream.",
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
+    add_log_level_option(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         importlib.import_module(module).register(sub)
@@ -44,13 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     _take_trailing_positional(parser, args, extra)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    redact.install()  # URL credentials masked in every log line; config secrets once a config is loaded
-    # kafka-python narrates every connection at INFO; a command-line user needs its warnings only
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+    configure_logging(args.log_level)  # once; every line masks URL credentials (and config secrets, once loaded)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return ExitCode.CONFIG
     return int(args.func(args) or 0)
 
 

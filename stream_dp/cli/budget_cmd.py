@@ -17,7 +17,7 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
-from stream_dp.cli.common import add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 
@@ -45,9 +45,7 @@ def _ledger(cfg: Config) -> Ledger:
 
 
 def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int) -> dict[str, Any]:
-    return {"scope": state.scope, "epsilon_spent": state.epsilon_spent, "delta_spent": state.delta_spent,
-            "epsilon_remaining": state.epsilon_remaining, "delta_remaining": state.delta_remaining,
-            "epsilon_cap": cap.epsilon, "delta_cap": cap.delta, "rho": state.spent.rho,
+    return {**state.budget_block(state.scope, cap), "rho": state.spent.rho,
             "basic_epsilon": state.spent.basic_epsilon if math.isfinite(state.spent.basic_epsilon) else None,
             "open_reservations": open_reservations}
 
@@ -68,7 +66,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     cfg = load_config_or_report(args.config)
     if cfg is None:
-        return 1
+        return ExitCode.CONFIG
     if args.action == "plan":
         return _plan(cfg, args, out)
     if args.action in ("show", "history") and not args.scope:

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from stream_dp.cli.common import add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 from stream_dp.redact import redacted_config
 
 
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
-        return 1
+        return ExitCode.CONFIG
     print(json.dumps(redacted_config(cfg), indent=2, default=list))
     print("config OK", file=sys.stderr)
     return 0

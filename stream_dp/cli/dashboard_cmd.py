@@ -32,19 +32,21 @@ def run(args: argparse.Namespace) -> int:
 
     # kafka-python logs its own reconnects; the feed reports broker trouble itself (log and /healthz)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    # no stream_dp.cli.common here: it pulls in the workers' Redis client, which the dashboard never needs
+    # load_config, not runtime.load_config_or_report: the dashboard is a subscriber and never looks for
+    # a dev stack's Redis
     from stream_dp.config import ConfigError, load_config
     from stream_dp.dashboard.server import PortTaken, bind, serve
+    from stream_dp.runtime import ExitCode
 
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.CONFIG
     if not cfg.kafka.bootstrap_servers:
         print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS",
               file=sys.stderr)
-        return 1
+        return ExitCode.CONFIG
     try:
         sock = bind(cfg.dashboard.host, cfg.dashboard.port)
     except PortTaken as exc:

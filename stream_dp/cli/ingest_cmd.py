@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
-from stream_dp.cli.common import with_devstack
-from stream_dp.config import ConfigError, load_config
-from stream_dp.redact import redact_text
+from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report, run_ingest_worker
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="run the ingest worker (Kafka events -> bounded window counts in Redis)",
                        description="Consume the events topic in the ingest consumer group and keep per-window, "
                        "contribution-bounded counts in Redis. Stops cleanly on SIGTERM/SIGINT.")
-    p.add_argument("--config", help="TOML file (default: config/stream-dp.toml)")
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from workers import ingest  # the process wiring lives in workers/
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ingest worker's options (shared with ``python -m workers.ingest``)."""
+    add_config_option(parser)
 
-    try:
-        cfg = with_devstack(load_config(args.config))
-    except ConfigError as exc:
-        logging.getLogger("stream_dp.ingest").error("config error: %s", redact_text(str(exc)))
-        return 2
-    return ingest.run(cfg)
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config_or_report(args.config)
+    if cfg is None:
+        return ExitCode.CONFIG
+    return run_ingest_worker(cfg)

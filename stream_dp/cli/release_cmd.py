@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from stream_dp.cli.common import (
+from stream_dp.config import ConfigError
+from stream_dp.runtime import (
+    ExitCode,
     add_config_option,
-    budget_plan_or_report,
     load_config_or_report,
-    redis_preflight_or_report,
-    schedule_or_report,
+    run_release_worker,
+    with_release_flags,
 )
 
 
@@ -22,21 +24,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The release worker's options (shared with ``python -m workers.release``)."""
+    """The release worker's options (shared with ``python -m workers.release``); the flags override the
+    config's ``[release]`` section."""
     add_config_option(parser)
     parser.add_argument("--worker-id", help="name in claim tokens and logs (default: host-pid)")
-    parser.add_argument("--poll-seconds", type=float, default=0.5, help="wait between passes when idle")
-    parser.add_argument("--claim-ttl-seconds", type=float, default=30.0,
-                        help="a dead worker's claim on a window expires after this long")
+    parser.add_argument("--poll-seconds", type=float, default=None,
+                        help="wait between passes when idle (default: release.poll_interval_seconds)")
+    parser.add_argument("--claim-ttl-seconds", type=float, default=None,
+                        help="a dead worker's claim on a window expires after this long "
+                             "(default: release.claim_ttl_seconds)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from stream_dp.release.service import run_until_signalled
-
+def run(args: argparse.Namespace, *, crashpoints: object = None) -> int:
+    """Load the config named by ``args``, apply the flags over ``[release]`` and run until a signal
+    (``crashpoints``: None in production; crash tests inject one)."""
     cfg = load_config_or_report(args.config)
     if cfg is None:
-        return 1
-    if not budget_plan_or_report(cfg) or not redis_preflight_or_report(cfg) or not schedule_or_report(cfg):
-        return 2
-    return run_until_signalled(cfg, worker_id=args.worker_id, poll_seconds=args.poll_seconds,
-                               claim_ttl_seconds=args.claim_ttl_seconds)
+        return ExitCode.CONFIG
+    try:
+        cfg = with_release_flags(cfg, poll_seconds=args.poll_seconds, claim_ttl_seconds=args.claim_ttl_seconds)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    return run_release_worker(cfg, worker_id=args.worker_id, crashpoints=crashpoints)

@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 
-from stream_dp.cli.common import add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 from stream_dp.replay import (ColumnMapping, Event, Pacer, Progress, ReplayError, read_rows, replay,
                               sort_by_time)
 
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config_or_report(args.config)
     if cfg is None:
-        return 1
+        return ExitCode.CONFIG
     if not cfg.kafka.bootstrap_servers:
         print("config error: kafka.bootstrap_servers is empty; set it (or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS), "
               "or run `stream-dp demo`, which starts a local broker", file=sys.stderr)

@@ -11,11 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from stream_dp.cli.common import add_config_option, load_config_or_report
-from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion
+from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion, release_types
+from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 from stream_dp.tail import format_release
-
-RELEASE_TYPES = ("topk", "alerts", "sample", "argmax", "watch_topk", "histogram", "status")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and skipped, one of an unknown schema_version stops tail with an error.")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--topic", help="releases topic (default: kafka.releases_topic)")
-    p.add_argument("--type", action="append", choices=RELEASE_TYPES, dest="types",
+    p.add_argument("--type", action="append", choices=release_types(), dest="types",
                    help="only this release type (repeatable)")
     p.add_argument("--new-only", action="store_true", help="skip releases already on the topic")
     p.add_argument("--count", type=int, help="exit after printing this many releases")
@@ -62,7 +60,7 @@ def follow(follower: ReleaseSubscriber, out: TextIO, *, types: list[str] | None,
 def run(args: argparse.Namespace) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
-        return 1
+        return ExitCode.CONFIG
     if not cfg.kafka.bootstrap_servers:
         print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS",
               file=sys.stderr)

@@ -17,11 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stream_dp.backoff import Backoff
 from stream_dp.client import ReleaseRecordError, ReleaseSubscriber
 from stream_dp.config import KafkaConfig
 from stream_dp.dashboard.board import ReleaseBoard
 
 log = logging.getLogger(__name__)
+BACKOFF_INITIAL_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
 LISTENER_QUEUE_SIZE = 1000
 
@@ -107,14 +109,15 @@ class Feed:
         self.board.reject(str(error))
 
     def _run(self) -> None:
-        backoff = 0.2
+        backoff = Backoff(BACKOFF_INITIAL_SECONDS, BACKOFF_MAX_SECONDS)
         while not self._stop.is_set():
             sub = None
             try:
                 sub = self.subscriber_factory(self.kafka, self.topic, start="beginning", on_invalid=self._refused)
                 while not self._stop.is_set():
                     records = sub.poll(timeout_ms=self.poll_timeout_ms)
-                    self.connected, self.error, backoff = True, None, 0.2
+                    self.connected, self.error = True, None
+                    backoff.reset()
                     for record in records:
                         if self.board.add(record):
                             self.last_record_at = time.time()
@@ -122,9 +125,9 @@ class Feed:
             except Exception as exc:  # broker down, bad credentials ...: say so, retry
                 self.connected = False
                 self.error = f"{type(exc).__name__}: {exc}"
-                log.warning("dashboard feed: %s; retrying in %.1fs", self.error, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
+                delay = backoff.next_delay()
+                log.warning("dashboard feed: %s; retrying in %.1fs", self.error, delay)
+                self._stop.wait(delay)
             finally:
                 if sub is not None:
                     try:

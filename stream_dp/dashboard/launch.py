@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stream_dp.devstack import die_with_parent
+from stream_dp.processes import die_with_parent
 
 
 @dataclass

@@ -38,12 +38,12 @@ from multiprocessing.connection import Connection
 import redis
 
 from stream_dp.config import Config
-from stream_dp.devstack import die_with_parent
+from stream_dp.processes import die_with_parent
 from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.keys import Keys
-from stream_dp.schedule import ReleaseSchedule
+from stream_dp.schedule import ReleaseSchedule, window_start
 from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ class BatchApplier:
             if not (rt - delay <= ts <= rt + skew):
                 rejects.append((p, i, "event_time_out_of_range"))
                 continue
-            start = int(ts // size) * size
+            start = window_start(ts, size)
             if start != last_start:
                 chunk = chunks.get(start)  # type: ignore[assignment]
                 if chunk is None:

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from itertools import islice
 from operator import ge, itemgetter
 
+from stream_dp.schedule import window_start
+
 #: Outcome of offering one event to the bounder ("linf" and "l0" are metric labels).
 OUTCOMES: tuple[str, ...] = ("counted", "linf", "l0")
 BOUNDING_RULES: tuple[str, ...] = ("linf", "l0")
@@ -84,7 +86,7 @@ def bounded_window_counts(events: Iterable[tuple[int, str, str]], *, window_size
     """
     bounders: dict[int, ContributionBounder] = {}
     for ts, user, key in events:
-        start = int(ts // window_size) * window_size
+        start = window_start(ts, window_size)
         if start not in bounders:
             bounders[start] = ContributionBounder(max_keys_per_user, unit=unit)
         bounders[start].offer(user, key)

@@ -1,6 +1,6 @@
 """The Redis side of ingest: apply bounded increments exactly once, and keep the global watermark.
 
-Layout (``stream_dp.keys``; the contract in INTERFACES.md, read concurrently by the release worker):
+Layout (``stream_dp.keys``; the contract the release worker reads concurrently, docs/ingest.md "Redis layout"):
 
 - per window ``{w:<start>}``: ``counts`` (ZSET key → distinct bounded users), ``users`` (STRING, the
   bounding log: counted ``user\0key\0`` pairs in apply order), ``offsets`` (HASH partition → highest applied

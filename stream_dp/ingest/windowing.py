@@ -42,10 +42,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from stream_dp.schedule import window_start
 
-def window_start(ts: float, size: int) -> int:
-    """Start (epoch seconds) of the tumbling window of ``size`` seconds holding event time ``ts``."""
-    return int(ts // size) * size
+__all__ = ["PartitionClock", "global_watermark", "window_start"]
 
 
 class PartitionClock:
@@ -63,9 +62,6 @@ class PartitionClock:
         """``max record time − allowed lateness`` of a partition, None before its first record."""
         ts = self._max_ts.get(partition)
         return None if ts is None else ts - self.allowed_lateness
-
-    def watermarks(self) -> dict[int, float]:
-        return {p: ts - self.allowed_lateness for p, ts in self._max_ts.items()}
 
     def forget(self, partitions: set[int]) -> None:
         """Drop revoked partitions (their new owner continues from the watermark stored in Redis)."""

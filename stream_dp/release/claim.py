@@ -60,8 +60,7 @@ class WindowClaims:
     """Claims on windows for one worker (``worker_id`` appears in the token, for operators)."""
 
     def __init__(self, client: redis.Redis, *, keys: Keys, worker_id: str, ttl_seconds: float = 30.0) -> None:
-        if ttl_seconds <= 0:
-            raise ValueError(f"claim ttl_seconds must be > 0, got {ttl_seconds!r}")
+        # ttl_seconds > 0: release.claim_ttl_seconds (and --claim-ttl-seconds) are validated by the config
         if ":" in worker_id:
             raise ValueError(f"worker_id must not contain ':', got {worker_id!r}")
         self.r = client

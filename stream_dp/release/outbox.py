@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from stream_dp.release import testhooks
+from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.records import Envelope, encode, events_of, with_budget
 
@@ -59,21 +59,6 @@ class Publisher:
         self.producer.close()
 
 
-def budget_block(scope: str, result: Any, cap: Any | None = None) -> dict[str, Any]:
-    """The record's ``budget`` block from a ledger ChargeResult (first result of the release id)."""
-    block = {
-        "scope": scope,
-        "epsilon_spent": float(result.epsilon_spent),
-        "delta_spent": float(result.delta_spent),
-        "epsilon_remaining": float(result.epsilon_remaining),
-        "delta_remaining": float(result.delta_remaining),
-    }
-    if cap is not None:
-        block["epsilon_cap"] = float(cap.epsilon)
-        block["delta_cap"] = float(cap.delta)
-    return block
-
-
 @dataclass
 class Committed:
     """A stored release: its envelope, the ledger's first charge result, and whether this call stored it."""
@@ -88,10 +73,12 @@ class Committed:
 class Outbox:
     """Ledger-backed outbox of one worker."""
 
-    def __init__(self, ledger: Any, publisher: Publisher, metrics: ReleaseMetrics) -> None:
+    def __init__(self, ledger: Any, publisher: Publisher, metrics: ReleaseMetrics, *,
+                 crashpoints: CrashPoints = NO_CRASHES) -> None:
         self.ledger = ledger
         self.publisher = publisher
         self.metrics = metrics
+        self.crashpoints = crashpoints  # tests inject one that kills the process at a step
 
     # --- step 1 ----------------------------------------------------------------------------------
     def stored(self, scope: str, rid: str) -> Committed | None:
@@ -107,7 +94,7 @@ class Outbox:
     def reserve(self, scope: str, rid: str, events: tuple) -> Any:
         with self.metrics.phase("ledger"):
             result = self.ledger.reserve(scope, rid, list(events))
-        testhooks.crashpoint("after_reserve")
+        self.crashpoints.reached("after_reserve")
         return result
 
     def settle(self, scope: str, rid: str, envelope: Envelope, events: tuple) -> Committed:
@@ -130,7 +117,7 @@ class Outbox:
             return Committed(scope, rid, stored, result, fresh=False)
         if not result.accepted:
             raise RuntimeError(f"ledger refused to commit release {rid} ({result.reason}) after its reservation")
-        testhooks.crashpoint("after_commit")
+        self.crashpoints.reached("after_commit")
         return Committed(scope, rid, envelope, result, fresh=True)
 
     def _first_result(self, scope: str, rid: str, env: Envelope) -> Any:
@@ -144,13 +131,13 @@ class Outbox:
     # --- steps 2 and 3 ---------------------------------------------------------------------------
     def publish(self, committed: Committed) -> dict[str, Any]:
         """Publish the stored record (plus the ledger's budget block) and mark it published."""
-        record = with_budget(committed.envelope.record, budget_block(committed.scope, committed.result, self._cap()))
+        record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self._cap()))
         with self.metrics.phase("kafka"):
             self.publisher.publish(record)
-        testhooks.crashpoint("after_publish")
+        self.crashpoints.reached("after_publish")
         with self.metrics.phase("ledger"):
             self.ledger.mark_published(committed.scope, committed.release_id)
-        testhooks.crashpoint("after_mark")
+        self.crashpoints.reached("after_mark")
         self._count(record, fresh=committed.fresh)
         return record
 

@@ -23,12 +23,12 @@ from typing import Any
 
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import DpEvent, event_from_dict
+from stream_dp.config import RELEASE_TYPES
 from stream_dp.release.windows import Window
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "release.schema.json"
 PACKAGED_SCHEMA_PATH = Path(__file__).resolve().parents[1] / "defaults" / "release.schema.json"  # wheel copy
-RELEASE_TYPES: tuple[str, ...] = ("topk", "alerts", "sample", "argmax", "watch_topk", "histogram")
 STATUS_RELEASED = "released"
 STATUS_BUDGET_EXHAUSTED = "budget_exhausted"
 

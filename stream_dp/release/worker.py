@@ -34,7 +34,6 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 from stream_dp.mechanisms import adaptive_svt_events
-from stream_dp.release import testhooks
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
@@ -47,9 +46,6 @@ from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
 
-BACKOFF_INITIAL_SECONDS = 0.2
-BACKOFF_MAX_SECONDS = 10.0
-
 
 def default_scope_for(cfg: Config) -> Callable[[float], str]:
     from stream_dp.accounting.ledger import scope_for
@@ -61,13 +57,13 @@ class ReleaseWorker:
     """Releases closed windows. Dependencies are injected (Redis client, ledger, publisher, metrics)."""
 
     def __init__(self, cfg: Config, client: redis.Redis, ledger: Any, outbox: Outbox, metrics: ReleaseMetrics, *,
-                 worker_id: str, claim_ttl_seconds: float = 30.0, poll_seconds: float = 0.5,
+                 worker_id: str, claim_ttl_seconds: float | None = None, poll_seconds: float | None = None,
                  rng: Any = None, scope_for: Callable[[float], str] | None = None) -> None:
         self.cfg = cfg
         self.keys = Keys(cfg.redis.key_prefix)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
         self._client = client
-        self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds)
+        self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds or cfg.release.claim_ttl_seconds)
         self.ledger = ledger
         self.outbox = outbox
         self.metrics = metrics
@@ -76,7 +72,7 @@ class ReleaseWorker:
         self.types = enabled_types(cfg)
         self.builders: dict[str, Builder] = {t: BUILDERS[t](cfg) for t in self.types if t in BUILDERS}
         self.check_budget_covers_each_release()
-        self.poll_seconds = poll_seconds
+        self.poll_seconds = poll_seconds or cfg.release.poll_interval_seconds
         self.rng = make_rng(rng)
         self.scope_for = scope_for or default_scope_for(cfg)
         self.recovered = False
@@ -165,7 +161,7 @@ class ReleaseWorker:
             committed = self.release_type(window, rtype, scope, watch)
             self.outbox.publish(committed)
             self._after_commit(rtype, window, committed)
-        testhooks.crashpoint("before_release_window")
+        self.outbox.crashpoints.reached("before_release_window")
         with self.metrics.phase("redis"):
             ok = self.reader.mark_released(window, claim_key=claim.key, token=claim.token,
                                            retention_seconds=self.cfg.windows.retention_seconds)
@@ -261,7 +257,7 @@ class ReleaseWorker:
     def run(self, stop: threading.Event) -> None:
         """Release windows until ``stop`` is set; bounded waits, capped exponential backoff with jitter on
         errors (:class:`~stream_dp.backoff.Backoff`, reset after a pass that succeeded)."""
-        backoff = Backoff(BACKOFF_INITIAL_SECONDS, BACKOFF_MAX_SECONDS)
+        backoff = Backoff(self.cfg.release.backoff_initial_seconds, self.cfg.release.backoff_max_seconds)
         log.info("release worker %s started (types: %s)", self.claims.worker_id, ", ".join(self.types))
         while not stop.is_set():
             try:

@@ -1,4 +1,4 @@
-"""Write window state into Redis the way ingest does (the window contract of notes/INTERFACES.md).
+"""Write window state into Redis the way ingest does (the window contract of docs/ingest.md, "Redis layout").
 
 For the release worker's own tests and the release benchmark: a legitimate fixture, because the contract
 (counts ZSET, meta HASH, windows index, global watermark) is all the release worker reads. Not used by any

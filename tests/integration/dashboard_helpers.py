@@ -19,8 +19,9 @@ from typing import Any
 from ingest_helpers import config_mapping, create_topic, produce, stop_worker, write_toml
 from ingest_helpers import start_worker as start_ingest
 from release_processes import start_worker as start_release
-from release_processes import stop, wait_for
-from stream_dp.devstack import die_with_parent
+from release_processes import stop
+from waiting import wait_for
+from stream_dp.processes import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 60
@@ -165,13 +166,3 @@ class EventStream:
         self._thread.join(5)
 
 
-def wait_until(condition, timeout: float, what: str) -> Any:  # noqa: ANN001
-    """Poll ``condition`` (a deadline, no fixed sleeps) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)

@@ -18,8 +18,9 @@ from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from stream_dp.devstack import die_with_parent
-from stream_dp.ingest.bounding import bounded_window_counts
+from bounding_oracle import bounded_counts
+from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the ingest tests
+from stream_dp.processes import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,9 +72,10 @@ def produce(bootstrap: str, topic: str, events: list[Any], *, raw: bool = False,
 
 def ground_truth(events: list[dict[str, Any]], *, size: int, max_keys: int, unit: str = "user"
                  ) -> dict[int, dict[str, int]]:
-    """Per-user order is the production order (one user → one partition → offset order)."""
-    return bounded_window_counts(((e["ts"], e["user"], e["key"]) for e in events), window_size=size,
-                                 max_keys_per_user=max_keys, unit=unit)
+    """Per-user order is the production order (one user → one partition → offset order); the counts come
+    from the test-owned oracle, not from production's bounding code."""
+    return bounded_counts(((e["ts"], e["user"], e["key"]) for e in events), window_size=size,
+                          max_keys_per_user=max_keys, unit=unit)
 
 
 #: The public schedule start of the ingest tests: their streams start at (or after) T0.
@@ -135,18 +137,6 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
     return proc.returncode
 
 
-def wait_for(condition: Callable[[], Any], *, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
 def redis_counts(store, truth: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
     return {start: store.counts(start) for start in sorted(set(store.windows()) | set(truth))}
 
@@ -156,7 +146,7 @@ class Running:
 
     def __init__(self, cfg) -> None:
         self.registry = CollectorRegistry()
-        from workers.ingest import build_worker
+        from stream_dp.ingest.service import build_worker
 
         self.worker = build_worker(cfg, self.registry)
         self.error: BaseException | None = None

@@ -14,10 +14,11 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from stream_dp.devstack import die_with_parent
-from stream_dp.release.testhooks import ENV as CRASH_ENV
+from stream_dp.processes import die_with_parent
+from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the release tests
 
 REPO = Path(__file__).resolve().parents[2]
+CRASHING_RELEASE = Path(__file__).resolve().parent / "crashing_release.py"
 
 
 def toml_value(v: Any) -> str:
@@ -46,12 +47,12 @@ def start_worker(config: Path, *, worker_id: str, log_path: Path, crash_at: str 
     # STREAM_DP_* variables are config overrides: pass none of the test runner's on to the worker
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAM_DP_", "STREAMDP_"))}
     env["PYTHONPATH"] = str(REPO)
-    if crash_at:
-        env[CRASH_ENV] = crash_at
     env.update(extra_env or {})
+    # a crash is injected through the test-owned entry point (production's worker has no crash switch)
+    entry = ["-m", "workers.release"] if not crash_at else [str(CRASHING_RELEASE), "--crash-at", crash_at]
     log = open(log_path, "ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "workers.release", "--config", str(config),
+        return subprocess.Popen([sys.executable, *entry, "--config", str(config),
                                  "--worker-id", worker_id, "--poll-seconds", "0.05",
                                  "--claim-ttl-seconds", str(claim_ttl)],
                                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -74,15 +75,6 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: floa
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(timeout=timeout)
-
-
-def wait_for(condition, *, timeout: float, what: str, procs: list[subprocess.Popen[bytes]] = (),  # type: ignore[assignment]
-             interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def read_topic(bootstrap: str, topic: str, *, expect_at_least: int = 0, timeout: float = 20.0) -> list[tuple[str, bytes]]:

@@ -86,7 +86,7 @@ def test_show_needs_a_scope(config_file, capsys):
 
 
 def test_unreachable_redis_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    from stream_dp.devstack import free_port
+    from stream_dp.processes import free_port
 
     for name in [n for n in __import__("os").environ if n.startswith("STREAM_DP_")]:
         monkeypatch.delenv(name)

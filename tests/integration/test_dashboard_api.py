@@ -13,7 +13,7 @@ import json
 import pytest
 
 from dashboard_helpers import (HOT, SIZE, T0, TYPES, WINDOWS, DashboardProcess, EventStream, Pipeline,
-                               pipeline_config, wait_until)
+                               pipeline_config, wait_for)
 from release_processes import by_release_id, read_topic
 from release_records import produce, record
 from stream_dp.release.records import validate_record
@@ -30,11 +30,11 @@ def test_the_api_serves_what_the_release_worker_published(tmp_path, bootstrap_se
         assert dashboard.get("/healthz")[0] in (200, 503)
         stream = EventStream(dashboard.url + "/api/stream")
         assert stream.content_type.startswith("text/event-stream")
-        wait_until(lambda: any(e == "hello" for e, _ in stream.events), 10, "the stream's hello")
+        wait_for(lambda: any(e == "hello" for e, _ in stream.events), timeout=10, what="the stream's hello")
         pipeline.start(bootstrap_servers)
         expected = WINDOWS * len(TYPES)
-        wait_until(lambda: dashboard.get("/healthz")[1]["records"] >= expected, 120,
-                   f"{expected} releases on the dashboard")
+        wait_for(lambda: dashboard.get("/healthz")[1]["records"] >= expected, timeout=120,
+                   what=f"{expected} releases on the dashboard")
         pipeline.stop()
         published = {rid: json.loads(v[0]) for rid, v in by_release_id(
             read_topic(bootstrap_servers, releases_topic, expect_at_least=expected)).items()}
@@ -69,7 +69,7 @@ def test_the_api_serves_what_the_release_worker_published(tmp_path, bootstrap_se
         # a republished release and a record of an unknown schema version: neither shows up; the latter is counted
         some = next(iter(published.values()))
         produce(bootstrap_servers, releases_topic, [some, record(900, schema_version=2)])
-        wait_until(lambda: dashboard.get("/healthz")[1]["rejected"] == 1, 30, "the newer record to be refused")
+        wait_for(lambda: dashboard.get("/healthz")[1]["rejected"] == 1, timeout=30, what="the newer record to be refused")
         status, health = dashboard.get("/healthz")
         assert status == 200 and "schema_version 2" in health["last_rejection"]
         assert dashboard.get("/api/releases?limit=1000")[1]["count"] == len(published)
@@ -115,8 +115,8 @@ def test_the_api_serves_what_the_release_worker_published(tmp_path, bootstrap_se
             assert set(windows[start]["types"]) == set(TYPES)
 
         # /api/stream: each record arrived live, once
-        wait_until(lambda: len([e for e in stream.events if e[0] == "release"]) >= len(published), 10,
-                   "every release on the live stream")
+        wait_for(lambda: len([e for e in stream.events if e[0] == "release"]) >= len(published), timeout=10,
+                   what="every release on the live stream")
         live = [json.loads(d)["release_id"] for e, d in stream.events if e == "release"]
         assert sorted(live) == sorted(published)
     finally:

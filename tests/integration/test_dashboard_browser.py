@@ -12,7 +12,7 @@ import json
 import pytest
 
 from browser import HeadlessChromium, chromium_binary
-from dashboard_helpers import HOT, DashboardProcess, Pipeline, pipeline_config, wait_until
+from dashboard_helpers import HOT, DashboardProcess, Pipeline, pipeline_config, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,7 +46,7 @@ def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, red
             f" return {json.dumps(last_hot[:1])}.every(k => keys.includes(k)) ? keys : null; }})()",
             120, "the ranking to show the last window's top key")
         assert set(shown) <= set(k for w in HOT for k in w), shown  # only keys the stream made popular
-        wait_until(lambda: dashboard.get("/healthz")[1]["records"] >= 9, 30, "all releases on the dashboard")
+        wait_for(lambda: dashboard.get("/healthz")[1]["records"] >= 9, timeout=30, what="all releases on the dashboard")
         chromium.wait_for("Number(document.body.dataset.records) >= 9", 20, "the page to show all releases")
 
         # ⊥: the last window's top-k stopped after its hot keys; the marker and its explanation are shown

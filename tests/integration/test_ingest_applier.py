@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from stream_dp.config import config_from_mapping
-from stream_dp.devstack import free_port
+from stream_dp.processes import free_port
 from stream_dp.ingest import applier as applier_mod
 from stream_dp.ingest.applier import (ApplierDied, BatchApplier, BatchRequest, PartitionRecords, ProcessRunner,
                                       ThreadRunner)

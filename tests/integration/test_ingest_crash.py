@@ -65,6 +65,7 @@ def _finish(bootstrap, group, topic, events, cfg_file, tmp_path, procs=()):
     assert codes == [0] * len(procs), "graceful stop must exit 0"
 
 
+@pytest.mark.timeout(150)  # a runaway guard, not a timing assertion (the suite's default is 300 s)
 def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_servers, redis_client, redis_url,
                                                                    topic_name, tmp_path):
     n = 120_000  # enough that ten runs of the (fast) worker end before the replay does
@@ -75,7 +76,6 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
     rnd = random.Random(99)
     kills = 0
     progress = [0]
-    t_start = time.monotonic()
     while kills < 10:
         proc = start_worker(cfg_file, tmp_path / f"run{kills}.log")
         before = _applied(redis_client, store)
@@ -96,7 +96,6 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
     logs = "".join((tmp_path / f"run{i}.log").read_text() for i in range(kills)) + (tmp_path / "final.log").read_text()
     # at least one kill landed after Redis applied a batch and before Kafka committed it
     assert "already applied" in logs
-    assert time.monotonic() - t_start < 150
 
 
 @pytest.mark.parametrize("workers", [2, 3])

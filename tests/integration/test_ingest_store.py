@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stream_dp.ingest import store as store_mod
-from stream_dp.ingest.bounding import ContributionBounder, bounded_window_counts, decode_log
+from bounding_oracle import bounded_counts
+from stream_dp.ingest.bounding import ContributionBounder, decode_log
 from stream_dp.ingest.store import Chunk, StaleBoundingState, WindowStore
 from stream_dp.ingest.windowing import global_watermark, window_start
 from stream_dp.keys import Keys
@@ -63,7 +64,7 @@ def test_counts_equal_ground_truth_under_replays(redis_client, unit):
     store = _store(redis_client, unit=unit, max_keys_per_user=3)
     _apply_batches(store, logs, rnd, replays=True)
     events = [(ts, user, key) for p in sorted(logs) for _, ts, user, key in logs[p]]
-    truth = bounded_window_counts(events, window_size=SIZE, max_keys_per_user=3, unit=unit)
+    truth = bounded_counts(events, window_size=SIZE, max_keys_per_user=3, unit=unit)
     assert store.windows() == sorted(truth)
     for start, counts in truth.items():
         assert store.counts(start) == counts
@@ -202,7 +203,7 @@ def test_bounding_in_the_store_equals_the_python_rule_for_overlapping_keys(redis
         store.apply([Chunk.of(0, 0, [(i, u, k) for i, (u, k) in enumerate(events[lo:hi], start=lo)])],
                     closed_through=None)
         lo = hi
-    truth = bounded_window_counts([(0, u, k) for u, k in events], window_size=SIZE, max_keys_per_user=max_keys)
+    truth = bounded_counts([(0, u, k) for u, k in events], window_size=SIZE, max_keys_per_user=max_keys)
     assert store.counts(0) == truth.get(0, {})
     meta = store.meta(0)
     assert int(meta["events_applied"]) + int(meta.get("events_bounded", 0)) == len(events)
@@ -328,7 +329,7 @@ def test_a_capped_cache_evicts_windows_and_counts_stay_exact(redis_client):
     store.apply = apply_and_check  # type: ignore[method-assign]
     _apply_batches(store, logs, rnd, replays=True)
     events = [(ts, user, key) for p in sorted(logs) for _, ts, user, key in logs[p]]
-    truth = bounded_window_counts(events, window_size=SIZE, max_keys_per_user=2)
+    truth = bounded_counts(events, window_size=SIZE, max_keys_per_user=2)
     for start, counts in truth.items():
         assert store.counts(start) == counts
     assert store.evictions > 10 and store.catch_up_reads > 10  # the fallback path really ran, chunked
@@ -357,7 +358,7 @@ def test_the_catch_up_read_after_a_restart_is_chunked(redis_client):
         del redis_client.getrange
     assert r.duplicate == 500 and r.replanned == 1
     assert len(reads) == restarted.catch_up_reads == -(-(log_len - 1000) // 1000) and max(reads) <= 1000
-    truth = bounded_window_counts([(0, u, k) for _, u, k in events], window_size=SIZE, max_keys_per_user=2)
+    truth = bounded_counts([(0, u, k) for _, u, k in events], window_size=SIZE, max_keys_per_user=2)
     assert restarted.counts(0) == truth[0]
     assert restarted._bounding[0].users == 500
 
@@ -377,3 +378,22 @@ def test_log_decoder_completes_pairs_cut_anywhere():
     d.feed(raw[:-1])
     with pytest.raises(ValueError, match="pair boundary"):
         d.finish()
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 250), st.sampled_from("abcd"), st.sampled_from("vwxyz")),
+                       max_size=60),
+       max_keys=st.integers(1, 4), unit=st.sampled_from(["user", "event"]))
+def test_the_test_owned_oracle_and_productions_python_rule_agree(events, max_keys, unit):
+    """Two independent statements of one rule (so a shared bug would need to be written twice)."""
+    from stream_dp.ingest.bounding import bounded_window_counts
+
+    assert bounded_counts(events, window_size=SIZE, max_keys_per_user=max_keys, unit=unit) == \
+        bounded_window_counts(events, window_size=SIZE, max_keys_per_user=max_keys, unit=unit)
+
+
+def test_the_oracle_catches_an_l0_off_by_one():  # broken variant: Δ + 1 keys kept per user
+    events = [(0, "a", k) for k in "xyz"]
+    assert bounded_counts(events, window_size=SIZE, max_keys_per_user=2) == {0: {"x": 1, "y": 1}}
+    assert bounded_counts(events, window_size=SIZE, max_keys_per_user=3) != \
+        bounded_counts(events, window_size=SIZE, max_keys_per_user=2)

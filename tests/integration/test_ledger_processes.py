@@ -15,7 +15,7 @@ import redis
 from stream_dp.accounting.budget import decide
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import PureDpEvent
-from stream_dp.devstack import die_with_parent
+from stream_dp.processes import die_with_parent
 from stream_dp.accounting.ledger import Cost, Ledger
 from stream_dp.devstack import DevStack
 from stream_dp.keys import Keys

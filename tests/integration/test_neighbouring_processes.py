@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from ingest_helpers import REPO, create_topic, stop_worker, wait_for
 from release_processes import write_config
 from stream_dp.config import load_config
-from stream_dp.devstack import die_with_parent
+from stream_dp.processes import die_with_parent
 from stream_dp.testing.neighbours import Scenario, produce_stream, scenarios, subscriber_view
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

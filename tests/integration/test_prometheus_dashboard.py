@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stream_dp.devstack import free_port
+from stream_dp.processes import free_port
 
 try:
     from demo_helpers import DemoProcess, assert_nothing_left

@@ -1,7 +1,7 @@
 """SIGKILL the release worker process at named and random points; every window still ends with exactly one
 distinct record per release type on the topic, and the ledger's spent equals the published costs.
 
-Named points (stream_dp.release.testhooks) include the two dangerous gaps: between the charge (record stored)
+Named points (stream_dp.release.crashpoints, injected by tests/integration/crashing_release.py) include the two dangerous gaps: between the charge (record stored)
 and the publish, and between the publish and the mark-published. Random-time kills come from outside.
 Also: two release workers running concurrently never both release one window.
 """
@@ -17,13 +17,14 @@ import time
 import pytest
 import redis
 
+from crashing_release import CRASHED
 from release_processes import (by_release_id, read_topic, start_worker, stop, wait_for, wait_started,
                                write_config)
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.keys import Keys
 from stream_dp.release.records import events_of, validate_record
-from stream_dp.release.testhooks import POINTS
+from stream_dp.release.crashpoints import POINTS
 from stream_dp.testing.windows import set_watermark, write_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -88,7 +89,7 @@ def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path
     schedule = [f"{p}@1" for p in POINTS] + [f"{rnd.choice(POINTS)}@{rnd.randint(1, 2)}" for _ in range(5)]
     schedule += ["external"] * 3
     rnd.shuffle(schedule)
-    kills = 0
+    kills = injected = 0
     for i, point in enumerate(schedule):
         add_window(client, i, rnd)
         log = tmp_path / f"worker-{i}.log"
@@ -107,7 +108,9 @@ def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path
         code = proc.wait(timeout=20)
         assert code == -signal.SIGKILL, log.read_text()[-3000:]
         kills += 1
+        injected += CRASHED in log.read_text()
     assert kills >= 10
+    assert injected >= 3, "the injected crash points must actually kill the worker"
     final = start_worker(cfg, worker_id="final", log_path=tmp_path / "final.log")
     try:
         wait_for(lambda: released(client) == len(schedule), timeout=90, what="all windows released",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_dp.devstack import free_port
+from stream_dp.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -71,3 +71,11 @@ def test_seen_ids_remember_the_most_recent_capacity():
 
 def test_release_types_come_from_the_shipped_schema():
     assert {"topk", "alerts", "sample"} <= set(release_types())
+
+
+def test_the_schema_knows_exactly_the_configured_release_types_plus_status():
+    from stream_dp.config import RELEASE_TYPES, config_from_mapping
+
+    assert release_types() == (*RELEASE_TYPES, "status")  # one list: the config's [releases.*] sections
+    cfg = config_from_mapping({"releases": {"argmax": {"enabled": True}, "alerts": {"enabled": False}}}, environ={})
+    assert cfg.releases.enabled() == ["topk", "sample", "argmax"]

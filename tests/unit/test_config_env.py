@@ -255,3 +255,44 @@ def test_tool_variables_are_not_read_as_settings():
                                            "STREAM_DP_TANSU": "/bin/tansu", "STREAM_DP_REDIS_SERVER": "/bin/r",
                                            "STREAM_DP_TEST_REDIS_URL": "redis://h"})
     assert cfg.redis.url == "" and cfg.kafka.bootstrap_servers == ""
+
+
+# --------------------------------------------------------------------------------------------------
+# The settings machinery (pydantic-settings) and `stream-dp config check`
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sources_are_layered_by_pydantic_settings_and_sections_validate_themselves():
+    from pydantic_settings import BaseSettings
+
+    from stream_dp.config import KafkaConfig, Settings, with_settings
+
+    assert issubclass(Settings, BaseSettings) and set(Settings.model_fields) == {f.name for f in
+                                                                                   dataclasses.fields(Config)}
+    with pytest.raises(ValueError, match="max_poll_records"):  # a section built by hand is checked too
+        dataclasses.replace(KafkaConfig(), max_poll_records=0)
+    cfg = with_settings(Config(), "windows", size_seconds=60)
+    assert cfg.windows.size_seconds == 60 and cfg.kafka == Config().kafka
+    with pytest.raises(ConfigError, match=r"^windows\.size_seconds must be >= 1, got 0$"):
+        with_settings(Config(), "windows", size_seconds=0)
+
+
+def test_every_error_of_a_load_is_named_once():
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping({"windows": {"size_seconds": 0}},
+                            environ={"STREAM_DP_METRICS__PORT": "70000",
+                                     "STREAM_DP_RELEASES__ALERTS__WATCHLIST": "[1, 2]"})
+    message = str(info.value)
+    assert "windows.size_seconds must be >= 1" in message
+    assert "metrics.port must be in [0, 65535], got 70000 (set by environment variable STREAM_DP_METRICS__PORT)" in message
+    assert message.count("releases.alerts.watchlist") == 1
+
+
+def test_config_check_names_a_bad_value_and_the_variable_that_set_it(monkeypatch, capsys):
+    from stream_dp.cli import main
+
+    monkeypatch.setenv("STREAM_DP_BUDGET__DELTA", "1.5")
+    assert main(["config", "check", "--config", str(CONFIG_FILE)]) == 2
+    err = capsys.readouterr().err
+    assert "config error: budget.delta must be in (0, 1), got 1.5 (set by environment variable " \
+           "STREAM_DP_BUDGET__DELTA)" in err

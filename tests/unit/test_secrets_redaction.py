@@ -20,7 +20,7 @@ import pytest
 
 from stream_dp import redact
 from stream_dp.config import ConfigError, config_from_mapping
-from stream_dp.devstack import free_port
+from stream_dp.processes import free_port
 
 SASL = "sasl-Secret-4711"
 REDIS_PW = "redis-Secret-0815"

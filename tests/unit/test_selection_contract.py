@@ -1,4 +1,4 @@
-"""Contract every selection mechanism honours (STYLE.md #4): the input mapping is not mutated, the same
+"""Contract every selection mechanism honours: the input mapping is not mutated, the same
 seed gives the same output (int seed or Generator), OS entropy is the default, a bad ε raises ValueError,
 and the cost is stated as DP events."""
 

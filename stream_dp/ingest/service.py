@@ -1,0 +1,25 @@
+"""Assemble an ingest worker from the config (consumer, dead-letter producer, applier, metrics).
+
+Run by :func:`stream_dp.runtime.run_ingest_worker` (``python -m workers.ingest``, ``stream-dp ingest``),
+which owns the process conventions (start checks, /metrics, signal policy, exit codes).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from stream_dp.config import Config
+from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
+from stream_dp.ingest.applier import ProcessRunner
+from stream_dp.ingest.metrics import IngestMetrics
+from stream_dp.ingest.worker import IngestWorker
+
+
+def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
+    """The worker with clients built from ``cfg`` (consumer in the ingest group, DLQ producer, Redis)."""
+    ensure_topics(cfg.kafka, {cfg.kafka.dead_letter_topic: 1})
+    consumer = kafka_consumer(cfg.kafka, group_id=cfg.kafka.ingest_group_id)
+    producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000),
+                              max_request_size=cfg.ingest.dead_letter_max_request_bytes)
+    return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),
+                        metrics=IngestMetrics(registry))

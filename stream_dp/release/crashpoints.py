@@ -1,0 +1,35 @@
+"""Crash points: the named steps of a release where a test may kill the worker (a seam, not a switch).
+
+The release worker and its outbox call ``crashpoints.reached(point)`` at each step below. In production the
+object is :data:`NO_CRASHES`, which does nothing; nothing here reads the environment. Crash tests inject
+an object that kills the process at a chosen point (``tests/integration/crashing_release.py``), to
+prove a release is charged exactly once and never recomputed with fresh noise whatever step a crash hits.
+
+- ``after_reserve``      -- budget reserved, mechanism not run / nothing stored
+- ``after_commit``       -- charge settled and release stored, not yet published
+- ``after_publish``      -- produced to Kafka (acked), not yet marked published
+- ``after_mark``         -- marked published, post-commit steps of the type not done
+- ``before_release_window`` -- all types published, window not yet marked released
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+POINTS = ("after_reserve", "after_commit", "after_publish", "after_mark", "before_release_window")
+
+
+class CrashPoints(Protocol):
+    """Told each time the worker reaches one of :data:`POINTS`."""
+
+    def reached(self, point: str) -> None: ...
+
+
+class _NoCrashes:
+    """Production's crash points: reaching one does nothing."""
+
+    def reached(self, point: str) -> None:
+        return None
+
+
+NO_CRASHES: CrashPoints = _NoCrashes()
