@@ -35,7 +35,7 @@ def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, red
     pipeline = Pipeline(config, events_topic, tmp_path)
     try:
         chromium.navigate(dashboard.url + "/")
-        chromium.wait_for("document.getElementById('status')?.classList.contains('live')", 20,
+        chromium.wait_for("document.getElementById('status')?.classList.contains('live')", 60,
                           "the page's live stream to connect")
         assert chromium.evaluate("document.querySelectorAll('#ranking tr.ranked').length") == 0
         pipeline.start(bootstrap_servers)  # releases arrive while the page is open
@@ -47,7 +47,7 @@ def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, red
             120, "the ranking to show the last window's top key")
         assert set(shown) <= set(k for w in HOT for k in w), shown  # only keys the stream made popular
         wait_for(lambda: dashboard.get("/healthz")[1]["records"] >= 9, timeout=30, what="all releases on the dashboard")
-        chromium.wait_for("Number(document.body.dataset.records) >= 9", 20, "the page to show all releases")
+        chromium.wait_for("Number(document.body.dataset.records) >= 9", 60, "the page to show all releases")
 
         # ⊥: the last window's top-k stopped after its hot keys; the marker and its explanation are shown
         bottom = chromium.evaluate("document.querySelector('#ranking tr.bottom-marker')?.textContent")
@@ -57,10 +57,12 @@ def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, red
         markers = chromium.evaluate("[...document.querySelectorAll('#ranking .change')].map(e => e.className)")
         assert markers and all(m.split()[1] in {"up", "down", "same", "new", "back"} for m in markers)
         # alerts: an error bar from the lower confidence bound to the estimate
-        bar = chromium.evaluate(
+        # (polled: the alerts card renders on its own after the records arrive, later on a loaded machine)
+        bar = chromium.wait_for(
             "(() => { const g = document.querySelector('#alerts-chart g.error-bar'); if (!g) return null;"
             " const r = g.querySelector('line.range'); return {key: g.dataset.key, x1: +r.getAttribute('x1'),"
-            " x2: +r.getAttribute('x2'), dot: !!g.querySelector('circle'), cap: !!g.querySelector('line.cap')}; })()")
+            " x2: +r.getAttribute('x2'), dot: !!g.querySelector('circle'), cap: !!g.querySelector('line.cap')}; })()",
+            30, "an alerts error bar")
         assert bar and bar["dot"] and bar["cap"] and bar["x1"] < bar["x2"], bar  # bound left of the estimate
         assert chromium.evaluate("!!document.querySelector('#alerts-chart line.threshold')")
         # budget burn-down and the window timeline
