@@ -35,7 +35,7 @@ from stream_dp.accounting.ledger import Ledger
 from stream_dp.config import Config, load_config
 from stream_dp.ingest.store import Chunk, WindowStore
 from stream_dp.keys import Keys
-from stream_dp.mechanisms import limited_domain_topk_max_events
+from stream_dp.mechanisms import LimitedDomainTopk
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.worker import ReleaseWorker
@@ -137,7 +137,7 @@ def one_release_worst_case(cfg: Config, release_type: str = "topk") -> list[Any]
     """The events the ledger reserves for one release of ``release_type`` (the builder's own worst case)."""
     from stream_dp.release.builders import BUILDERS
 
-    return list(BUILDERS[release_type](cfg).reserve_events())
+    return list(BUILDERS[release_type](cfg).measurement.privacy_map())
 
 
 def worst_case_windows_per_period(cfg: Config, release_type: str = "topk") -> int:
@@ -260,7 +260,8 @@ def _summary(setup: ContinualSetup, rows: Sequence[dict[str, Any]], cfg: Config,
     max_windows = max(sum(1 for r in rows if r["scope"] == s) for s in scopes) if scopes else 0
     recall = Estimate.of(np.array([r["recall_mean"] for r in rows]))
     released = [r for r in rows if r["released_mean"] > 0]
-    one_outcome = compose(limited_domain_topk_max_events(k=1, epsilon=t.epsilon, delta=t.delta))
+    one_outcome = compose(LimitedDomainTopk(k=1, k_bar=t.k_bar, epsilon=t.epsilon, delta=t.delta,
+                                              max_keys_per_user=1).privacy_map())
     one_release = compose(one_release_worst_case(cfg, setup.release_type))
     return {
         "setup": setup.name, "release_type": setup.release_type,

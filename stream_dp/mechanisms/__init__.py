@@ -1,4 +1,5 @@
-"""Pure randomized mechanisms (numpy only, no I/O); every result states its cost as DP events."""
+"""Pure randomized mechanisms (numpy only, no I/O); each is reachable as a measurement carrying its privacy map
+(:mod:`stream_dp.mechanisms.measurement`), and every result states its cost as DP events."""
 
 from stream_dp.mechanisms.em_gap import em_with_gap, em_with_gap_blackbox, em_with_gap_events
 from stream_dp.mechanisms.hybrid_gap import (
@@ -8,34 +9,36 @@ from stream_dp.mechanisms.hybrid_gap import (
     hybrid_topk_estimates,
     hybrid_topk_identity,
 )
-from stream_dp.mechanisms.large_margin import UNLISTED, large_margin_argmax, large_margin_events
+from stream_dp.mechanisms.large_margin import UNLISTED, LargeMargin, large_margin_argmax
 from stream_dp.mechanisms.limited_domain import (
+    LimitedDomainTopk,
     TopKResult,
     limited_domain_topk,
-    limited_domain_topk_max_events,
 )
 from stream_dp.mechanisms.noisy_topk_gap import (
+    NoisyTopkWithGap,
     blue_estimates,
     noisy_topk_with_gap,
-    noisy_topk_with_gap_events,
     noisy_topk_with_measures,
 )
 from stream_dp.mechanisms.svt import (
     AdaptiveSVT,
+    AdaptiveSvtInstance,
     SVTAnswer,
     SVTExhaustedError,
     SVTRun,
     adaptive_svt,
-    adaptive_svt_events,
 )
 from stream_dp.mechanisms.svt_measures import MeasuredAnswer, SVTMeasuresResult, blue_combine, svt_with_measures
 from stream_dp.mechanisms.pws import (
+    PrivateWeightedSample,
     SampleResult,
     SampleRow,
     private_weighted_sample,
-    private_weighted_sample_events,
     pws_token_estimates,
 )
+from stream_dp.mechanisms.known_domain import KnownDomainTopk
+from stream_dp.mechanisms.measurement import GaussianHistogram, Measurement
 from stream_dp.mechanisms.pws_estimators import TokenEstimator, estimate_sum
 from stream_dp.mechanisms.pws_sbh import sbh_reporting_probabilities, sbh_sample
 from stream_dp.mechanisms.pws_tables import (
@@ -46,6 +49,15 @@ from stream_dp.mechanisms.pws_tables import (
 )
 
 __all__ = [
+    # measurements: mechanisms with their privacy maps (stream_dp.mechanisms.measurement)
+    "AdaptiveSvtInstance",
+    "GaussianHistogram",
+    "KnownDomainTopk",
+    "LargeMargin",
+    "LimitedDomainTopk",
+    "Measurement",
+    "NoisyTopkWithGap",
+    "PrivateWeightedSample",
     "GapRelease",
     "THRESHOLD",
     "em_with_gap",
@@ -63,15 +75,11 @@ __all__ = [
     "TopKResult",
     "UNLISTED",
     "adaptive_svt",
-    "adaptive_svt_events",
     "blue_combine",
     "blue_estimates",
     "large_margin_argmax",
-    "large_margin_events",
     "limited_domain_topk",
-    "limited_domain_topk_max_events",
     "noisy_topk_with_gap",
-    "noisy_topk_with_gap_events",
     "noisy_topk_with_measures",
     "svt_with_measures",
     # private weighted sampling (seed 002)
@@ -82,7 +90,6 @@ __all__ = [
     "TokenEstimator",
     "estimate_sum",
     "private_weighted_sample",
-    "private_weighted_sample_events",
     "pws_reporting_probabilities",
     "pws_sanitizer_probabilities",
     "pws_token_estimates",

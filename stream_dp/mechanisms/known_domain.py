@@ -13,8 +13,9 @@ Discover-then-track (the key selection then counting of DP-SQLP, Zhang et al. 20
    candidate set depends only on step 1's output, so the two steps compose adaptively.
 
 Cost (:attr:`KnownDomainResult.events`): ``RangeBoundedEvent(ε_d, outcomes of step 1, δ)`` (when discovery
-ran) and ``RangeBoundedEvent(ε_t, keys released by step 2)``. Worst case to reserve:
-:func:`known_domain_topk_max_events` (k outcomes of each). Every released key says whether it is in the
+ran) and ``RangeBoundedEvent(ε_t, keys released by step 2)``. The measurement :class:`KnownDomainTopk`
+carries the map: ``privacy_map()`` is the worst case to reserve (k outcomes of each), ``realized(result)``
+what a call returned. Every released key says whether it is in the
 domain or was discovered.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from stream_dp.accounting.events import DpEvent, RangeBoundedEvent
 from stream_dp.mechanisms._validation import check_epsilon, check_positive_int, check_scores, tie_key
-from stream_dp.mechanisms.limited_domain import limited_domain_topk, limited_domain_topk_max_events
+from stream_dp.mechanisms.limited_domain import limited_domain_topk, outcome_events
 from stream_dp.rng import RngLike, make_rng
 
 TRACK_MECHANISM = "known_domain_gumbel_topk"
@@ -44,14 +45,59 @@ class KnownDomainResult:
     events: tuple[DpEvent, ...]
 
 
-def known_domain_topk_max_events(*, k: int, track_epsilon: float, discover_epsilon: float | None,
-                                 delta: float) -> tuple[DpEvent, ...]:
-    """The worst case: k tracked peels, plus k discovery outcomes and the ⊥-rule δ when discovery runs."""
-    k = check_positive_int(k, "k")
-    track = (RangeBoundedEvent(check_epsilon(track_epsilon, "track_epsilon"), count=k, mechanism=TRACK_MECHANISM),)
-    if discover_epsilon is None:
-        return track
-    return tuple(limited_domain_topk_max_events(k=k, epsilon=discover_epsilon, delta=delta)) + track
+def track_events(keys: int, *, track_epsilon: float) -> tuple[DpEvent, ...]:
+    """The privacy map of step 2 when it released ``keys`` keys: that many ε_t-range-bounded peels, no δ
+    (none when no candidate existed). The one place this formula is written."""
+    if keys == 0:
+        return ()
+    return (RangeBoundedEvent(check_epsilon(track_epsilon, "track_epsilon"), count=check_positive_int(keys, "keys"),
+                              mechanism=TRACK_MECHANISM),)
+
+
+@dataclass(frozen=True)
+class KnownDomainTopk:
+    """The discover-then-track measurement (module docstring) with its privacy map.
+
+    ``privacy_map()``: k discovery outcomes with the ⊥-rule δ (when discovery runs) and k tracked peels --
+    reserved before the call; ``realized(result)``: the discovery outcomes returned (keys + ⊥) and the keys
+    step 2 released.
+
+    >>> m = KnownDomainTopk(k=2, k_bar=4, track_epsilon=0.3, discover_epsilon=0.1, delta=1e-6, max_keys_per_user=1)
+    >>> [e.count for e in m.privacy_map()]
+    [2, 2]
+    """
+
+    k: int
+    k_bar: int
+    track_epsilon: float
+    discover_epsilon: float | None
+    delta: float
+    max_keys_per_user: int
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.k, "k")
+        check_epsilon(self.track_epsilon, "track_epsilon")
+
+    def __call__(self, domain_counts: Mapping[Hashable, float], outside_counts: Mapping[Hashable, float],
+                 rng: RngLike = None) -> KnownDomainResult:
+        return known_domain_topk(domain_counts, outside_counts, k=self.k, k_bar=self.k_bar,
+                                 track_epsilon=self.track_epsilon, discover_epsilon=self.discover_epsilon,
+                                 delta=self.delta, max_keys_per_user=self.max_keys_per_user, rng=rng)
+
+    def _discovery(self, outcomes: int) -> tuple[DpEvent, ...]:
+        if self.discover_epsilon is None:
+            return ()
+        return outcome_events(outcomes, epsilon=self.discover_epsilon, delta=self.delta)
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return self._discovery(self.k) + track_events(self.k, track_epsilon=self.track_epsilon)
+
+    def realized(self, result: KnownDomainResult) -> tuple[DpEvent, ...]:
+        outcomes = len(result.discovered) + int(result.hit_bottom)
+        if len(result.keys) > self.k or outcomes > self.k or (self.discover_epsilon is None and outcomes):
+            raise ValueError(f"a known-domain top-k result with {len(result.keys)} keys and {outcomes} discovery "
+                             f"outcomes is not one of this measurement's (k = {self.k})")
+        return self._discovery(outcomes) + track_events(len(result.keys), track_epsilon=self.track_epsilon)
 
 
 def known_domain_topk(domain_counts: Mapping[Hashable, float], outside_counts: Mapping[Hashable, float], *,
@@ -93,7 +139,7 @@ def known_domain_topk(domain_counts: Mapping[Hashable, float], outside_counts: M
     order = sorted(range(len(candidates)), key=lambda i: (noisy[i], tie_key(candidates[i])), reverse=True)[:m]
     keys = tuple(candidates[i] for i in order)
     sources = tuple(DOMAIN if i < len(domain_keys) else DISCOVERED for i in order)
-    events.append(RangeBoundedEvent(track_epsilon, count=m, mechanism=TRACK_MECHANISM))
+    events.extend(track_events(m, track_epsilon=track_epsilon))
     return KnownDomainResult(keys, sources, discovered, hit_bottom, tuple(events))
 
 

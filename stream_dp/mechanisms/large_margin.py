@@ -17,7 +17,7 @@ Constants (reconstructed, ALGORITHMS.md decision 6 and §2.3 -- not read in the 
 4. Return I drawn from the top-l items with P[i] ∝ exp(nα·f(i)/6).
 
 Privacy: (α, δ)-DP when every score f(i, ·) is (1/n)-Lipschitz in the dataset (e.g. f = share of users on
-item i, or count/n) → :func:`large_margin_events`. The universe must not depend on the data.
+item i, or count/n) → :class:`LargeMargin` (its privacy map). The universe must not depend on the data.
 
 **Implicit universe.** ``scores`` lists only some items; ``universe_size`` K (≥ len(scores)) says how many
 items exist in all, the unlisted ones having score 0 (listed scores must then be ≥ 0; unlisted items rank
@@ -29,6 +29,7 @@ so K = 10³⁰⁰ costs about log₂K steps. When an unlisted item is drawn the 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from decimal import Decimal
 from collections.abc import Hashable, Mapping
 
@@ -174,11 +175,31 @@ def large_margin_argmax(scores: Mapping[Hashable, float], *, epsilon: float, del
     return UNLISTED if pick == chosen else keys[top[pick]]
 
 
-def large_margin_events(*, epsilon: float, delta: float) -> tuple[DpEvent, ...]:
-    """The cost of one :func:`large_margin_argmax` call: (ε, δ)-DP.
+@dataclass(frozen=True)
+class LargeMargin:
+    """The large margin measurement (CHS14 Algorithm 1) with its privacy map: (ε, δ)-DP per call whatever it
+    returns, so ``privacy_map()`` (reserved) and ``realized(result)`` are the same one event.
 
-    >>> large_margin_events(epsilon=1.0, delta=1e-6)[0].mechanism
+    >>> LargeMargin(epsilon=1.0, delta=1e-6).privacy_map()[0].mechanism
     'large_margin'
     """
-    return (ApproxDpEvent(epsilon=check_epsilon(epsilon), delta=check_delta(delta),
-                          mechanism="large_margin"),)
+
+    epsilon: float
+    delta: float
+    mechanism: str = "large_margin"
+
+    def __post_init__(self) -> None:
+        self.privacy_map()  # validates ε, δ
+
+    def __call__(self, scores: Mapping[Hashable, float], *, n: int, universe_size: int | None = None,
+                 rng: RngLike = None) -> Hashable:
+        return large_margin_argmax(scores, epsilon=self.epsilon, delta=self.delta, n=n,
+                                   universe_size=universe_size, rng=rng)
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return (ApproxDpEvent(epsilon=check_epsilon(self.epsilon), delta=check_delta(self.delta),
+                              mechanism=self.mechanism),)
+
+    def realized(self, result: Hashable) -> tuple[DpEvent, ...]:
+        """Any key or :data:`UNLISTED` costs the same."""
+        return self.privacy_map()

@@ -17,7 +17,8 @@ the common limited domain of two neighbours is ever released is at most δ (DR19
 over at most min{Δ, k̄} boundary keys is what the ln(min{Δ, k̄}/δ)/ε offset pays for). The cost is charged
 for what was returned ("pay what you get", §1.9): ``result.events`` is one
 :class:`~stream_dp.accounting.events.RangeBoundedEvent` with ``count = len(keys) + hit_bottom``.
-Before running, reserve :func:`limited_domain_topk_max_events` (the k-outcome worst case).
+:class:`LimitedDomainTopk` is the measurement: its ``privacy_map()`` is the k-outcome worst case to reserve
+before running, its ``realized(result)`` the events above (both from :func:`outcome_events`).
 
 Keys the caller does not list are treated as count 0 and are never released: when the universe is unknown
 the released domain is the listed keys among the top k̄. A key that goes from 0 to 1 between neighbours
@@ -68,19 +69,56 @@ class TopKResult:
     @property
     def events(self) -> tuple[DpEvent, ...]:
         """The realized privacy cost: ``outcomes`` ε-range-bounded peels and the δ of the ⊥ rule."""
-        return (RangeBoundedEvent(epsilon=self.epsilon, count=self.outcomes, delta=self.delta,
-                                  mechanism=self.mechanism),)
+        return outcome_events(self.outcomes, epsilon=self.epsilon, delta=self.delta, mechanism=self.mechanism)
 
 
-def limited_domain_topk_max_events(*, k: int, epsilon: float, delta: float) -> tuple[DpEvent, ...]:
-    """The events of the worst case (k outcomes) -- what to reserve in the ledger before a call.
+def outcome_events(outcomes: int, *, epsilon: float, delta: float,
+                   mechanism: str = MECHANISM) -> tuple[DpEvent, ...]:
+    """The privacy map of one call that returned ``outcomes`` outcomes (keys and ⊥): one event of that many
+    ε-range-bounded peels whose δ is the ⊥ rule's (DR19 Lemma 5.5). The one place this formula is written.
 
-    >>> limited_domain_topk_max_events(k=3, epsilon=0.5, delta=1e-6)[0].count
+    >>> outcome_events(3, epsilon=0.5, delta=1e-6)[0].count
     3
     """
-    k = check_positive_int(k, "k")
-    return (RangeBoundedEvent(epsilon=check_epsilon(epsilon), count=k, delta=check_delta(delta),
-                              mechanism=MECHANISM),)
+    return (RangeBoundedEvent(epsilon=check_epsilon(epsilon), count=check_positive_int(outcomes, "outcomes"),
+                              delta=check_delta(delta), mechanism=mechanism),)
+
+
+@dataclass(frozen=True)
+class LimitedDomainTopk:
+    """The limited-domain top-k measurement (DR19 Algorithm 1) with its privacy map.
+
+    Input: a histogram of distinct-user counts (user-level add/remove neighbours, each user on at most
+    ``max_keys_per_user`` keys). ``privacy_map()`` is the worst case, k outcomes -- what the ledger reserves
+    before the call; ``realized(result)`` what the call returned (pay-what-you-get, DR19 §1.9).
+
+    >>> m = LimitedDomainTopk(k=3, k_bar=5, epsilon=0.5, delta=1e-6, max_keys_per_user=1)
+    >>> m.privacy_map()[0].count, m.realized(m({"a": 90, "b": 80}, rng=1))[0].count <= 3
+    (3, True)
+    """
+
+    k: int
+    k_bar: int
+    epsilon: float
+    delta: float
+    max_keys_per_user: int
+    mechanism: str = MECHANISM
+
+    def __post_init__(self) -> None:
+        _check_parameters(self.k, self.k_bar, self.epsilon, self.delta, self.max_keys_per_user)
+
+    def __call__(self, counts: Mapping[Hashable, float], rng: RngLike = None) -> TopKResult:
+        return limited_domain_topk(counts, k=self.k, k_bar=self.k_bar, epsilon=self.epsilon, delta=self.delta,
+                                   max_keys_per_user=self.max_keys_per_user, rng=rng)
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return outcome_events(self.k, epsilon=self.epsilon, delta=self.delta, mechanism=self.mechanism)
+
+    def realized(self, result: TopKResult) -> tuple[DpEvent, ...]:
+        if not 1 <= result.outcomes <= self.k or (result.epsilon, result.delta) != (self.epsilon, self.delta):
+            raise ValueError(f"a {self.mechanism} result with {result.outcomes} outcomes at "
+                             f"(ε={result.epsilon}, δ={result.delta}) is not one of this measurement's")
+        return outcome_events(result.outcomes, epsilon=self.epsilon, delta=self.delta, mechanism=self.mechanism)
 
 
 def bottom_offset(*, k_bar: int, epsilon: float, delta: float, max_keys_per_user: int) -> float:

@@ -10,7 +10,7 @@ counts, where a neighbour moves all answers in the same direction) uses scale k/
 privacy), ``noise="geometric"`` draws the **discrete Laplace** (two-sided geometric) noise of the same
 scale, ``P(x) ∝ e^{−|x|/scale}`` on the integers, for integer answers (counts). Each query must have
 sensitivity 1. Privacy: ε-DP → one :class:`~stream_dp.accounting.events.PureDpEvent`
-(:func:`noisy_topk_with_gap_events`).
+(:class:`NoisyTopkWithGap`, its privacy map).
 
 **Discrete noise** (issue 16: floating-point-safe released numbers). The proof of Theorem 6.1 aligns the
 noise vectors of neighbouring inputs by integer shifts (each selected answer's noise moves by at most one
@@ -31,6 +31,7 @@ linear unbiased estimator :func:`blue_estimates`. Its MSE is (1+λk)/(k+λk) of 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -130,13 +131,36 @@ def noisy_topk_with_gap(values: Mapping[Hashable, float], *, k: int, epsilon: fl
     return [(keys[top[i]], float(noisy[top[i]] - noisy[top[i + 1]])) for i in range(k)]
 
 
-def noisy_topk_with_gap_events(*, epsilon: float) -> tuple[DpEvent, ...]:
-    """The cost of one :func:`noisy_topk_with_gap` call: pure ε-DP (Theorem 6.1).
+@dataclass(frozen=True)
+class NoisyTopkWithGap:
+    """The noisy top-k with gap measurement (Ding et al., Algorithm 4) with its privacy map: pure ε-DP per call
+    (Theorem 6.1) whatever k and the answers, so ``privacy_map()`` and ``realized(result)`` are one event.
 
-    >>> noisy_topk_with_gap_events(epsilon=0.5)[0].zcdp()
+    >>> NoisyTopkWithGap(k=2, epsilon=0.5).privacy_map()[0].zcdp()
     (0.125, 0.0)
     """
-    return (PureDpEvent(epsilon=check_epsilon(epsilon), mechanism="noisy_topk_with_gap"),)
+
+    k: int
+    epsilon: float
+    noise: str = "laplace"
+    monotone: bool = True
+    mechanism: str = "noisy_topk_with_gap"
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.k, "k")
+        self.privacy_map()  # validates ε
+
+    def __call__(self, values: Mapping[Hashable, float], rng: RngLike = None) -> list[tuple[Hashable, float]]:
+        return noisy_topk_with_gap(values, k=self.k, epsilon=self.epsilon, monotone=self.monotone,
+                                   noise=self.noise, rng=rng)
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return (PureDpEvent(epsilon=check_epsilon(self.epsilon), mechanism=self.mechanism),)
+
+    def realized(self, result: Sequence[tuple[Hashable, float]]) -> tuple[DpEvent, ...]:
+        if len(result) > self.k:
+            raise ValueError(f"{len(result)} ranked keys is not a result of noisy top-{self.k} with gap")
+        return self.privacy_map()
 
 
 def blue_estimates(measurements: Sequence[float], gaps: Sequence[float], *, lam: float) -> np.ndarray:
@@ -172,7 +196,7 @@ def noisy_topk_with_measures(values: Mapping[Hashable, float], *, k: int, epsilo
     """Noisy Top-K with Measures (§6.3): ε/2 selects k keys with gaps, ε/2 measures them with
     Lap(2k/ε) (discrete Laplace of that scale when ``noise="geometric"``: the BLUE is then a linear
     post-processing of integer releases, so it carries no floating-point noise of its own); returns (key, BLUE estimate), best first. ε-DP in total
-    (cost: :func:`noisy_topk_with_gap_events` with the same ε).
+    (cost: the :class:`NoisyTopkWithGap` map with the same ε).
 
     >>> out = noisy_topk_with_measures({"a": 1000, "b": 500, "c": 10, "d": 0}, k=2, epsilon=1.0, rng=3)
     >>> [key for key, _ in out]

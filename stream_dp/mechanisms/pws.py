@@ -101,13 +101,8 @@ class SampleResult:
         gives (ε, δ); in the project's zCDP currency it is ρ = Δ·(ε/Δ)²/2 = ε²/(2Δ) with δ -- Δ times
         cheaper than accounting the release as one (ε, δ)-DP mechanism (:attr:`whole_release_events`).
         """
-        return (ApproxDpEvent(epsilon=self.key_epsilon, delta=self.key_delta, count=self.max_keys_per_user,
-                              mechanism=self.mechanism),)
-
-    @property
-    def per_key_events(self) -> tuple[DpEvent, ...]:
-        """Alias of :attr:`events` (the per-key composed accounting)."""
-        return self.events
+        return per_key_composed_events(epsilon=self.epsilon, delta=self.delta,
+                                       max_keys_per_user=self.max_keys_per_user, mechanism=self.mechanism)
 
     @property
     def whole_release_events(self) -> tuple[DpEvent, ...]:
@@ -126,13 +121,12 @@ class SampleResult:
         return estimate_sum(self.rows, coefficient)
 
 
-def private_weighted_sample_events(*, epsilon: float, delta: float,
-                                   max_keys_per_user: int = 1) -> tuple[DpEvent, ...]:
-    """The cost of one release (known before running; what to reserve in the ledger).
+def per_key_composed_events(*, epsilon: float, delta: float, max_keys_per_user: int = 1,
+                            mechanism: str = MECHANISM) -> tuple[DpEvent, ...]:
+    """The privacy map of one release, data-independent: Δ = ``max_keys_per_user`` composed per-key
+    (ε/Δ, δ/Δ)-DP events (see :attr:`SampleResult.events`). The one place this formula is written.
 
-    Δ = ``max_keys_per_user`` composed per-key (ε/Δ, δ/Δ)-DP events (see :attr:`SampleResult.events`).
-
-    >>> (e,) = private_weighted_sample_events(epsilon=1.0, delta=1e-6, max_keys_per_user=4)
+    >>> (e,) = per_key_composed_events(epsilon=1.0, delta=1e-6, max_keys_per_user=4)
     >>> e.mechanism, e.epsilon, e.count, round(e.zcdp()[0], 6)
     ('private_weighted_sample', 0.25, 4, 0.125)
     """
@@ -140,7 +134,41 @@ def private_weighted_sample_events(*, epsilon: float, delta: float,
     if not (isinstance(max_keys_per_user, int) and max_keys_per_user >= 1):
         raise ValueError(f"max_keys_per_user must be an integer >= 1, got {max_keys_per_user!r}")
     return (ApproxDpEvent(epsilon=epsilon / max_keys_per_user, delta=delta / max_keys_per_user,
-                          count=max_keys_per_user, mechanism=MECHANISM),)
+                          count=max_keys_per_user, mechanism=mechanism),)
+
+
+@dataclass(frozen=True)
+class PrivateWeightedSample:
+    """The private weighted sampling measurement (CGSS21 late Algorithm 4 per key, at (ε/Δ, δ/Δ)).
+
+    Its cost does not depend on the data: ``privacy_map()`` (reserved before a release) and
+    ``realized(result)`` are the same Δ per-key events; ``realized`` refuses a result computed at other
+    parameters (its events would not be this map's).
+    """
+
+    scheme: str
+    tau: float | None
+    epsilon: float
+    delta: float
+    max_keys_per_user: int = 1
+    mechanism: str = MECHANISM
+
+    def __post_init__(self) -> None:
+        self.privacy_map()  # validates ε, δ, Δ
+
+    def __call__(self, counts: Mapping[Hashable, int], rng: RngLike = None) -> SampleResult:
+        return private_weighted_sample(counts, scheme=self.scheme, tau=self.tau, epsilon=self.epsilon,
+                                       delta=self.delta, max_keys_per_user=self.max_keys_per_user, rng=rng)
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return per_key_composed_events(epsilon=self.epsilon, delta=self.delta,
+                                       max_keys_per_user=self.max_keys_per_user, mechanism=self.mechanism)
+
+    def realized(self, result: SampleResult) -> tuple[DpEvent, ...]:
+        if (result.epsilon, result.delta, result.max_keys_per_user) != (self.epsilon, self.delta,
+                                                                        self.max_keys_per_user):
+            raise ValueError("a private weighted sample computed at other (ε, δ, Δ) is not this measurement's")
+        return self.privacy_map()
 
 
 def sanitizer_table(*, scheme: str, tau: float | None, epsilon: float, delta: float,

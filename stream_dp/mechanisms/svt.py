@@ -180,7 +180,7 @@ class AdaptiveSVT:
 
     def privacy_event(self) -> DpEvent:
         """The ledger charge of the whole instance: ``PureDpEvent(ε)``, charged when it opens."""
-        (event,) = adaptive_svt_events(epsilon=self.epsilon)
+        (event,) = instance_events(epsilon=self.epsilon)
         return event
 
     def events(self) -> tuple[DpEvent, ...]:
@@ -295,11 +295,49 @@ def _is_real(x: Any) -> bool:
     return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
 
 
-def adaptive_svt_events(*, epsilon: float) -> tuple[DpEvent, ...]:
+def instance_events(*, epsilon: float) -> tuple[DpEvent, ...]:
     """The cost of one Adaptive SVT instance, known before it opens (ALGORITHMS.md decision 5): ε-DP as a
-    whole (Theorem 5.1), whatever its answers turn out to be.
+    whole (Theorem 5.1), whatever its answers turn out to be. The one place this formula is written.
 
-    >>> adaptive_svt_events(epsilon=0.5)[0].epsilon
+    >>> instance_events(epsilon=0.5)[0].epsilon
     0.5
     """
     return (PureDpEvent(epsilon, mechanism=MECHANISM),)
+
+
+@dataclass(frozen=True)
+class AdaptiveSvtInstance:
+    """The Adaptive SVT measurement (Ding et al., Algorithm 1): one instance and its privacy map.
+
+    ``privacy_map()`` is the whole instance's ε (charged when it opens, decision 5). ``realized(svt)`` of an
+    instance that answered some queries is the same single event: the realized loss ``svt.spent`` is ≤ ε by
+    the break rule (Theorem 5.1), and is checked; an instance that gave more than its budget allows, or runs
+    at other parameters, is refused.
+
+    >>> m = AdaptiveSvtInstance(threshold=100, k=2, epsilon=1.0)
+    >>> svt = m.open(rng=7); _ = svt.process_many([5, 500, 3]); m.realized(svt) == m.privacy_map()
+    True
+    """
+
+    threshold: float
+    k: int
+    epsilon: float
+    noise: str = "laplace"
+    theta: float | None = None
+    monotone: bool = True
+    mechanism: str = MECHANISM
+
+    def open(self, rng: RngLike = None) -> AdaptiveSVT:
+        """A fresh instance (its noisy threshold drawn now)."""
+        return AdaptiveSVT(self.threshold, k=self.k, epsilon=self.epsilon, noise=self.noise,
+                           monotone=self.monotone, theta=self.theta, rng=rng)
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return instance_events(epsilon=self.epsilon)
+
+    def realized(self, svt: AdaptiveSVT) -> tuple[DpEvent, ...]:
+        if (svt.epsilon, svt.k, svt.noise) != (self.epsilon, self.k, self.noise):
+            raise ValueError("an SVT instance of other (ε, k, noise) is not this measurement's")
+        if svt.spent > self.epsilon * (1 + 1e-12):
+            raise ValueError(f"the instance spent {svt.spent} > ε = {self.epsilon}")
+        return self.privacy_map()

@@ -212,10 +212,13 @@ class AlertsRun:
     """
 
     def __init__(self, cfg: AlertsConfig, window: Window, scope: str, current: InstanceState | None,
-                 watchlist: list[str], rng: Any = None) -> None:
+                 watchlist: list[str], rng: Any = None, measurement: Any = None) -> None:
         from stream_dp.mechanisms import AdaptiveSVT
+        from stream_dp.release.builders import alerts_measurement
 
         self.cfg = cfg
+        # the instance's measurement: opens instances, says what to reserve and what a window realized
+        self.measurement = measurement if measurement is not None else alerts_measurement(cfg)
         self.window = window
         self.scope = scope
         self.current = current
@@ -232,11 +235,11 @@ class AlertsRun:
         self.limited = wants and limit > 0 and self.opened_here >= limit
         self.opens = wants and not self.limited
         if self.opens:
-            svt = AdaptiveSVT(cfg.threshold, k=cfg.k, epsilon=cfg.epsilon, noise=cfg.noise, monotone=True,
-                              theta=cfg.theta or None, rng=rng)
+            svt = self.measurement.open(rng=rng)
         self.svt = svt
         self.instance = (current.instance if current else 0) + (1 if self.opens else 0)
-        self.open_events = (svt.privacy_event(),) if self.opens and svt is not None else ()
+        # what to reserve: the whole instance's ε when one opens here (a continuing instance was paid for)
+        self.open_events = self.measurement.privacy_map() if self.opens else ()
 
     def _state_after(self) -> InstanceState | None:
         """The state after this window; the SVT state is dropped (None) once the instance is closed."""
@@ -277,8 +280,10 @@ class AlertsRun:
                 "unanswered": len(self.watchlist) - len(items),
                 "instance_exhausted": bool(svt.exhausted) if svt is not None else None,
                 "instance_limit_reached": self.limited, "confidence": self.cfg.confidence}
+        # the realized cost of the window: the opened instance's map (its answers spent ≤ ε), else nothing new
+        events = self.measurement.realized(svt) if self.opens and svt is not None else ()
         draft = RecordDraft(self.window, "alerts", MECHANISM, parameters(self.cfg), items=items, hit_bottom=None,
-                            events=self.open_events, info=info)
+                            events=events, info=info)
         return draft, self._state_after()
 
     def exhausted(self, reason: str) -> tuple[RecordDraft, InstanceState | None]:

@@ -123,13 +123,13 @@ class BudgetPlan:
 
 
 def plan_for(cfg: Config) -> BudgetPlan:
-    """The plan of ``cfg``: the same worst-case events the release worker reserves."""
-    from stream_dp.mechanisms import adaptive_svt_events
-    from stream_dp.release.builders import BUILDERS, enabled_types
+    """The plan of ``cfg``: the privacy maps of the release types' measurements, i.e. the same worst-case
+    events the release worker reserves."""
+    from stream_dp.release.builders import release_measurements
 
-    types = enabled_types(cfg)
-    per_window = {t: tuple(BUILDERS[t](cfg).reserve_events()) for t in types if t in BUILDERS}
-    alerts = tuple(adaptive_svt_events(epsilon=cfg.releases.alerts.epsilon)) if "alerts" in types else ()
+    maps = {t: m.privacy_map() for t, m in release_measurements(cfg).items()}
+    alerts = maps.pop("alerts", ())
+    per_window = maps
     notes = []
     if "watch_topk" in per_window:
         notes.append("watch_topk is charged every window (it is skipped at no cost only while the watchlist "

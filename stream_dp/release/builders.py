@@ -2,16 +2,20 @@
 
 A builder is a small object with one job per step, so the worker treats every type alike:
 
-- ``reserve_events()`` -- the worst-case DP events of one run, reserved in the ledger *before* the mechanism
-  runs (a release the budget cannot cover never runs, ALGORITHMS decision 2);
+- ``measurement`` -- the mechanism at the configured parameters with its privacy map
+  (:mod:`stream_dp.mechanisms.measurement`): ``measurement.privacy_map()`` is reserved in the ledger *before*
+  the mechanism runs (a release the budget cannot cover never runs, ALGORITHMS decision 2);
 - ``read(reader, window, watchlist)`` -- only the data the mechanism needs (top k̄+1 for top-k, the watched
   keys' counts for watch_topk, the count histogram and then the reported keys for sampling, the whole window
   for the large-margin mechanism);
-- ``run(window, data, rng)`` -- call the pure mechanism and build the record draft whose events are what the
-  release actually costs (pay-what-you-get for top-k: the outcomes returned, DR19 §1.9).
+- ``run(window, data, rng)`` -- call the pure mechanism and build the record draft whose events are
+  ``measurement.realized(result)``, what the release actually cost (pay-what-you-get for top-k: the outcomes
+  returned, DR19 §1.9).
 
-The online ``alerts`` type keeps state across windows and lives in :mod:`stream_dp.release.alerts`.
-``BUILDERS`` is a dispatch table (one entry per type, each tested), not an ``isinstance`` chain.
+The online ``alerts`` type keeps state across windows and lives in :mod:`stream_dp.release.alerts`; its
+measurement is :func:`alerts_measurement`. ``BUILDERS`` is a dispatch table (one entry per type, each
+tested), not an ``isinstance`` chain; :func:`release_measurements` gives every enabled type's measurement
+(the budget plan and the worker's start check use only those).
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from stream_dp.accounting.events import DpEvent
-from stream_dp.config import Config
+from stream_dp.config import AlertsConfig, Config
+from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.windows import Window, WindowReader
 
@@ -30,9 +34,10 @@ class Builder(Protocol):
     type: str
     mechanism: str
 
-    def parameters(self) -> dict[str, Any]: ...
+    @property
+    def measurement(self) -> Measurement[Any]: ...
 
-    def reserve_events(self) -> tuple[DpEvent, ...]: ...
+    def parameters(self) -> dict[str, Any]: ...
 
     def skip_reason(self, watchlist: list[str]) -> str | None: ...
 
@@ -77,16 +82,17 @@ class TopkBuilder:
                       "domain_from_released": t.domain_from_released})
         return p
 
-    def reserve_events(self) -> tuple[DpEvent, ...]:
-        from stream_dp.mechanisms import limited_domain_topk_max_events
-        from stream_dp.mechanisms.known_domain import known_domain_topk_max_events
+    @property
+    def measurement(self) -> Measurement[Any]:
+        from stream_dp.mechanisms import KnownDomainTopk, LimitedDomainTopk
 
         t = self.cfg.releases.topk
+        max_keys = self.cfg.contribution.max_keys_per_user
         if t.has_domain:
             track, discover = self.split()
-            return known_domain_topk_max_events(k=t.k, track_epsilon=track, discover_epsilon=discover,
-                                                delta=t.delta)
-        return tuple(limited_domain_topk_max_events(k=t.k, epsilon=t.epsilon, delta=t.delta))
+            return KnownDomainTopk(k=t.k, k_bar=t.k_bar, track_epsilon=track, discover_epsilon=discover,
+                                   delta=t.delta, max_keys_per_user=max_keys)
+        return LimitedDomainTopk(k=t.k, k_bar=t.k_bar, epsilon=t.epsilon, delta=t.delta, max_keys_per_user=max_keys)
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -112,25 +118,20 @@ class TopkBuilder:
         return reader.counts_of(window, domain), outside
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
-        from stream_dp.mechanisms import limited_domain_topk
-        from stream_dp.mechanisms.known_domain import known_domain_topk
-
         p = self.parameters()
+        m = self.measurement
         if self.cfg.releases.topk.has_domain:
             domain_counts, outside = data
-            res = known_domain_topk(domain_counts, outside, k=p["k"], k_bar=p["k_bar"],
-                                    track_epsilon=p["track_epsilon"], discover_epsilon=p["discover_epsilon"],
-                                    delta=p["delta"], max_keys_per_user=p["max_keys_per_user"], rng=rng)
+            known = m(domain_counts, outside, rng=rng)
             items = [{"key": str(key), "rank": i + 1, "source": source}
-                     for i, (key, source) in enumerate(zip(res.keys, res.sources))]
+                     for i, (key, source) in enumerate(zip(known.keys, known.sources))]
             return RecordDraft(window, self.type, self.mechanism, {**p, "domain_size": len(domain_counts)},
-                               items=items, hit_bottom=bool(res.hit_bottom), events=tuple(res.events),
-                               info={"discovered": [str(key) for key in res.discovered]})
-        res = limited_domain_topk(data, k=p["k"], k_bar=p["k_bar"], epsilon=p["epsilon"], delta=p["delta"],
-                                  max_keys_per_user=p["max_keys_per_user"], rng=rng)
+                               items=items, hit_bottom=bool(known.hit_bottom), events=m.realized(known),
+                               info={"discovered": [str(key) for key in known.discovered]})
+        res = m(data, rng=rng)
         items = [{"key": str(key), "rank": i + 1} for i, key in enumerate(res.keys)]
         return RecordDraft(window, self.type, self.mechanism, p, items=items, hit_bottom=bool(res.hit_bottom),
-                           events=tuple(res.events), info={"outcomes": int(res.outcomes)})
+                           events=m.realized(res), info={"outcomes": int(res.outcomes)})
 
 
 def _read_domain_file(path: str, section: str = "releases.topk") -> list[str]:
@@ -181,12 +182,13 @@ class SampleBuilder:
         return {"scheme": s.scheme, "tau": s.tau, "epsilon": s.epsilon, "delta": s.delta,
                 "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
 
-    def reserve_events(self) -> tuple[DpEvent, ...]:
-        from stream_dp.mechanisms import private_weighted_sample_events
+    @property
+    def measurement(self) -> Measurement[Any]:
+        from stream_dp.mechanisms import PrivateWeightedSample
 
         s = self.cfg.releases.sample
-        return tuple(private_weighted_sample_events(epsilon=s.epsilon, delta=s.delta,
-                                                    max_keys_per_user=self.cfg.contribution.max_keys_per_user))
+        return PrivateWeightedSample(scheme=s.scheme, tau=s.tau, epsilon=s.epsilon, delta=s.delta,
+                                     max_keys_per_user=self.cfg.contribution.max_keys_per_user)
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -210,7 +212,7 @@ class SampleBuilder:
                  for row in res.rows]
         # the mechanism's own public parameters (incl. the estimator) let subscribers recompute estimates
         return RecordDraft(window, self.type, self.mechanism, {**p, **res.parameters()}, items=items,
-                           events=tuple(res.events), info={"sampled": len(items)})
+                           events=self.measurement.realized(res), info={"sampled": len(items)})
 
 
 @dataclass
@@ -225,11 +227,12 @@ class ArgmaxBuilder:
         a = self.cfg.releases.argmax
         return {"epsilon": a.epsilon, "delta": a.delta}
 
-    def reserve_events(self) -> tuple[DpEvent, ...]:
-        from stream_dp.mechanisms import large_margin_events
+    @property
+    def measurement(self) -> Measurement[Any]:
+        from stream_dp.mechanisms import LargeMargin
 
         a = self.cfg.releases.argmax
-        return tuple(large_margin_events(epsilon=a.epsilon, delta=a.delta))
+        return LargeMargin(epsilon=a.epsilon, delta=a.delta)
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
         return reader.all_counts(window)
@@ -247,15 +250,14 @@ class ArgmaxBuilder:
         return None
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
-        from stream_dp.mechanisms import UNLISTED, large_margin_argmax
+        from stream_dp.mechanisms import UNLISTED
 
-        p = self.parameters()
+        m = self.measurement
         # Scores are counts of distinct users: 1-Lipschitz per user, i.e. f = count / n with n = 1.
-        key = large_margin_argmax(data.as_dict(), epsilon=p["epsilon"], delta=p["delta"], n=1,
-                                  universe_size=max(len(data), self.universe_size()), rng=rng)
+        key = m(data.as_dict(), n=1, universe_size=max(len(data), self.universe_size()), rng=rng)
         unlisted = key is UNLISTED
         items = [] if unlisted else [{"key": str(key), "rank": 1}]
-        return RecordDraft(window, self.type, self.mechanism, p, items=items, events=self.reserve_events(),
+        return RecordDraft(window, self.type, self.mechanism, self.parameters(), items=items, events=m.realized(key),
                            info={"no_clear_winner": unlisted})
 
 
@@ -271,10 +273,16 @@ class WatchTopkBuilder:
         w = self.cfg.releases.watch_topk
         return {"k": w.k, "epsilon": w.epsilon, "noise": w.noise, "monotone": True}
 
-    def reserve_events(self) -> tuple[DpEvent, ...]:
-        from stream_dp.mechanisms import noisy_topk_with_gap_events
+    @property
+    def measurement(self) -> Measurement[Any]:
+        return self.measurement_for(self.cfg.releases.watch_topk.k)
 
-        return tuple(noisy_topk_with_gap_events(epsilon=self.cfg.releases.watch_topk.epsilon))
+    def measurement_for(self, k: int) -> Any:
+        """Noisy top-``k`` with gap at the configured ε (the cost does not depend on k)."""
+        from stream_dp.mechanisms import NoisyTopkWithGap
+
+        w = self.cfg.releases.watch_topk
+        return NoisyTopkWithGap(k=k, epsilon=w.epsilon, noise=w.noise, monotone=True)
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> dict[str, float]:
         return reader.counts_of(window, watchlist)
@@ -284,14 +292,13 @@ class WatchTopkBuilder:
         return None if len(watchlist) >= 2 else "watchlist_too_small"
 
     def run(self, window: Window, data: dict[str, float], rng: Any) -> RecordDraft:
-        from stream_dp.mechanisms import noisy_topk_with_gap
-
         p = self.parameters()
-        k = min(p["k"], len(data) - 1)  # the k-th gap needs the (k+1)-th answer; the cost does not depend on k
-        ranked = noisy_topk_with_gap(data, k=k, epsilon=p["epsilon"], monotone=True, noise=p["noise"], rng=rng)
+        # the k-th gap needs the (k+1)-th answer; the cost does not depend on k
+        m = self.measurement_for(min(p["k"], len(data) - 1))
+        ranked = m(data, rng=rng)
         as_number = int if p["noise"] == "geometric" else float  # discrete noise: integer gaps
         items = [{"key": str(key), "rank": i + 1, "gap": as_number(gap)} for i, (key, gap) in enumerate(ranked)]
-        return RecordDraft(window, self.type, self.mechanism, p, items=items, events=self.reserve_events(),
+        return RecordDraft(window, self.type, self.mechanism, p, items=items, events=m.realized(ranked),
                            info={"watchlist_size": len(data)})
 
 
@@ -328,8 +335,13 @@ class HistogramBuilder:
                 "noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho,
                 "threshold": cal.threshold, "domain_size": len(self.domain)}
 
-    def reserve_events(self) -> tuple[DpEvent, ...]:
-        return self.calibration().events()
+    @property
+    def measurement(self) -> Measurement[Any]:
+        from stream_dp.mechanisms import GaussianHistogram
+
+        h = self.cfg.releases.histogram
+        return GaussianHistogram(self.calibration(), max_keys=h.max_keys, confidence=h.confidence,
+                                 domain=tuple(self.domain))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -338,17 +350,15 @@ class HistogramBuilder:
         return reader.all_counts(window)
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
-        from stream_dp.mechanisms.gaussian_histogram import gaussian_histogram
-
         h = self.cfg.releases.histogram
-        res = gaussian_histogram(data.as_dict(), calibration=self.calibration(), max_keys=h.max_keys,
-                                 confidence=h.confidence, domain=self.domain, rng=rng)
+        m = self.measurement
+        res = m(data.as_dict(), rng=rng)
         items = [{"key": str(row.key), "rank": i + 1, "count": row.count, "ci_low": row.ci_low,
                   "ci_high": row.ci_high, **({"source": "domain" if row.in_domain else "discovered"}
                                              if self.domain else {})}
                  for i, row in enumerate(res.rows)]
         return RecordDraft(window, self.type, self.mechanism, self.parameters(), items=items,
-                           events=tuple(res.events),
+                           events=m.realized(res),
                            info={"above_threshold": res.above_threshold, "capped": res.capped,
                                  "ci_half_width": res.ci_half_width, "confidence": h.confidence})
 
@@ -362,10 +372,22 @@ BUILDERS: dict[str, Callable[[Config], Builder]] = {
 }
 
 
+def alerts_measurement(cfg: AlertsConfig) -> Any:
+    """The ``alerts`` type's measurement: one Adaptive SVT instance at the configured parameters (its whole ε
+    charged in the window it opens in, :mod:`stream_dp.release.alerts`)."""
+    from stream_dp.mechanisms import AdaptiveSvtInstance
+
+    return AdaptiveSvtInstance(threshold=cfg.threshold, k=cfg.k, epsilon=cfg.epsilon, noise=cfg.noise,
+                               theta=cfg.theta or None, monotone=True)
+
+
+def release_measurements(cfg: Config) -> dict[str, Measurement[Any]]:
+    """Every enabled release type's measurement, in release order: the one source of what a window can cost
+    (reserved by the worker, planned by the budget check). ``alerts``: the cost of opening an instance."""
+    return {t: alerts_measurement(cfg.releases.alerts) if t == "alerts" else BUILDERS[t](cfg).measurement
+            for t in enabled_types(cfg)}
+
+
 def enabled_types(cfg: Config) -> list[str]:
     """Release types the config enables, in release order (top-k first: alerts watch what it released)."""
-    r = cfg.releases
-    order = [("topk", r.topk.enabled), ("alerts", r.alerts.enabled), ("sample", r.sample.enabled),
-             ("argmax", r.argmax.enabled), ("watch_topk", r.watch_topk.enabled),
-             ("histogram", r.histogram.enabled)]
-    return [name for name, on in order if on]
+    return cfg.releases.enabled()

@@ -33,9 +33,8 @@ from stream_dp.accounting.events import DpEvent
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
-from stream_dp.mechanisms import adaptive_svt_events
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
-from stream_dp.release.builders import BUILDERS, Builder, enabled_types
+from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
@@ -80,10 +79,7 @@ class ReleaseWorker:
 
     def worst_case_events(self) -> dict[str, tuple[DpEvent, ...]]:
         """Per enabled release type, the DP events of its most expensive single release."""
-        out = {t: tuple(b.reserve_events()) for t, b in self.builders.items()}
-        if "alerts" in self.types:
-            out["alerts"] = adaptive_svt_events(epsilon=self.cfg.releases.alerts.epsilon)
-        return out
+        return {t: m.privacy_map() for t, m in release_measurements(self.cfg).items()}
 
     def check_budget_covers_each_release(self) -> None:
         """Refuse to start (ConfigError naming the cap setting) when a single release of any enabled type
@@ -194,7 +190,7 @@ class ReleaseWorker:
         if skip is not None:
             draft = RecordDraft(window, builder.type, builder.mechanism, builder.parameters(), info={"skipped": skip})
             return self.outbox.charge(scope, rid, Envelope(draft.to_record()), ())
-        hold = self.outbox.reserve(scope, rid, builder.reserve_events())
+        hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map())
         if hold.duplicate and hold.payload is not None:  # another worker settled it meanwhile
             return self.outbox.stored(scope, rid)  # type: ignore[return-value]
         if not hold.accepted:

@@ -10,7 +10,7 @@ from stream_dp.accounting.budget import BudgetCap, check_budget_covers, decide, 
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import ApproxDpEvent, PureDpEvent, RangeBoundedEvent
 from stream_dp.config import BudgetConfig, ConfigError
-from stream_dp.mechanisms import private_weighted_sample_events
+from stream_dp.mechanisms import PrivateWeightedSample
 
 
 @pytest.mark.parametrize("args,setting", [
@@ -95,8 +95,9 @@ def test_default_config_budget_plan_of_docs_privacy_md():
         return n
 
     topk = [RangeBoundedEvent(r.topk.epsilon, count=r.topk.k, delta=r.topk.delta)]
-    sample = list(private_weighted_sample_events(epsilon=r.sample.epsilon, delta=r.sample.delta,
-                                                 max_keys_per_user=cfg.contribution.max_keys_per_user))
+    sample = list(PrivateWeightedSample(scheme=r.sample.scheme, tau=r.sample.tau, epsilon=r.sample.epsilon,
+                                        delta=r.sample.delta,
+                                        max_keys_per_user=cfg.contribution.max_keys_per_user).privacy_map())
     assert sample == [ApproxDpEvent(0.1, 2e-8, count=5, mechanism="private_weighted_sample")]
     assert windows_that_fit(topk + sample) == 28
     assert windows_that_fit(topk) == 86

@@ -9,7 +9,7 @@ import pytest
 
 from stream_dp.accounting.composition import compose, zcdp_to_epsilon
 from stream_dp.accounting.events import ApproxDpEvent, PureDpEvent, RangeBoundedEvent
-from stream_dp.mechanisms import limited_domain_topk_max_events
+from stream_dp.mechanisms import LimitedDomainTopk
 
 from eval.calibration import calibrate, largest_parameter, window_epsilon
 
@@ -33,7 +33,8 @@ def test_every_method_meets_and_uses_the_window_budget(epsilon_w, k):
 
 def test_ldt_is_judged_by_the_events_the_ledger_reserves():
     cal = calibrate(1.0, DELTA_W, 10)
-    assert cal.ldt_events() == limited_domain_topk_max_events(k=10, epsilon=cal.ldt_epsilon, delta=cal.ldt_delta)
+    assert cal.ldt_events() == LimitedDomainTopk(k=10, k_bar=10, epsilon=cal.ldt_epsilon, delta=cal.ldt_delta,
+                                                 max_keys_per_user=1).privacy_map()
 
 
 def test_window_epsilon_takes_the_better_route_with_the_delta_slack():

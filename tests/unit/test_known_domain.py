@@ -6,7 +6,7 @@ import pytest
 
 from stream_dp.accounting.composition import compose
 from stream_dp.config import ConfigError, config_from_mapping
-from stream_dp.mechanisms.known_domain import domain_split, known_domain_topk, known_domain_topk_max_events
+from stream_dp.mechanisms.known_domain import KnownDomainTopk, domain_split, known_domain_topk
 
 
 def test_without_discovery_only_domain_keys_are_released_and_no_delta_is_charged() -> None:
@@ -19,7 +19,8 @@ def test_without_discovery_only_domain_keys_are_released_and_no_delta_is_charged
 
 
 def test_the_settled_cost_never_exceeds_the_reserved_worst_case() -> None:
-    reserve = compose(known_domain_topk_max_events(k=3, track_epsilon=0.4, discover_epsilon=0.2, delta=1e-6))
+    reserve = compose(KnownDomainTopk(k=3, k_bar=4, track_epsilon=0.4, discover_epsilon=0.2, delta=1e-6,
+                                      max_keys_per_user=2).privacy_map())
     for seed in range(30):
         r = known_domain_topk({"a": 5, "b": 1}, {f"o{j}": j for j in range(10)}, k=3, k_bar=4, track_epsilon=0.4,
                               discover_epsilon=0.2, delta=1e-6, max_keys_per_user=2, rng=seed)

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from stream_dp.accounting.events import ApproxDpEvent
-from stream_dp.mechanisms import UNLISTED, large_margin_argmax, large_margin_events
+from stream_dp.mechanisms import UNLISTED, LargeMargin, large_margin_argmax
 from stream_dp.mechanisms.large_margin import _search_level, margin_threshold
 
 
@@ -111,7 +111,7 @@ def test_rejects_bad_input(kwargs, fragment):
 
 
 def test_events():
-    assert large_margin_events(epsilon=0.5, delta=1e-7) == (
+    assert LargeMargin(epsilon=0.5, delta=1e-7).privacy_map() == (
         ApproxDpEvent(epsilon=0.5, delta=1e-7, mechanism="large_margin"),)
 
 

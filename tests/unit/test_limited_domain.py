@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from stream_dp.accounting.events import RangeBoundedEvent
-from stream_dp.mechanisms import TopKResult, limited_domain_topk, limited_domain_topk_max_events
+from stream_dp.mechanisms import LimitedDomainTopk, TopKResult, limited_domain_topk
 from stream_dp.testing.peeling import (
     BOTTOM,
     as_sequence,
@@ -82,11 +82,11 @@ def test_events_charge_what_was_returned():
 
 
 def test_max_events_are_the_k_outcome_worst_case():
-    (event,) = limited_domain_topk_max_events(k=5, epsilon=0.25, delta=1e-7)
+    (event,) = LimitedDomainTopk(k=5, k_bar=5, epsilon=0.25, delta=1e-7, max_keys_per_user=1).privacy_map()
     assert event == RangeBoundedEvent(epsilon=0.25, count=5, delta=1e-7, mechanism="limited_domain_topk")
     assert event.zcdp() == (5 * 0.25**2 / 8, 1e-7)
     with pytest.raises(ValueError, match="k must be"):
-        limited_domain_topk_max_events(k=0, epsilon=1.0, delta=0.1)
+        LimitedDomainTopk(k=0, k_bar=5, epsilon=1.0, delta=0.1, max_keys_per_user=1)
 
 
 def test_input_not_mutated_and_seed_reproducible():

@@ -11,9 +11,9 @@ from scipy import stats
 
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.mechanisms import (
+    NoisyTopkWithGap,
     blue_estimates,
     noisy_topk_with_gap,
-    noisy_topk_with_gap_events,
     noisy_topk_with_measures,
 )
 
@@ -38,7 +38,7 @@ def test_shape_negative_values_allowed_and_events():
         out = noisy_topk_with_gap(VALUES, k=3, epsilon=0.3, noise=noise, monotone=False, rng=1)
         assert len(out) == 3 and len({key for key, _ in out}) == 3
         assert all(gap >= 0 for _, gap in out)
-    assert noisy_topk_with_gap_events(epsilon=0.7) == (PureDpEvent(epsilon=0.7, mechanism="noisy_topk_with_gap"),)
+    assert NoisyTopkWithGap(k=1, epsilon=0.7).privacy_map() == (PureDpEvent(epsilon=0.7, mechanism="noisy_topk_with_gap"),)
 
 
 @pytest.mark.parametrize("noise, monotone, scale", [

@@ -17,10 +17,10 @@ from scipy import stats
 
 from stream_dp.accounting.events import ApproxDpEvent
 from stream_dp.mechanisms import (
+    PrivateWeightedSample,
     SamplingScheme,
     SanitizerTable,
     private_weighted_sample,
-    private_weighted_sample_events,
     pws_token_estimates,
 )
 from stream_dp.mechanisms.pws import sanitizer_table
@@ -106,7 +106,7 @@ def test_rows_are_valid_and_charge_one_user_level_event(pps_release):
     assert all(1 <= r.token <= counts[r.key] for r in res.rows)
     # Δ = 1 here: the per-key composed accounting is one (ε, δ) event
     assert res.events == (ApproxDpEvent(epsilon=0.5, delta=1e-3, mechanism="private_weighted_sample"),)
-    assert res.events == private_weighted_sample_events(epsilon=0.5, delta=1e-3)
+    assert res.events == PrivateWeightedSample(scheme="pps", tau=None, epsilon=0.5, delta=1e-3).privacy_map()
     assert res.events == res.whole_release_events
 
 
@@ -117,7 +117,8 @@ def test_per_key_accounting_is_delta_times_cheaper_in_rho_and_equal_in_basic_com
                                   max_keys_per_user=4, rng=0)
     (event,) = res.events  # what the ledger is charged
     assert (event.epsilon, event.delta, event.count) == (0.25, 2.5e-7, 4)
-    assert res.events == private_weighted_sample_events(epsilon=1.0, delta=1e-6, max_keys_per_user=4)
+    assert res.events == PrivateWeightedSample(scheme="none", tau=None, epsilon=1.0, delta=1e-6,
+                                               max_keys_per_user=4).privacy_map()
     (whole,) = res.whole_release_events
     assert event.zcdp()[0] == pytest.approx(whole.zcdp()[0] / 4)
     assert event.zcdp()[1] == pytest.approx(whole.zcdp()[1])

@@ -11,16 +11,16 @@ import pytest
 
 from stream_dp.accounting.events import DpEvent
 from stream_dp.mechanisms import (
+    LargeMargin,
+    NoisyTopkWithGap,
     em_with_gap,
     em_with_gap_blackbox,
     em_with_gap_events,
     hybrid_topk_estimates,
     hybrid_topk_identity,
     large_margin_argmax,
-    large_margin_events,
     limited_domain_topk,
     noisy_topk_with_gap,
-    noisy_topk_with_gap_events,
     noisy_topk_with_measures,
 )
 
@@ -31,11 +31,11 @@ MECHANISMS = {
         c, k=2, k_bar=3, epsilon=eps, delta=1e-3, max_keys_per_user=2, rng=rng), lambda eps: None),
     "large_margin_argmax": (lambda c, eps, rng: large_margin_argmax(
         c, epsilon=eps, delta=1e-3, n=1, universe_size=10**9, rng=rng),
-        lambda eps: large_margin_events(epsilon=eps, delta=1e-3)),
+        lambda eps: LargeMargin(epsilon=eps, delta=1e-3).privacy_map()),
     "noisy_topk_with_gap": (lambda c, eps, rng: noisy_topk_with_gap(c, k=2, epsilon=eps, rng=rng),
-                            lambda eps: noisy_topk_with_gap_events(epsilon=eps)),
+                            lambda eps: NoisyTopkWithGap(k=2, epsilon=eps).privacy_map()),
     "noisy_topk_with_measures": (lambda c, eps, rng: noisy_topk_with_measures(c, k=2, epsilon=eps, rng=rng),
-                                 lambda eps: noisy_topk_with_gap_events(epsilon=eps)),
+                                 lambda eps: NoisyTopkWithGap(k=2, epsilon=eps).privacy_map()),
     "hybrid_topk_identity": (lambda c, eps, rng: hybrid_topk_identity(
         c, threshold=20.0, k=3, epsilon=eps, rng=rng), lambda eps: None),
     "hybrid_topk_estimates": (lambda c, eps, rng: hybrid_topk_estimates(
