@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
+from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.records import Envelope, encode, events_of, with_budget
 
@@ -66,14 +67,14 @@ class Committed:
     scope: str
     release_id: str
     envelope: Envelope
-    result: Any
+    result: ChargeOutcome
     fresh: bool
 
 
 class Outbox:
     """Ledger-backed outbox of one worker."""
 
-    def __init__(self, ledger: Any, publisher: Publisher, metrics: ReleaseMetrics, *,
+    def __init__(self, ledger: ReleaseLedger, publisher: Publisher, metrics: ReleaseMetrics, *,
                  crashpoints: CrashPoints = NO_CRASHES) -> None:
         self.ledger = ledger
         self.publisher = publisher
@@ -91,7 +92,7 @@ class Outbox:
             result = self._first_result(scope, rid, env)
         return Committed(scope, rid, env, result, fresh=False)
 
-    def reserve(self, scope: str, rid: str, events: tuple) -> Any:
+    def reserve(self, scope: str, rid: str, events: tuple) -> ChargeOutcome:
         with self.metrics.phase("ledger"):
             result = self.ledger.reserve(scope, rid, list(events))
         self.crashpoints.reached("after_reserve")
@@ -109,7 +110,7 @@ class Outbox:
             result = self.ledger.charge(scope, rid, list(events), payload=envelope.dumps())
         return self._committed(scope, rid, envelope, result)
 
-    def _committed(self, scope: str, rid: str, envelope: Envelope, result: Any) -> Committed:
+    def _committed(self, scope: str, rid: str, envelope: Envelope, result: ChargeOutcome) -> Committed:
         if result.duplicate:
             stored = Envelope.loads(result.payload) if result.payload is not None else None
             if stored is None:
@@ -120,7 +121,7 @@ class Outbox:
         self.crashpoints.reached("after_commit")
         return Committed(scope, rid, envelope, result, fresh=True)
 
-    def _first_result(self, scope: str, rid: str, env: Envelope) -> Any:
+    def _first_result(self, scope: str, rid: str, env: Envelope) -> ChargeOutcome:
         # The ledger is idempotent per release id: re-charging the stored events is a no-op that returns
         # the first result, i.e. the budget as it was right after this release was charged.
         result = self.ledger.charge(scope, rid, events_of(env.record), payload=env.dumps())
@@ -131,7 +132,7 @@ class Outbox:
     # --- steps 2 and 3 ---------------------------------------------------------------------------
     def publish(self, committed: Committed) -> dict[str, Any]:
         """Publish the stored record (plus the ledger's budget block) and mark it published."""
-        record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self._cap()))
+        record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self.ledger.cap))
         with self.metrics.phase("kafka"):
             self.publisher.publish(record)
         self.crashpoints.reached("after_publish")
@@ -140,9 +141,6 @@ class Outbox:
         self.crashpoints.reached("after_mark")
         self._count(record, fresh=committed.fresh)
         return record
-
-    def _cap(self) -> Any | None:
-        return getattr(self.ledger, "cap", None)
 
     def _count(self, record: dict[str, Any], *, fresh: bool) -> None:
         m = self.metrics

@@ -36,6 +36,7 @@ from stream_dp.keys import Keys
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
+from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
@@ -55,7 +56,7 @@ def default_scope_for(cfg: Config) -> Callable[[float], str]:
 class ReleaseWorker:
     """Releases closed windows. Dependencies are injected (Redis client, ledger, publisher, metrics)."""
 
-    def __init__(self, cfg: Config, client: redis.Redis, ledger: Any, outbox: Outbox, metrics: ReleaseMetrics, *,
+    def __init__(self, cfg: Config, client: redis.Redis, ledger: ReleaseLedger, outbox: Outbox, metrics: ReleaseMetrics, *,
                  worker_id: str, claim_ttl_seconds: float | None = None, poll_seconds: float | None = None,
                  rng: Any = None, scope_for: Callable[[float], str] | None = None) -> None:
         self.cfg = cfg
@@ -84,11 +85,10 @@ class ReleaseWorker:
     def check_budget_covers_each_release(self) -> None:
         """Refuse to start (ConfigError naming the cap setting) when a single release of any enabled type
         could never fit an empty budget period (or the lifetime cap): every window would be refused."""
-        caps = [getattr(self.ledger, "cap", None), getattr(self.ledger, "lifetime_cap", None)]
+        caps = [cap for cap in (self.ledger.cap, self.ledger.lifetime_cap) if cap is not None]
         for events in self.worst_case_events().values():
             for cap in caps:
-                if cap is not None:
-                    check_budget_covers(cap, events)
+                check_budget_covers(cap, events)
 
     # --- one pass --------------------------------------------------------------------------------
     def run_once(self) -> Window | None:

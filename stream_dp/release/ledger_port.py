@@ -1,0 +1,63 @@
+"""What the release side needs from the budget ledger, as Protocols (the seam between release and accounting).
+
+The release worker, outbox and start check depend on these, not on :class:`stream_dp.accounting.ledger.Ledger`
+itself: any ledger with these operations (the Redis one; a test's in-memory one) fits. The guarantees the
+release side relies on are stated here, and are tested on the Redis ledger (tests/integration/test_ledger*.py):
+
+- a charge / settle is atomic with storing its payload, and idempotent per release id: a repeat returns the
+  *first* result and the *first* payload (``duplicate=True``), so a release is charged exactly once;
+- ``reserve`` holds the worst-case events before a mechanism runs; ``settle`` replaces the hold by the
+  realized events (never more, :mod:`stream_dp.mechanisms.measurement`);
+- a refused operation (``accepted=False``) writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from stream_dp.accounting.budget import BudgetCap
+from stream_dp.accounting.events import DpEvent
+
+
+@runtime_checkable
+class ChargeOutcome(Protocol):
+    """The result of a charge, reserve or settle (:class:`stream_dp.accounting.ledger.ChargeResult`)."""
+
+    accepted: bool
+    duplicate: bool
+    reason: str
+    payload: str | None
+
+    @property
+    def exhausted(self) -> bool:
+        """Refused because a cap (period or lifetime) cannot cover the cost."""
+        ...
+
+    def budget_block(self, scope: str, cap: BudgetCap | None = None) -> dict[str, Any]:
+        """The record's ``budget`` block after this result."""
+        ...
+
+
+@runtime_checkable
+class ReleaseLedger(Protocol):
+    """The ledger operations the release side uses, and its caps (``lifetime_cap`` None: no lifetime cap)."""
+
+    cap: BudgetCap
+    lifetime_cap: BudgetCap | None
+
+    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> ChargeOutcome: ...
+
+    def settle(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
+               payload: str | None = None) -> ChargeOutcome: ...
+
+    def charge(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
+               payload: str | None = None) -> ChargeOutcome: ...
+
+    def stored(self, scope: str, release_id: str) -> str | None: ...
+
+    def mark_published(self, scope: str, release_id: str) -> None: ...
+
+    def unpublished(self, scope: str) -> list[str]: ...
+
+    def scopes(self) -> list[str]: ...
