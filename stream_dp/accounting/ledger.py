@@ -46,6 +46,7 @@ from stream_dp.accounting.budget import (
     scope_for,
 )
 from stream_dp.accounting.composition import Spent, compose
+from stream_dp.accounting import ledger_args
 from stream_dp.accounting.events import DpEvent, event_from_dict
 from stream_dp.keys import Keys
 
@@ -99,8 +100,9 @@ class Cost:
     def spent(self) -> Spent:
         return Spent(self.rho, self.zd, float("inf") if self.binf else self.beps, self.bd)
 
-    def argv(self) -> list[str]:
-        return [repr(self.rho), repr(self.zd), repr(self.beps), repr(self.bd), str(self.binf)]
+    def fields(self) -> dict[str, float | int]:
+        """The named cost fields of the ledger protocol (:data:`stream_dp.accounting.ledger_args.COST_FIELDS`)."""
+        return {"rho": self.rho, "zd": self.zd, "beps": self.beps, "bd": self.bd, "binf": self.binf}
 
 
 @dataclass(frozen=True)
@@ -223,11 +225,17 @@ class Ledger:
             return self.lifetime_cap
         return self.cap
 
-    def _run(self, op: str, scope: str, args: list[str]) -> tuple[bool, dict[str, Any], str | None]:
+    def _argv(self, op: str, scope: str, payload: str | None = None, **fields: Any) -> list[str]:
+        """The script's ARGV: its named arguments (:mod:`stream_dp.accounting.ledger_args`) and the payload."""
         cap = self._cap_for(scope)
+        return ledger_args.encode(op, cap={"epsilon": cap.epsilon, "delta": cap.delta,
+                                           "delta_prime": cap.delta_prime},
+                                  payload=payload, now=time.time(), **fields)
+
+    def _run(self, op: str, scope: str, args: list[str]) -> tuple[bool, dict[str, Any], str | None]:
         keys = self._scope_keys(scope)
         self.redis.sadd(self._index_key(), scope)  # before the script: an indexed scope may be empty, never lost
-        out = self._scripts[op](keys=keys, args=[repr(cap.epsilon), repr(cap.delta), repr(cap.delta_prime), *args])
+        out = self._scripts[op](keys=keys, args=args)
         duplicate, result, payload = out
         return bool(int(duplicate)), json.loads(_decode(result)), None if payload is None else _decode(payload)
 
@@ -259,27 +267,27 @@ class Ledger:
     # --- single-scope operations ------------------------------------------------------------------
     def _charge_one(self, scope: str, release_id: str, events: list[DpEvent], events_json: str,
                     payload: str | None) -> ChargeResult:
-        args = [release_id, *Cost.of(events).argv(), events_json, repr(time.time()),
-                "1" if payload is not None else "0", payload if payload is not None else ""]
+        args = self._argv("charge", scope, payload, release_id=release_id, cost=Cost.of(events).fields(),
+                          events=events_json)
         return self._result(scope, *self._run("charge", scope, args))
 
     def _reserve_one(self, scope: str, reservation_id: str, events: list[DpEvent], events_json: str) -> ChargeResult:
-        args = [reservation_id, *Cost.of(events).argv(), events_json, repr(time.time())]
+        args = self._argv("reserve", scope, reservation_id=reservation_id, cost=Cost.of(events).fields(),
+                          events=events_json)
         return self._result(scope, *self._run("reserve", scope, args))
 
     def _settle_one(self, scope: str, reservation_id: str, release_id: str, events: list[DpEvent],
                     events_json: str, payload: str | None) -> ChargeResult:
-        args = [reservation_id, release_id, *Cost.of(events).argv(), events_json, repr(time.time()),
-                "1" if payload is not None else "0", payload if payload is not None else ""]
+        args = self._argv("settle", scope, payload, reservation_id=reservation_id, release_id=release_id,
+                          cost=Cost.of(events).fields(), events=events_json)
         return self._result(scope, *self._run("settle", scope, args))
 
     def cancel(self, scope: str, reservation_id: str) -> bool:
         """Drop an open reservation. ONLY for a hold whose mechanism never ran or whose output was
         discarded unseen (never stored, never published); otherwise settle it. True if one was dropped."""
         self._check_id("reservation_id", reservation_id)
-        cap = self._cap_for(scope)
-        out = self._scripts["cancel"](keys=self._scope_keys(scope), args=[
-            repr(cap.epsilon), repr(cap.delta), repr(cap.delta_prime), reservation_id, repr(time.time())])
+        out = self._scripts["cancel"](keys=self._scope_keys(scope),
+                                      args=self._argv("cancel", scope, reservation_id=reservation_id))
         return bool(int(out))
 
     @staticmethod

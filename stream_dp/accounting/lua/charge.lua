@@ -1,13 +1,12 @@
--- charge: ARGV[4] release_id, ARGV[5..9] cost, ARGV[10] events JSON, ARGV[11] now,
---         ARGV[12] has_payload ('1'/'0'), ARGV[13] payload
+-- charge: ARGS.release_id, ARGS.cost, ARGS.events, ARGS.now; ARGV[2] the payload (optional)
 -- returns {duplicate (0/1), result JSON, stored payload or false}
-local release_id = ARGV[4]
+local release_id = ARGS.release_id
 local dup = duplicate_charge(release_id)
 if dup then return dup end
-local c = cost_from_argv(5)
+local c = args_cost()
 local reason = decide(add(with_reservations(committed(), nil), c))
 if reason ~= 'ok' then
   return {0, result_json(false, reason, with_reservations(committed(), nil)), false}
 end
-local result = commit(release_id, '', c, ARGV[10], ARGV[11], ARGV[12], ARGV[13], 'charge')
+local result = commit(release_id, '', c, 'charge')
 return {0, result, redis.call('HGET', KEYS[4], release_id)}

@@ -9,15 +9,26 @@
 --   6 reservations  HASH  reservation_id -> "rho zd beps bd binf" (open holds)
 --   7 res_results   HASH  reservation_id -> first reserve result (JSON)
 --   8 settled       HASH  reservation_id -> release_id it was settled as
--- ARGV[1..3] = cap epsilon, cap delta, delta_prime; the operation's own arguments follow.
+-- ARGV[1]: the operation's arguments, named: a JSON object (stream_dp/accounting/ledger_args.py, version
+--   PROTOCOL_VERSION) decoded into ARGS: v, op, cap = {epsilon, delta, delta_prime}, and the operation's
+--   fields (release_id, reservation_id, cost = {rho, zd, beps, bd, binf}, events, now).
+-- ARGV[2] (charge, settle): the payload to store with the release, when there is one.
 --
 -- Floating point: every sum and the cap rule below are the same IEEE-754 operations, in the same order,
--- as stream_dp.accounting.budget.decide / Ledger._projected in Python. Numbers cross the boundary as
--- '%.17g' strings, which round-trip doubles exactly.
+-- as stream_dp.accounting.budget.decide / Ledger._projected in Python. Real numbers arrive as Python repr
+-- strings and leave as '%.17g' strings, both of which round-trip doubles exactly.
 
-local CAP_EPS = tonumber(ARGV[1])
-local CAP_DELTA = tonumber(ARGV[2])
-local DELTA_PRIME = tonumber(ARGV[3])
+local PROTOCOL_VERSION = 1
+local ARGS = cjson.decode(ARGV[1])
+if ARGS.v ~= PROTOCOL_VERSION then
+  return redis.error_reply('ledger protocol version ' .. tostring(ARGS.v) .. ' sent, these scripts read version '
+                           .. PROTOCOL_VERSION)
+end
+local CAP_EPS = tonumber(ARGS.cap.epsilon)
+local CAP_DELTA = tonumber(ARGS.cap.delta)
+local DELTA_PRIME = tonumber(ARGS.cap.delta_prime)
+local HAS_PAYLOAD = ARGV[2] ~= nil
+local PAYLOAD = ARGV[2]
 
 local function fmt(x)
   return string.format('%.17g', x)
@@ -31,9 +42,11 @@ local function add(a, b)
   return {rho = a.rho + b.rho, zd = a.zd + b.zd, beps = a.beps + b.beps, bd = a.bd + b.bd, binf = a.binf + b.binf}
 end
 
-local function cost_from_argv(i)
-  return {rho = tonumber(ARGV[i]), zd = tonumber(ARGV[i + 1]), beps = tonumber(ARGV[i + 2]),
-          bd = tonumber(ARGV[i + 3]), binf = tonumber(ARGV[i + 4])}
+-- the cost of the operation (ARGS.cost), as numbers
+local function args_cost()
+  local c = ARGS.cost
+  return {rho = tonumber(c.rho), zd = tonumber(c.zd), beps = tonumber(c.beps), bd = tonumber(c.bd),
+          binf = tonumber(c.binf)}
 end
 
 local function encode_cost(c)
@@ -98,12 +111,12 @@ local function log_entry(kind, id, reservation, c, events, now)
 end
 
 -- commit a cost as release `release_id` (the caller has checked the cap); store the payload if any
-local function commit(release_id, reservation, c, events, now, has_payload, payload, kind)
+local function commit(release_id, reservation, c, kind)
   local total = add(committed(), c)
   local n = store_committed(total)
-  log_entry(kind, release_id, reservation, c, events, now)
-  if has_payload == '1' then
-    redis.call('HSET', KEYS[4], release_id, payload)
+  log_entry(kind, release_id, reservation, c, ARGS.events, ARGS.now)
+  if HAS_PAYLOAD then
+    redis.call('HSET', KEYS[4], release_id, PAYLOAD)
     redis.call('ZADD', KEYS[5], n, release_id)
   end
   local result = result_json(true, 'ok', with_reservations(total, nil))

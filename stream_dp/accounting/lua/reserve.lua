@@ -1,6 +1,6 @@
--- reserve: ARGV[4] reservation_id, ARGV[5..9] cost (the maximum), ARGV[10] events JSON, ARGV[11] now
+-- reserve: ARGS.reservation_id, ARGS.cost (the maximum), ARGS.events, ARGS.now
 -- returns {duplicate (0/1), result JSON, payload of the settled release or false}
-local rid = ARGV[4]
+local rid = ARGS.reservation_id
 local settled_as = redis.call('HGET', KEYS[8], rid)
 if settled_as then
   local dup = duplicate_charge(settled_as)
@@ -10,13 +10,13 @@ local first = redis.call('HGET', KEYS[7], rid)
 if first and redis.call('HEXISTS', KEYS[6], rid) == 1 then
   return {1, first, false}
 end
-local c = cost_from_argv(5)
+local c = args_cost()
 local reason = decide(add(with_reservations(committed(), nil), c))
 if reason ~= 'ok' then
   return {0, result_json(false, reason, with_reservations(committed(), nil)), false}
 end
 redis.call('HSET', KEYS[6], rid, encode_cost(c))
-log_entry('reserve', rid, rid, c, ARGV[10], ARGV[11])
+log_entry('reserve', rid, rid, c, ARGS.events, ARGS.now)
 local result = result_json(true, 'ok', with_reservations(committed(), nil))
 redis.call('HSET', KEYS[7], rid, result)
 return {0, result, false}
