@@ -11,8 +11,9 @@ One iteration (a *batch*):
 3. take the previous batch's outcome; send its rejects to the dead-letter topic (original key and bytes,
    the reason and the source partition/offset in headers; a bounded form when that does not fit, see
    :mod:`~stream_dp.ingest.dead_letters`) and wait for them; count everything by reason;
-4. commit the batch's offsets to Kafka — only now (asynchronously: the outcome is collected in a later
-   poll; synchronously on shutdown and when idle; awaited before a rebalance hands partitions over).
+4. commit the batch's offsets to Kafka — only now (:mod:`~stream_dp.ingest.commits`: asynchronously, the
+   outcome collected in a later poll; synchronously on shutdown and when idle; awaited before a rebalance
+   hands partitions over).
 
 If Redis or the broker fails in steps 2–3, the consumer is rewound to the batch's first offsets and the
 batch is retried after a capped exponential backoff with jitter (:mod:`stream_dp.backoff`; it restarts
@@ -20,7 +21,8 @@ only once a batch went through): the offset records make the replay harmless, an
 written are not written again. A failed
 commit is retried with the next batch (a later commit covers it). On a rebalance, revoked partitions get
 their last offsets committed and their local watermark state is dropped; assigned partitions resume from
-their committed offsets (anything applied after that is skipped in Redis).
+their committed offsets (anything applied after that is skipped in Redis). The lag per partition is
+computed once per step, right after the poll: the request's watermark inputs and the lag metric use it.
 
 Stop with :meth:`IngestWorker.stop` (the wiring calls it on SIGTERM/SIGINT): the current batch finishes,
 its offsets are committed, the clients are closed, and a log line says why the loop ended.
@@ -38,14 +40,13 @@ from typing import Any, Protocol
 
 import redis
 from kafka import TopicPartition
-from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
-from kafka.errors import CommitFailedError, KafkaError
-from kafka.structs import OffsetAndMetadata
+from kafka.errors import KafkaError
 
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.ingest.applier import (ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords,
                                       ThreadRunner)
+from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WatermarkState
@@ -98,29 +99,6 @@ class _Batch:
     idle: bool = False
 
 
-class _Rebalance(AsyncConsumerRebalanceListener):
-    """kafka-python (3.x) calls these on its IO thread while the loop waits inside ``poll()``. A blocking
-    consumer call is refused there, so the handover commit is sent and awaited on that thread's loop."""
-
-    def __init__(self, worker: "IngestWorker") -> None:
-        self.worker = worker
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        w = self.worker
-        offsets = w._prepare_handover({tp for tp in revoked})
-        if offsets:
-            try:
-                await w.consumer.commit_async(offsets)
-            except Exception as exc:  # noqa: BLE001 - a lost commit only means a replay the offset records skip
-                w._commit_failed(exc)
-            else:
-                w._committed(offsets, None)
-        w._hand_over({tp for tp in revoked})
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.worker._on_assigned({tp for tp in assigned})
-
-
 class IngestWorker:
     """Runs the loop over injected clients: the consumer (not yet subscribed), the dead-letter producer,
     and either a ``runner`` for the applier or a ``redis_client`` (then the applier runs on a thread)."""
@@ -143,11 +121,9 @@ class IngestWorker:
         self.dead_letters = DeadLetterWriter(producer, cfg.kafka.dead_letter_topic, metrics,
                                              max_request_bytes=cfg.ingest.dead_letter_max_request_bytes,
                                              timeout_seconds=cfg.ingest.dead_letter_timeout_seconds)
+        self.commits = OffsetCommits(consumer, self.topic, metrics, self.dead_letters)
         self._progressed = False  # a batch outcome came back applied since the last failure
         self._stop = threading.Event()
-        self._pending_commit: dict[TopicPartition, int] = {}  # applied in Redis, not yet committed
-        self._commit_in_flight: Any = None  # the future of the async commit not answered yet
-        self._positions: dict[TopicPartition, int] = {}  # next offset per owned partition (for lag)
         self._known_partitions: set[int] = set()
         self._revoked: set[int] = set()  # revoked since the last request (the applier forgets their clocks)
         self._last_advance = float("-inf")
@@ -166,7 +142,7 @@ class IngestWorker:
 
     def run(self) -> str:
         """Run until :meth:`stop`; returns why the loop ended (also logged). Unexpected errors propagate."""
-        self.consumer.subscribe([self.topic], listener=_Rebalance(self))
+        self.consumer.subscribe([self.topic], listener=RebalanceListener(self))
         log.info("ingest started: topic %s, group %s, windows of %ss, unit %s, max %d keys per user",
                  self.topic, self.cfg.kafka.ingest_group_id, self.cfg.windows.size_seconds,
                  self.cfg.contribution.unit, self.cfg.contribution.max_keys_per_user)
@@ -187,7 +163,7 @@ class IngestWorker:
             self._drain_all()
         except Exception as exc:  # noqa: BLE001 - the unfinished batch is replayed on the next start
             log.warning("last batch not applied (%s: %s); it will be replayed", type(exc).__name__, exc)
-        self._commit_pending()
+        self.commits.commit_pending()
         for name, close in (("applier", self.runner.close),
                             ("consumer", lambda: self.consumer.close(autocommit=False)),
                             ("producer", lambda: self.producer.close(timeout=5))):
@@ -208,7 +184,8 @@ class IngestWorker:
         except KafkaError as exc:
             self._failed("kafka", exc, [])
             return
-        batch = self._prepare(records) if records else None
+        lags = self.commits.lags()  # once per step: the request's watermark inputs and the lag metric
+        batch = self._prepare(records, lags) if records else None
         try:
             if batch is not None:
                 self._submit(batch)
@@ -217,9 +194,9 @@ class IngestWorker:
             else:
                 self._drain_all()
                 if self.clock() - self._last_advance >= self.cfg.ingest.watermark_interval_seconds:
-                    self._submit(_Batch(t0=time.perf_counter(), request=self._request([], set()), idle=True))
+                    self._submit(_Batch(t0=time.perf_counter(), request=self._request([], set(), lags), idle=True))
                     self._drain_all()
-                    self._commit_pending()
+                    self.commits.commit_pending()
         except Exception as exc:  # noqa: BLE001 - classified below; non-transient ones re-raise
             dep = is_transient(exc)
             if dep is None:
@@ -230,7 +207,7 @@ class IngestWorker:
             self.backoff.reset()
             self._progressed = False
         self.metrics.up.set(1)
-        self._update_lag()
+        self.metrics.lag.set(sum(lags.values()))
 
     def _abandon(self, polled: "_Batch | None") -> list["_Batch"]:
         """After a failure: the batches to rewind to — the one that failed, those still in flight, the
@@ -273,7 +250,7 @@ class IngestWorker:
                 except Exception:  # noqa: BLE001 - revoked meanwhile: its new owner replays it
                     log.info("could not rewind partition %d (no longer owned)", tp.partition)
 
-    def _prepare(self, records: dict) -> "_Batch":
+    def _prepare(self, records: dict, lags: dict[TopicPartition, int]) -> "_Batch":
         """Cut one poll's records into per-partition columns for the applier (no decoding here)."""
         t0 = time.perf_counter()
         parts: list[PartitionRecords] = []
@@ -284,18 +261,19 @@ class IngestWorker:
                 parts.append(PartitionRecords(tp.partition, [r.offset for r in recs], [r.timestamp for r in recs],
                                               [r.value for r in recs]))
                 first[tp], last[tp] = recs[0].offset, recs[-1].offset
-        b = _Batch(t0=t0, request=self._request(parts, {p.partition for p in parts}), records=records,
+        b = _Batch(t0=t0, request=self._request(parts, {p.partition for p in parts}, lags), records=records,
                    n=sum(len(p.offsets) for p in parts), first_offsets=first, last_offsets=last)
         self.metrics.consumed.inc(b.n)
         self.metrics.batch_events.observe(b.n)
         return b
 
-    def _request(self, parts: list[PartitionRecords], busy: set[int]) -> BatchRequest:
-        """The request for ``parts``, with what the watermark advance needs from the consumer."""
+    def _request(self, parts: list[PartitionRecords], busy: set[int], lags: dict[TopicPartition, int]
+                 ) -> BatchRequest:
+        """The request for ``parts``, with what the watermark advance needs from the consumer: which
+        partitions are owned, busy (in this batch, or lagging) and caught up (``lags``: this step's)."""
         owned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.topic}
         if not self._known_partitions:
             self._known_partitions = set(self.consumer.partitions_for_topic(self.topic) or ())
-        lags = self._lags(include_unpolled=True)
         lagging = {tp.partition for tp, lag in lags.items() if lag > 0}
         caught_up = {tp.partition for tp, lag in lags.items() if lag == 0}
         forget, self._revoked = frozenset(self._revoked), set()
@@ -337,10 +315,8 @@ class IngestWorker:
         self._note_watermark(out.watermark)
         if b.idle:
             return
-        for tp, off in b.last_offsets.items():
-            self._pending_commit[tp] = off + 1
-            self._positions[tp] = off + 1
-        self._commit_pending(wait=False)
+        self.commits.applied(b.last_offsets)
+        self.commits.commit_pending(wait=False)
         for _p, _i, reason in out.rejects:
             m.rejected.labels(reason=reason).inc()
         m.late.inc(out.late)
@@ -357,7 +333,7 @@ class IngestWorker:
             out.append(Rejected(rec.topic, rec.partition, rec.offset, rec.key, rec.value, reason))
         return out
 
-    # --- watermark, commits, lag -----------------------------------------------------------------
+    # --- watermark -------------------------------------------------------------------------------
     def _note_watermark(self, state: WatermarkState | None) -> None:
         self._last_advance = self.clock()
         if state is None:
@@ -369,95 +345,8 @@ class IngestWorker:
             log.info("global watermark %.3f closed %d window(s)", state.global_watermark or 0.0,
                      len(state.windows_closed))
 
-    def _commit_pending(self, *, wait: bool = True) -> None:
-        """Commit the offsets applied in Redis but not yet committed. ``wait=False`` (after each batch)
-        sends the commit and returns; its outcome arrives in :meth:`_committed` during a later poll, and
-        whatever is still pending goes with the next commit. While one async commit is unanswered no
-        other is sent: the offsets of the batches meanwhile go together with the next one (small batches
-        would otherwise fill the connection's in-flight slots, and commits would fail for no reason).
-        Synchronous when idle and on shutdown; awaited before a rebalance hands the partitions over.
-        Either way a lost commit only means a replay, which the offset records in Redis skip."""
-        if not self._pending_commit:
-            return
-        if not wait and self._commit_in_flight is not None and not self._commit_in_flight.is_done:
-            return
-        offsets = self._pending_offsets()
-        if not offsets:
-            self._pending_commit.clear()
-            return
-        if not wait:
-            try:
-                self._commit_in_flight = self.consumer.commit_async(offsets, callback=self._committed)
-            except KafkaError as exc:
-                self._commit_failed(exc)
-            return
-        try:
-            self.consumer.commit(offsets)
-        except CommitFailedError as exc:
-            self._commit_failed(exc)
-            self._pending_commit.clear()  # the group rebalanced under us: the new owners replay (harmless)
-        except KafkaError as exc:
-            self._commit_failed(exc)
-        else:
-            self._committed(offsets, None)
-
-    def _pending_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        """The offsets to commit: applied in Redis, not committed yet, of partitions this worker owns."""
-        owned = self.consumer.assignment()
-        return {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending_commit.items() if tp in owned}
-
-    def _committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], outcome: Any) -> None:
-        """A commit's outcome (an exception, or anything else for success): forget what it covered."""
-        if isinstance(outcome, BaseException):
-            self._commit_failed(outcome)
-            return
-        for tp, meta in offsets.items():
-            if self._pending_commit.get(tp) == meta.offset:
-                del self._pending_commit[tp]
-            self.dead_letters.forget(tp.topic, tp.partition, meta.offset)
-        self.metrics.dependency_up.labels(dependency="kafka").set(1)
-
-    def _commit_failed(self, exc: BaseException) -> None:
-        self.metrics.commits_failed.inc()
-        if isinstance(exc, CommitFailedError):
-            log.warning("offset commit refused after a rebalance (%s); the new owner replays", exc)
-            return
-        self.metrics.dependency_up.labels(dependency="kafka").set(0)
-        log.warning("offset commit failed (%s: %s); retried with the next batch", type(exc).__name__, exc)
-
-    def _lags(self, *, include_unpolled: bool = False) -> dict[TopicPartition, int]:
-        """Records behind the fetched high-water mark per owned partition (Tansu under-reports end_offsets).
-
-        A partition with no known high-water mark yet has no entry (it is not known to be caught up).
-        ``include_unpolled`` also asks the consumer for the position of owned partitions that delivered
-        nothing since they were assigned (without waiting: unknown stays unknown)."""
-        lags = {}
-        positions = dict(self._positions)
-        if include_unpolled:
-            for tp in self.consumer.assignment():
-                # a known high-water mark means a fetch ran, so the position is initialised (no round trip)
-                if tp.topic == self.topic and tp not in positions and self.consumer.highwater(tp) is not None:
-                    pos = self._position_now(tp)
-                    if pos is not None:
-                        positions[tp] = pos
-        for tp, pos in positions.items():
-            hw = self.consumer.highwater(tp)
-            if hw is not None:
-                lags[tp] = max(0, hw - pos)
-        return lags
-
-    def _position_now(self, tp: TopicPartition) -> int | None:
-        """The consumer's fetch position of ``tp`` if it knows it already (never blocks), else None."""
-        try:
-            return self.consumer.position(tp, timeout_ms=0)
-        except Exception:  # noqa: BLE001 - not initialised yet, or revoked meanwhile: unknown
-            return None
-
-    def _update_lag(self) -> None:
-        self.metrics.lag.set(sum(self._lags().values()))
-
-    # --- rebalance callbacks (run inside poll, between batches) -----------------------------------
-    def _prepare_handover(self, revoked: set[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+    # --- rebalance callbacks (run inside poll, between batches; :class:`RebalanceListener`) ----------
+    def prepare_handover(self, revoked: set[TopicPartition]) -> Offsets:
         """Before partitions go to another worker: finish the batch in flight, and return the offsets
         applied but not committed yet (the listener commits them before the group moves on)."""
         if not revoked:
@@ -471,17 +360,14 @@ class IngestWorker:
             log.warning("batch in flight not applied before the rebalance (%s); the new owner replays it",
                         exc if isinstance(exc, ApplyFailed) else f"{type(exc).__name__}: {exc}")
             self._discard_in_flight()
-        return self._pending_offsets()
+        return self.commits.pending_offsets()
 
-    def _hand_over(self, revoked: set[TopicPartition]) -> None:
+    def hand_over(self, revoked: set[TopicPartition]) -> None:
         """After the handover commit (or its failure): forget the revoked partitions."""
-        for tp in revoked:
-            self._pending_commit.pop(tp, None)
-            self._positions.pop(tp, None)
-            self.dead_letters.forget_partition(tp.topic, tp.partition)
+        self.commits.hand_over(revoked)
         self._revoked |= {tp.partition for tp in revoked if tp.topic == self.topic}
 
-    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.metrics.rebalances.labels(change="assigned").inc()
         self.metrics.partitions.set(len(assigned))
         log.info("partitions assigned: %s", sorted(tp.partition for tp in assigned))
