@@ -25,7 +25,6 @@ True
 from __future__ import annotations
 
 import csv
-import io
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -190,15 +189,3 @@ def rows(ratings: Iterable[Rating]) -> Iterator[dict[str, str]]:
     """The ratings as ``ratings.csv`` rows (what :mod:`stream_dp.replay` reads from a file)."""
     for rating in ratings:
         yield rating.as_row()
-
-
-def to_csv_text(ratings: Iterable[Rating]) -> str:
-    """The CSV as a string (small streams, tests).
-
-    >>> print(to_csv_text([Rating(timestamp=1, user_id=2, movie_id=3, rating=4.5, title="Echo, Again (1999)")]), end="")
-    userId,movieId,rating,timestamp,title
-    2,3,4.5,1,"Echo, Again (1999)"
-    """
-    buf = io.StringIO()
-    write_csv(ratings, buf)
-    return buf.getvalue()

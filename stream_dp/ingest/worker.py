@@ -136,10 +136,6 @@ class IngestWorker:
         """Ask the loop to finish the current batch, commit and close (safe from a signal handler)."""
         self._stop.set()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def run(self) -> str:
         """Run until :meth:`stop`; returns why the loop ended (also logged). Unexpected errors propagate."""
         self.consumer.subscribe([self.topic], listener=RebalanceListener(self))

@@ -83,16 +83,6 @@ class SampleResult:
     weight: str = "identity"
 
     @property
-    def key_epsilon(self) -> float:
-        """ε per key (= ε/Δ)."""
-        return self.epsilon / self.max_keys_per_user
-
-    @property
-    def key_delta(self) -> float:
-        """δ per key (= δ/Δ)."""
-        return self.delta / self.max_keys_per_user
-
-    @property
     def events(self) -> tuple[DpEvent, ...]:
         """The user-level cost of the whole release, as charged: Δ composed per-key (ε/Δ, δ/Δ) mechanisms.
 

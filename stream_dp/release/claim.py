@@ -90,11 +90,6 @@ class WindowClaims:
         raw = self.r.get(claim.key)
         return raw is not None and raw.decode() == claim.token
 
-    def holder(self, start: int) -> str | None:
-        """The token currently holding the window, if any."""
-        raw = self.r.get(self.keys.window_claim(start))
-        return None if raw is None else raw.decode()
-
     def drop(self, claim: Claim) -> bool:
         """Give the claim up (only if still ours)."""
         return bool(self._drop(keys=[claim.key], args=[claim.token]))

@@ -2,7 +2,7 @@
 
 Each scenario picks neighbours where the mechanism's guarantee is nearly tight, runs
 :func:`~stream_dp.testing.audit.audit_privacy`, and returns the result. The real mechanism must pass and
-the broken one must be flagged (tests/unit/test_privacy_audits.py). Print the table with::
+the broken one must be flagged (tests/unit/test_audit.py). Print the table with::
 
     python -m stream_dp.testing.selection_audits
 """
