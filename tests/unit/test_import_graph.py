@@ -1,4 +1,4 @@
-"""The layering between top-level packages, read from the source's import statements.
+"""The layering between top-level packages, read from the source's import statements (tools/import_graph.py).
 
 ``workers/`` holds thin entry points over the library: the library never imports them (no loop between
 ``stream_dp.cli`` and ``workers``), and no production module imports the dev stack, test helpers or
@@ -6,50 +6,23 @@ benchmarks."""
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _unit(module: str) -> str:
-    parts = module.split(".")
-    return f"stream_dp.{parts[1]}" if parts[0] == "stream_dp" and len(parts) > 1 else parts[0]
+def _load_tool():
+    """tools/import_graph.py (the script that prints the graph) is the one implementation of the graph."""
+    spec = importlib.util.spec_from_file_location("import_graph_tool", ROOT / "tools" / "import_graph.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    """Edges ``unit -> units it imports`` for the project's own code (every import, lazy ones included)."""
-    edges: dict[str, set[str]] = {}
-    for path in sorted([*root.joinpath("stream_dp").rglob("*.py"), *root.joinpath("workers").rglob("*.py")]):
-        src = _unit(".".join(path.relative_to(root).with_suffix("").parts))
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] if node.module != "stream_dp" else [f"stream_dp.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
-                continue
-            for name in names:
-                if name.split(".")[0] in {"stream_dp", "workers", "tests", "bench", "eval"}:
-                    dst = _unit(name)
-                    if dst not in {src, "stream_dp"}:
-                        edges.setdefault(src, set()).add(dst)
-    return edges
-
-
-def _cycles(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
-    def reaches(a: str, b: str) -> bool:
-        seen, todo = set(), [a]
-        while todo:
-            n = todo.pop()
-            if n == b:
-                return True
-            if n not in seen:
-                seen.add(n)
-                todo.extend(edges.get(n, ()))
-        return False
-
-    return sorted((a, b) for a, targets in edges.items() for b in targets if reaches(b, a))
+_TOOL = _load_tool()
+import_graph = _TOOL.import_graph
+_cycles = _TOOL.cycles
 
 
 def test_the_graph_sees_real_imports():
@@ -97,3 +70,9 @@ def test_release_code_reads_no_environment_and_has_no_crash_switch():
         assert "os.environ" not in text and "getenv" not in text and "SIGKILL" not in text, path.name
     assert Outbox(None, None, None).crashpoints is NO_CRASHES  # type: ignore[arg-type]
     assert NO_CRASHES.reached("after_commit") is None
+
+
+def test_the_script_prints_every_package_and_no_loop(capsys):
+    assert _TOOL.main([]) == 0
+    out = capsys.readouterr().out
+    assert "no loops" in out and "stream_dp.mechanisms" in out and "workers" in out
