@@ -3,7 +3,8 @@
 ``emit({"bench": "release", "keys": 1000000, "p99_all_s": 0.21, ...})`` prints the object on one line
 (sorted keys, floats rounded to 6 significant digits), so results can be collected and compared across
 commits (``python -m bench.bench_release | tail -n 1``). The human tables stay above it and in
-bench/README.md. tests/unit/test_bench_results.py checks every bench module ends with it.
+bench/README.md. :func:`run` runs a benchmark and returns that object. tests/unit/test_bench_results.py
+checks every bench module ends with it (tests/integration/test_bench_runs.py: those that need the dev stack).
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ def emit(result: Mapping[str, Any]) -> str:
     sys.stdout.flush()
     print(line, flush=True)
     return line
+
+
+def run(module: str, args: list[str], *, cwd: str | os.PathLike[str], timeout: float) -> dict[str, Any]:
+    """Run benchmark ``module`` (``python -m``) with ``args`` and return its result: the JSON object of its
+    last stdout line (what :func:`emit` printed). A failing run raises ``CalledProcessError``."""
+    out = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                         timeout=timeout, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def start_cpu_load(processes: int) -> list[subprocess.Popen]:

@@ -17,6 +17,7 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
+from stream_dp.tables import print_table, table
 from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 from stream_dp.config import Config
 from stream_dp.keys import Keys
@@ -55,11 +56,10 @@ def _cap(ledger: Ledger, scope: str) -> BudgetCap:
 
 
 def _print_states(rows: list[dict[str, Any]], out: TextIO) -> None:
-    header = f"{'scope':<14} {'ε spent':>10} {'ε left':>10} {'ε cap':>8} {'δ spent':>10} {'δ left':>10} {'holds':>5}"
-    print(header, file=out)
-    for r in rows:
-        print(f"{r['scope']:<14} {r['epsilon_spent']:>10.4f} {r['epsilon_remaining']:>10.4f} {r['epsilon_cap']:>8g} "
-              f"{r['delta_spent']:>10.3g} {r['delta_remaining']:>10.3g} {r['open_reservations']:>5}", file=out)
+    columns = ("scope", "ε spent", "ε left", "ε cap", "δ spent", "δ left", "holds")
+    print_table(table(columns, [(r["scope"], f"{r['epsilon_spent']:.4f}", f"{r['epsilon_remaining']:.4f}",
+                                 f"{r['epsilon_cap']:g}", f"{r['delta_spent']:.3g}", f"{r['delta_remaining']:.3g}",
+                                 r["open_reservations"]) for r in rows], numeric=columns[1:]), out)
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
@@ -105,13 +105,15 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         if args.json:
             print(json.dumps([e.to_dict() for e in entries], indent=2), file=out)
             return 0
-        print(f"{'time (UTC)':<20} {'type':<8} {'id':<36} {'ρ':>10} {'Σε':>8} {'δ':>9}  mechanisms", file=out)
+        rows = []
         for e in entries:
             spent = e.cost.spent()
             when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
             mechanisms = ",".join(sorted({ev.mechanism or ev.kind for ev in e.events}))
-            print(f"{when:<20} {e.type:<8} {e.id:<36} {spent.rho:>10.5f} {spent.basic_epsilon:>8.4g} "
-                  f"{spent.zcdp_delta:>9.3g}  {mechanisms}", file=out)
+            rows.append((when, e.type, e.id, f"{spent.rho:.5f}", f"{spent.basic_epsilon:.4g}",
+                         f"{spent.zcdp_delta:.3g}", mechanisms))
+        print_table(table(("time (UTC)", "type", "id", "ρ", "Σε", "δ", "mechanisms"), rows,
+                          numeric=("ρ", "Σε", "δ")), out)
         return 0
     scopes = [args.scope] if args.scope else ledger.scopes()
     reports = [ledger.verify(scope) for scope in scopes]

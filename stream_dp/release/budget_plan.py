@@ -160,20 +160,23 @@ def require_full_period(cfg: Config) -> BudgetPlan:
 
 def render(summary: dict[str, Any]) -> str:
     """The human-readable plan."""
+    from stream_dp.tables import render as render_table, table  # only the CLI draws it: workers skip rich
+
     lines = [f"windows: {summary['window_seconds']} s; budget period: {summary['period_seconds']} s "
              f"= {summary['windows_per_period']} window(s)"]
     cap = summary["period_cap"]
     lines.append(f"period cap: ε = {cap['epsilon']:g}, δ = {cap['delta']:g} (δ′ = {cap['delta_prime']:g})")
     lines.append("")
-    lines.append(f"{'worst case per window':<28} {'ρ (zCDP)':>10} {'Σε':>8} {'Σδ':>10}")
-    for name, t in summary["per_type"].items():
-        lines.append(f"  {name:<26} {t['rho']:>10.5f} {t['basic_epsilon']:>8.4g} {t['delta']:>10.3g}")
     w = summary["window_worst_case"]
-    lines.append(f"  {'one window (all types)':<26} {w['rho']:>10.5f} {w['basic_epsilon']:>8.4g} {w['delta']:>10.3g}"
-                 f"   -> ε = {w['epsilon']:.4g}, δ = {w['delta_total']:.3g}")
+    rows = [(name, f"{t['rho']:.5f}", f"{t['basic_epsilon']:.4g}", f"{t['delta']:.3g}", "")
+            for name, t in summary["per_type"].items()]
+    rows.append(("one window (all types)", f"{w['rho']:.5f}", f"{w['basic_epsilon']:.4g}", f"{w['delta']:.3g}",
+                 f"ε = {w['epsilon']:.4g}, δ = {w['delta_total']:.3g}"))
+    lines.append(render_table(table(("worst case per window", "ρ (zCDP)", "Σε", "Σδ", "converted"), rows,
+                              numeric=("ρ (zCDP)", "Σε", "Σδ"))))
     limit = summary["alerts_max_instances_per_period"]
     if "alerts (instance opening)" in summary["per_type"]:
-        lines.append(f"  alerts instances per period: {'at most ' + str(limit) if limit else 'one per window (no limit)'}")
+        lines.append(f"alerts instances per period: {'at most ' + str(limit) if limit else 'one per window (no limit)'}")
     lines.append("")
     fit, per = summary["windows_fitting_period"], summary["windows_per_period"]
     verdict = "OK: every window of a period fits" if fit >= per else (

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the demo tests
+
 
 class DemoProcess:
     """``stream-dp demo ARGS`` in a session of its own (like a terminal job), stdout collected by a thread."""
@@ -107,8 +109,5 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
 def assert_nothing_left(demo: DemoProcess) -> None:
     pids = demo.reported_pids()
     assert len(pids) >= 4, f"the demo reports the pids of broker, redis and both workers:\n{demo.output[:2000]}"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (any(running(p) for p in pids) or processes_mentioning(str(demo.workdir))):
-        time.sleep(0.1)
-    assert not [p for p in pids if running(p)], "processes left behind"
-    assert not processes_mentioning(str(demo.workdir)), "processes left behind"
+    wait_for(lambda: not (any(running(p) for p in pids) or processes_mentioning(str(demo.workdir))), timeout=10,
+             interval=0.1, what="no process of the demo left behind")

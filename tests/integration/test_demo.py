@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 
 import pytest
 
 try:
-    from demo_helpers import DemoProcess, assert_nothing_left
+    from demo_helpers import DemoProcess, assert_nothing_left, wait_for
 except ImportError:  # tests/ became a package
-    from .demo_helpers import DemoProcess, assert_nothing_left  # type: ignore[no-redef]
+    from .demo_helpers import DemoProcess, assert_nothing_left, wait_for  # type: ignore[no-redef]
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,14 +62,12 @@ def check_dashboard(output: str) -> None:
     match = re.search(r"^dashboard  (http://127\.0\.0\.1:\d+/)  \(pid \d+", output, flags=re.M)
     assert match, output[:3000]
     url = match.group(1)
-    deadline = time.monotonic() + 30
-    while True:
+    def trending() -> dict:
         with urllib.request.urlopen(url + "api/trending", timeout=10) as resp:
-            trending = json.loads(resp.read())
-        if trending["rankings"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert trending["rankings"] and trending["rankings"][0]["type"] == "topk"
+            body = json.loads(resp.read())
+        return body if body["rankings"] else {}
+
+    assert wait_for(trending, timeout=30, interval=0.2, what="the dashboard's first ranking")["rankings"][0]["type"] == "topk"
     with urllib.request.urlopen(url + "healthz", timeout=10) as resp:
         assert resp.status == 200 and json.loads(resp.read())["status"] == "ok"
     with urllib.request.urlopen(url, timeout=10) as resp:

@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import redis
 
 from stream_dp.devstack import DevStack
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,12 +31,11 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_dead(pids: list[int], timeout: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if _alive(p)]
-        if not alive:
-            return []
-        time.sleep(0.05)
+    """The pids still alive after waiting up to ``timeout`` for all to exit (empty: all exited)."""
+    try:
+        wait_for(lambda: not any(_alive(p) for p in pids), timeout=timeout, what="the processes to exit")
+    except AssertionError:
+        pass
     return [p for p in pids if _alive(p)]
 
 
@@ -165,14 +164,14 @@ def test_cli_up_refuses_clearly_when_a_dead_components_port_is_taken(tmp_path):
         assert _wait_dead([info["pids"]["redis"]]) == []
         squatter = socket.socket()
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        deadline = time.monotonic() + 15
-        while True:  # the killed server's socket may take a moment to be released
+        def bound() -> bool:  # the killed server's socket may take a moment to be released
             try:
-                squatter.bind(("127.0.0.1", port))
-                break
+                squatter.bind(("127.0.0.1", port))  # type: ignore[union-attr]
             except OSError:
-                assert time.monotonic() < deadline, f"port {port} still taken 15 s after the kill"
-                time.sleep(0.1)
+                return False
+            return True
+
+        wait_for(bound, timeout=15, interval=0.1, what=f"port {port} to be free after the kill")
         squatter.listen()
         refused = run("up")
         assert refused.returncode == 1 and f"port {port} is taken" in refused.stderr

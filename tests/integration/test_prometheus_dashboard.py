@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from stream_dp.processes import free_port
+from waiting import wait_for
 
 try:
     from demo_helpers import DemoProcess, assert_nothing_left
@@ -84,14 +84,12 @@ def dashboard_targets() -> list[tuple[str, str]]:
 
 def wait_for_rule_evaluations(base: str, timeout: float = 30) -> list[dict]:
     """Every alerting rule of the loaded rule files, once each has been evaluated at least once."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def evaluated() -> list[dict]:
         groups = json.loads(_get(f"{base}/api/v1/rules?type=alert"))["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        if rules and all(not r.get("lastEvaluation", "").startswith("0001") for r in rules):
-            return rules
-        assert time.monotonic() < deadline, f"alerting rules not evaluated within {timeout}s: {rules}"
-        time.sleep(0.5)
+        return rules if rules and all(not r.get("lastEvaluation", "").startswith("0001") for r in rules) else []
+
+    return wait_for(evaluated, timeout=timeout, interval=0.5, what="every alerting rule to be evaluated")
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (Debian package prometheus)")
@@ -115,17 +113,14 @@ def test_every_dashboard_query_returns_data(running_demo, tmp_path):
         return body["data"]["result"]
 
     try:
-        deadline = time.monotonic() + 60
-        while True:  # ready, and at least 5 scrapes of each worker
+        def scraped() -> bool:  # ready, and at least 5 scrapes of each worker
             try:
                 counts = query("count_over_time(up[5m])")
-                if len(counts) == len(JOBS) and all(float(r["value"][1]) >= 5 for r in counts):
-                    break
             except OSError:
-                pass
-            assert prom.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "Prometheus did not scrape both workers 5 times within 60s"
-            time.sleep(0.5)
+                return False
+            return len(counts) == len(JOBS) and all(float(r["value"][1]) >= 5 for r in counts)
+
+        wait_for(scraped, timeout=60, interval=0.5, what="Prometheus to scrape both workers 5 times", procs=[prom])
         assert all(float(r["value"][1]) == 1 for r in query("up")), "both workers are up"
         targets = dashboard_targets()
         assert len(targets) >= 25

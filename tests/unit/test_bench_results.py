@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from bench.results import emit
+from bench.results import emit, run
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in ("__init__.py", "results.py"))
@@ -51,34 +49,7 @@ def test_emit_prints_one_json_line_and_requires_a_name(capsys) -> None:
     ("bench.bench_svt", ["--dataset", "synthetic", "--runs", "3", "--ks", "2:4:2"]),
 ])
 def test_small_benchmarks_end_with_their_json_line_when_run(module, args) -> None:
-    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                         timeout=240, check=True).stdout
-    result = json.loads(out.strip().splitlines()[-1])
+    """The benchmarks of pure mechanisms, at tiny scale (those needing the dev stack:
+    tests/integration/test_bench_runs.py)."""
+    result = run(module, args, cwd=ROOT, timeout=240)
     assert result["bench"] == module.split("bench_")[1]
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.parametrize("module,args", [
-    ("bench.bench_release", ["--keys", "2000", "--windows", "2"]),
-    ("bench.bench_ingest", ["--events", "30000", "--users", "500", "--keys", "500", "--sample-interval", "0.05"]),
-])
-def test_dev_stack_benchmarks_end_with_their_json_line_when_run(module, args) -> None:
-    """The benchmarks that start the embedded dev stack (Tansu + redis-server), at tiny scale."""
-    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                         timeout=240, check=True).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    assert result["bench"] == module.split("bench_")[1]
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-def test_soak_smoke_run_samples_memory_and_reports_growth(tmp_path) -> None:
-    """``bench.soak --smoke``: workers, producer and sampling end to end; windows are released and expire."""
-    out = subprocess.run([sys.executable, "-m", "bench.soak", "--smoke", "--out", str(tmp_path / "soak.json")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    assert result["bench"] == "soak" and result["windows_released"] >= 2
-    assert {"ingest loop", "ingest applier", "release", "redis-server"} <= set(result["rss_growth"])
-    samples = json.loads((tmp_path / "soak.json").read_text())["samples"]
-    assert len(samples) >= 10 and all(s["rss"]["ingest loop"] > 0 for s in samples)

@@ -1,0 +1,33 @@
+"""The benchmarks that start the embedded dev stack (Tansu + redis-server) run at tiny scale and end with their
+JSON result line (bench/results.py; the pure ones: tests/unit/test_bench_results.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.results import run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+@pytest.mark.parametrize("module,args", [
+    ("bench.bench_release", ["--keys", "2000", "--windows", "2"]),
+    ("bench.bench_ingest", ["--events", "30000", "--users", "500", "--keys", "500", "--sample-interval", "0.05"]),
+])
+def test_dev_stack_benchmarks_end_with_their_json_line_when_run(module, args) -> None:
+    result = run(module, args, cwd=ROOT, timeout=240)
+    assert result["bench"] == module.split("bench_")[1]
+
+
+def test_soak_smoke_run_samples_memory_and_reports_growth(tmp_path) -> None:
+    """``bench.soak --smoke``: workers, producer and sampling end to end; windows are released and expire."""
+    result = run("bench.soak", ["--smoke", "--out", str(tmp_path / "soak.json")], cwd=ROOT, timeout=300)
+    assert result["bench"] == "soak" and result["windows_released"] >= 2
+    assert {"ingest loop", "ingest applier", "release", "redis-server"} <= set(result["rss_growth"])
+    samples = json.loads((tmp_path / "soak.json").read_text())["samples"]
+    assert len(samples) >= 10 and all(s["rss"]["ingest loop"] > 0 for s in samples)
