@@ -32,13 +32,15 @@ def test_command_line_flags_override_the_release_section_and_are_validated():
 def test_the_release_worker_takes_its_loop_settings_from_the_section():
     import redis
 
+    from stream_dp.accounting.ledger import BudgetCap, Ledger
     from stream_dp.release.worker import ReleaseWorker
 
-    client = redis.Redis(host="127.0.0.1", port=1)  # never contacted: the constructor only registers scripts
+    client = redis.Redis(host="127.0.0.1", port=1)  # never contacted: the constructors only register scripts
     cfg = config_from_mapping({"release": {"poll_interval_seconds": 3.0, "claim_ttl_seconds": 40.0}}, environ={})
-    worker = ReleaseWorker(cfg, client, None, None, None, worker_id="w")  # type: ignore[arg-type]
+    ledger = Ledger(client, BudgetCap.from_config(cfg.budget))  # its caps feed the start check
+    worker = ReleaseWorker(cfg, client, ledger, None, None, worker_id="w")  # type: ignore[arg-type]
     assert worker.poll_seconds == 3.0 and worker.claims.ttl_ms == 40_000
-    worker = ReleaseWorker(cfg, client, None, None, None, worker_id="w", poll_seconds=0.2,  # type: ignore[arg-type]
+    worker = ReleaseWorker(cfg, client, ledger, None, None, worker_id="w", poll_seconds=0.2,  # type: ignore[arg-type]
                            claim_ttl_seconds=5.0)
     assert worker.poll_seconds == 0.2 and worker.claims.ttl_ms == 5_000
 
