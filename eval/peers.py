@@ -91,54 +91,38 @@ class Release:
 # --------------------------------------------------------------------------------------------------
 
 
-def _log_delta_optimal(rho: float, eps: float) -> float:
-    """ln δ of the optimal ρ-zCDP → (ε, δ)-DP conversion (Canonne, Kamath & Steinke 2020, Corollary 13:
-    δ = inf_{α>1} e^{(α−1)(αρ−ε)}/(α−1)·(1−1/α)^α) -- what OpenDP's ``make_zCDP_to_approxDP`` computes."""
-    from scipy.optimize import minimize_scalar
+def gaussian_profile_delta(s: float, eps: float) -> float:
+    """δ(ε) of the Gaussian mechanism with sensitivity/σ = s: Φ(−ε/s + s/2) − e^ε·Φ(−ε/s − s/2) (Balle & Wang
+    2018, Theorem 8 -- the exact privacy profile; log-space for small δ)."""
+    from scipy.special import log_ndtr
 
-    def g(a: float) -> float:
-        return (a - 1) * (a * rho - eps) - math.log(a - 1) + a * math.log1p(-1 / a)
-    return float(minimize_scalar(g, bounds=(1 + 1e-9, 1e6), method="bounded", options={"xatol": 1e-10}).fun)
-
-
-def optimal_conversion_epsilon(rho: float, delta: float) -> float:
-    """ε of the optimal conversion at δ (bisection on ε); the project's ledger uses the looser
-    ρ + 2·sqrt(ρ·ln(1/δ)). Counterfactual rows only.
-
-    >>> round(optimal_conversion_epsilon(0.025, 1e-6 - 9.087553487496791e-09), 6)
-    1.014515
-    """
-    lo, hi, target = 0.0, 100.0, math.log(delta)
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _log_delta_optimal(rho, mid) <= target else (mid, hi)
-    return hi
+    la, lb = log_ndtr(-eps / s + s / 2), log_ndtr(-eps / s - s / 2)
+    return float(math.exp(la) * -math.expm1(eps + lb - la))
 
 
 @functools.lru_cache(maxsize=None)
-def optimal_conversion_rho(eps: float, delta: float) -> float:
-    """The largest ρ whose optimal conversion at δ is ε or less (bisection on ρ; δ grows with ρ)."""
-    lo, hi, target = 1e-9, 100.0, math.log(delta)
+def gaussian_profile_rho(eps: float, delta: float) -> float:
+    """The largest ρ = s²/2 whose single Gaussian mechanism is (ε, δ)-DP by its exact profile (bisection)."""
+    lo, hi = 1e-9, 100.0
     for _ in range(80):
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if _log_delta_optimal(mid, eps) <= target else (lo, mid)
+        lo, hi = (mid, hi) if gaussian_profile_delta(math.sqrt(2 * mid), eps) <= delta else (lo, mid)
     return lo
 
 
-def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, tight: bool = False) -> Any:
-    """σ² and τ at (ε_w, δ_w): δ_w/2 for the threshold, δ_w/2 for the conversion (the project's accountant;
-    ``tight``: the optimal conversion instead -- a counterfactual, not what the ledger charges)."""
-    if tight:
-        rho = optimal_conversion_rho(epsilon_w, delta_w / 2)
-    else:
-        rho = rho_for_epsilon(epsilon_w, delta_w / 2)
+def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, profile: bool = False) -> Any:
+    """σ² and τ at (ε_w, δ_w): δ_w/2 for the threshold, δ_w/2 for the conversion -- the ledger's CKS20
+    conversion (what it charges). ``profile``: σ from the exact Gaussian privacy profile instead, as if the
+    ledger could account one window's single Gaussian release by its profile -- a counterfactual (the
+    continuous Gaussian's profile, the discrete Gaussian's is not computed), not what the ledger charges."""
+    rho = gaussian_profile_rho(epsilon_w, delta_w / 2) if profile else rho_for_epsilon(epsilon_w, delta_w / 2)
     return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=delta_w / 2, max_keys_per_user=dk)
 
 
 def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator, *,
-                  domain: bool = False, tight: bool = False) -> Release:
+                  domain: bool = False, profile: bool = False) -> Release:
     """The histogram release; ``domain``: the whole universe is a public domain (released without τ)."""
-    cal = sdp_histogram_calibration(eps, delta, dk, tight=tight)
+    cal = sdp_histogram_calibration(eps, delta, dk, profile=profile)
     counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
     values = np.empty((runs, len(counts)))
     for lo in range(0, runs, baselines.CHUNK):  # bounded memory: CHUNK runs at a time
@@ -413,8 +397,8 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
 
     shared: dict[str, tuple[Release, float]] = {
         "sdp_histogram": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist"))),
-        "counterfactual_histogram_optimal_conversion": _timed(
-            lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-tight"), tight=True))}
+        "counterfactual_histogram_gaussian_profile": _timed(
+            lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-profile"), profile=True))}
     if peers:
         for kind in ("laplace", "gaussian"):
             make = opendp_laplace_measurement if kind == "laplace" else opendp_gaussian_measurement
@@ -444,10 +428,11 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
                 rows += _rows(name, dk, eps, delta, False, "sdp_ldt", _ranked(released, k), hist, [k],
                               time.perf_counter() - t)
         if known:
-            for method, tight in (("sdp_histogram_domain", False),
-                                  ("counterfactual_histogram_domain_optimal_conversion", True)):
-                rel, sec = _timed(lambda tight=tight: sdp_histogram(hist, dk, eps, delta, runs, rng("dom", tight),
-                                                                     domain=True, tight=tight))
+            for method, profile in (("sdp_histogram_domain", False),
+                                    ("counterfactual_histogram_domain_gaussian_profile", True)):
+                rel, sec = _timed(lambda profile=profile: sdp_histogram(hist, dk, eps, delta, runs,
+                                                                         rng("dom", profile), domain=True,
+                                                                         profile=profile))
                 rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
         if known and peers:
             for kind in ("laplace", "gaussian"):
