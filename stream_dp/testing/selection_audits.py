@@ -131,9 +131,10 @@ def histogram_threshold_delta(*, broken: bool = False, trials: int = 20_000, rng
 def histogram_counts(*, broken: bool = False, trials: int = 20_000, rng: int = 6,
                      confidence: float = 0.999) -> AuditResult:
     """ε part: one user adds 1 to each of Δ = 9 keys far above τ (x = 100 each, x′ = 101 each), σ² = 9, so
-    ρ = Δ/(2σ²) = ½ and the claim is (ρ + 2·sqrt(ρ·ln(1/δ′)), δ′ + 1e-9) with δ′ = 0.01; events: "the sum
-    of the released counts ≥ 900 + t" (the sum is the sufficient statistic). Real: worst ratio ≈ e^2 <
-    e^3.5. Broken: σ² = 1, noise for L2 sensitivity 1 instead of √Δ (ρ really 4.5) -> flagged."""
+    ρ = Δ/(2σ²) = ½ and the claim is (ε_CKS(ρ, δ′) ≈ 2.75, δ′ + 1e-9) with δ′ = 0.01 (the ledger's conversion,
+    CKS20 Cor. 13; the classic ρ + 2·sqrt(ρ·ln(1/δ′)) was 3.53); events: "the sum of the released counts
+    ≥ 900 + t" (the sum is the sufficient statistic). Real: worst ratio ≈ e^2 < e^2.75. Broken: σ² = 1, noise
+    for L2 sensitivity 1 instead of √Δ (ρ really 4.5) -> flagged."""
     real = calibration_for_sigma2(sigma2=9, threshold_delta=1e-9, max_keys_per_user=9)
     cal = HistogramCalibration(Fraction(1), real.threshold, real.threshold_delta, 9) if broken else real
     keys = tuple("abcdefghi")
