@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -221,22 +221,34 @@ def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: Histog
     >>> [row.key for row in gaussian_histogram({"a": 500}, calibration=cal, max_keys=10, domain=["z"], rng=1).rows]
     ['a', 'z']
     """
-    present, values = _check_counts(counts)
-    max_keys = check_positive_int(max_keys, "max_keys")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    return noisy_threshold_release(
+        counts, noise=lambda n: sample_discrete_gaussian(calibration.sigma2, n, rng=rng),
+        threshold=calibration.threshold, max_keys=max_keys,
+        ci_half_width=discrete_gaussian_quantile(calibration.sigma2, confidence), domain=domain,
+        events=calibration.events())
+
+
+def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callable[[int], np.ndarray],
+                            threshold: int, max_keys: int, ci_half_width: int, domain: Collection[Hashable],
+                            events: tuple[DpEvent, ...]) -> HistogramResult:
+    """Steps 1-4 of the module docstring for any i.i.d. integer noise (``noise(n)``: n draws): noise every key
+    present and every ``domain`` key, keep the domain keys and the keys at or above ``threshold``, cap at
+    ``max_keys`` by noisy count (ties in the fixed :func:`tie_key` order), attach count ± ``ci_half_width``."""
+    present, values = _check_counts(counts)
+    max_keys = check_positive_int(max_keys, "max_keys")
     public = set(domain)
     seen = set(present)
     absent = [key for key in dict.fromkeys(domain) if key not in seen]
     keys = present + absent
     values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
     in_domain = np.array([key in public for key in keys], dtype=bool)
-    noisy = values + sample_discrete_gaussian(calibration.sigma2, len(keys), rng=rng)
-    kept = np.flatnonzero(in_domain | (noisy >= calibration.threshold))
+    noisy = values + noise(len(keys))
+    kept = np.flatnonzero(in_domain | (noisy >= threshold))
     order = sorted(kept, key=lambda i: (int(noisy[i]), tie_key(keys[i])), reverse=True)[:max_keys]
-    h = discrete_gaussian_quantile(calibration.sigma2, confidence)
+    h = ci_half_width
     rows = tuple(HistogramRow(keys[i], int(noisy[i]), int(noisy[i]) - h, int(noisy[i]) + h, bool(in_domain[i]))
                  for i in order)
     return HistogramResult(rows=rows, above_threshold=int(np.count_nonzero(~in_domain[kept])),
-                           threshold=calibration.threshold, ci_half_width=h, events=calibration.events(),
-                           kept=int(len(kept)))
+                           threshold=threshold, ci_half_width=h, events=events, kept=int(len(kept)))

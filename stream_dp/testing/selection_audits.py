@@ -160,6 +160,52 @@ def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> Aud
         limited_domain_module.bottom_offset = original
 
 
+def laplace_histogram_threshold_delta(*, broken: bool = False, trials: int = 20_000, rng: int = 7,
+                                      confidence: float = 0.999) -> AuditResult:
+    """δ part of the Laplace histogram: an empty window vs. one user on key "a" (Δ = 1, ε = 1 so b = 1,
+    threshold δ = 0.1). Real: τ = 3, P[release "a"] = P[L ≥ 2] = e^{−2}/(1 + e^{−1}) ≈ 0.099 (p/(1−p) ≤ 0.11)
+    -> passes at (1, 0.1 + 0.011). Broken (τ = 1, "any present key"): P[L ≥ 0] ≈ 0.73 -> flagged."""
+    from stream_dp.mechanisms.laplace_histogram import (
+        LaplaceHistogramCalibration,
+        calibrate_laplace_histogram,
+        laplace_histogram,
+    )
+
+    real = calibrate_laplace_histogram(epsilon=1.0, threshold_delta=0.1, max_keys_per_user=1)
+    cal = LaplaceHistogramCalibration(real.scale, 1, real.threshold_delta, 1) if broken else real
+
+    def mechanism(counts, generator):
+        return tuple(row.key for row in laplace_histogram(counts, calibration=cal, max_keys=5, rng=generator).rows)
+    return audit_privacy(mechanism, {}, {"a": 1}, epsilon=real.epsilon, delta=0.1 + 0.011, trials=trials,
+                         confidence=confidence, rng=rng)
+
+
+def laplace_histogram_counts(*, broken: bool = False, trials: int = 20_000, rng: int = 8,
+                             confidence: float = 0.999) -> AuditResult:
+    """ε part: one user adds 1 to each of Δ = 4 keys far above τ (x = 100 each, x′ = 101 each), ε = 1 so
+    b = Δ/ε = 4; events "the sum of the released counts ≥ 400 + t". Real: the sum moves by 4 against noise
+    of scale 4 per key -> within e^1. Broken: b = 1/ε, noise for L1 sensitivity 1 instead of Δ (ε really
+    4) -> flagged."""
+    from stream_dp.mechanisms.laplace_histogram import (
+        LaplaceHistogramCalibration,
+        calibrate_laplace_histogram,
+        laplace_histogram,
+    )
+
+    real = calibrate_laplace_histogram(epsilon=1.0, threshold_delta=1e-9, max_keys_per_user=4)
+    cal = LaplaceHistogramCalibration(Fraction(1), real.threshold, real.threshold_delta, 4) if broken else real
+    keys = tuple("abcd")
+
+    def mechanism(counts, generator):
+        return sum(row.count for row in laplace_histogram(counts, calibration=cal, max_keys=4, rng=generator).rows)
+
+    def events(total):
+        return frozenset(f"sum>={400 + t}" for t in range(0, 12, 2) if total >= 400 + t)
+    return audit_privacy(mechanism, {k: 100 for k in keys}, {k: 101 for k in keys}, epsilon=real.epsilon,
+                         delta=1e-9, trials=trials, event=events, multi_label=True, confidence=confidence,
+                         rng=rng)
+
+
 SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "limited_domain_topk boundary (δ)": ldt_boundary,
     "limited_domain_topk peel (ε)": ldt_epsilon,
@@ -168,6 +214,8 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "em_with_gap": em_gap,
     "gaussian_histogram threshold (δ)": histogram_threshold_delta,
     "gaussian_histogram counts (ε)": histogram_counts,
+    "laplace_histogram threshold (δ)": laplace_histogram_threshold_delta,
+    "laplace_histogram counts (ε)": laplace_histogram_counts,
 }
 
 
