@@ -9,6 +9,9 @@ stream-dp (calibrated by the project's accountant, the rule of :mod:`eval.calibr
 - ``sdp_histogram``: :mod:`stream_dp.mechanisms.gaussian_histogram` -- discrete Gaussian counts, threshold
   τ for δ_τ = δ_w/2, ρ from the zCDP conversion at δ′ = δ_w/2 (what the ledger charges). The Monte-Carlo
   runs draw the noise with the vectorised sampler of the same law (``sample_discrete_gaussian_table``).
+- ``sdp_histogram_laplace``: the same release with ``releases.histogram.noise = "laplace"``
+  (:mod:`stream_dp.mechanisms.laplace_histogram`): discrete Laplace b = Δ/ε_w, τ and the boundary coin for the
+  whole δ_w (one (ε, δ) event; Monte-Carlo draws by a difference of geometrics, the same law);
 - ``sdp_ldt``: limited-domain top-k (k̄ = 2k), the default ``topk`` release;
 - ``sdp_known_domain`` (known domain only; the domain is the public catalogue = the universe, so
   ``discovery_share = 0``): :func:`stream_dp.mechanisms.known_domain.known_domain_topk` without discovery,
@@ -52,6 +55,7 @@ import numpy as np
 
 from stream_dp.mechanisms.discrete_gaussian import sample_discrete_gaussian_table
 from stream_dp.mechanisms.gaussian_histogram import calibration_for_sigma2, rho_for_epsilon
+from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
 
 from eval import baselines
 from eval.calibration import calibrate
@@ -59,7 +63,8 @@ from eval.data import Histogram, Stream, bounded_histogram
 from eval.metrics import Estimate, release_metrics
 from eval.topk import cell_rng, run_ldt
 
-SDP_METHODS = ("sdp_histogram", "sdp_ldt", "sdp_known_domain", "sdp_histogram_domain")
+SDP_METHODS = ("sdp_histogram", "sdp_histogram_laplace", "sdp_ldt", "sdp_known_domain", "sdp_histogram_domain",
+               "sdp_histogram_laplace_domain")
 PEER_METHODS = ("opendp_laplace_threshold", "opendp_gaussian_threshold", "pipelinedp_truncated_geometric",
                 "pipelinedp_laplace_thresholding", "pipelinedp_gaussian_thresholding",
                 "pipelinedp_public_laplace", "pipelinedp_public_gaussian")
@@ -130,6 +135,34 @@ def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int,
         noisy = (counts[None, :] + sample_discrete_gaussian_table(cal.sigma2, (n, len(counts)), rng)).astype(float)
         values[lo:lo + n] = noisy if domain else np.where(noisy >= cal.threshold, noisy, -np.inf)
     if values.shape[1] > HISTOGRAM_MAX_KEYS:  # the cap: exactly the max_keys largest noisy counts
+        top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
+        capped = np.full_like(values, -np.inf)
+        np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
+        values = capped
+    return Release(values, index, True)
+
+
+def sample_discrete_laplace_vectorised(scale: Any, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """The discrete Laplace P[y] ∝ e^{−|y|/b} as a difference of two geometric variables (float64
+    parameter) -- the same law as the exact :func:`~stream_dp.mechanisms.laplace_histogram.sample_discrete_laplace`,
+    vectorised for Monte-Carlo evaluation only."""
+    p = -math.expm1(-1 / float(scale))
+    return rng.geometric(p, size=shape) - rng.geometric(p, size=shape)
+
+
+def sdp_histogram_laplace(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator,
+                          *, domain: bool = False) -> Release:
+    """``releases.histogram.noise = "laplace"``: b = Δ/ε_w, τ for the whole δ_w (one (ε, δ) event: basic
+    composition gives exactly (ε_w, δ_w), no conversion δ′)."""
+    cal = calibrate_laplace_histogram(epsilon=eps, threshold_delta=delta, max_keys_per_user=dk)
+    counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
+    values = np.empty((runs, len(counts)))
+    for lo in range(0, runs, baselines.CHUNK):
+        n = min(baselines.CHUNK, runs - lo)
+        noisy = (counts[None, :] + sample_discrete_laplace_vectorised(cal.scale, (n, len(counts)), rng)).astype(float)
+        edge = (noisy == cal.threshold - 1) & (rng.random(noisy.shape) < float(cal.boundary))  # the threshold's coin
+        values[lo:lo + n] = noisy if domain else np.where((noisy >= cal.threshold) | edge, noisy, -np.inf)
+    if values.shape[1] > HISTOGRAM_MAX_KEYS:
         top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
         capped = np.full_like(values, -np.inf)
         np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
@@ -397,6 +430,7 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
 
     shared: dict[str, tuple[Release, float]] = {
         "sdp_histogram": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist"))),
+        "sdp_histogram_laplace": _timed(lambda: sdp_histogram_laplace(hist, dk, eps, delta, runs, rng("hist-lap"))),
         "counterfactual_histogram_gaussian_profile": _timed(
             lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-profile"), profile=True))}
     if peers:
@@ -434,6 +468,8 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
                                                                          rng("dom", profile), domain=True,
                                                                          profile=profile))
                 rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
+            rel, sec = _timed(lambda: sdp_histogram_laplace(hist, dk, eps, delta, runs, rng("dom-lap"), domain=True))
+            rows += _rows(name, dk, eps, delta, True, "sdp_histogram_laplace_domain", rel, hist, ks, sec)
         if known and peers:
             for kind in ("laplace", "gaussian"):
                 rel, sec = _timed(lambda kind=kind: run_pipelinedp_public(kind, hist, dk, eps, delta, runs,

@@ -19,7 +19,8 @@ from eval.analysis import read_csv
 ROOT = Path(__file__).resolve().parent.parent
 TABLE_MODULE = ROOT / "stream_dp" / "release" / "release_choice_table.py"
 EVALUATION = ROOT / "docs" / "evaluation"
-SDP_TYPES = ("sdp_histogram", "sdp_histogram_domain", "sdp_known_domain", "sdp_ldt")
+SDP_TYPES = ("sdp_histogram", "sdp_histogram_laplace", "sdp_histogram_domain", "sdp_histogram_laplace_domain",
+             "sdp_known_domain", "sdp_ldt")
 
 
 def evaluated_cells(rows: Sequence[dict[str, Any]], users: dict[str, int]) -> list[dict[str, Any]]:
@@ -57,6 +58,29 @@ def module_text(cells: list[dict[str, Any]], source: str) -> str:
             "EVALUATED_CELLS: list[dict[str, Any]] = [\n" + "".join(f"    {cell!r},\n" for cell in cells) + "]\n")
 
 
+def summary_markdown(cells: Sequence[dict[str, Any]]) -> str:
+    """The README's short form of the table: per (users, domain known, Δ), the best type in each (ε_w, k)
+    cell, and its recall@k against the best peer's."""
+    from stream_dp.release.release_choice import METHODS
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["users"], c["known_domain"], c["delta_keys"]), []).append(c)
+    lines = ["| users per window | public domain | Δ | best stream-dp type, per (ε_w, k) cell | its recall@k vs best peer's |",
+             "|---|---|---|---|---|"]
+    for (users, known, dk), group in sorted(groups.items()):
+        kinds: dict[str, int] = {}
+        for c in group:
+            kinds[METHODS[c["best_method"]][0]] = kinds.get(METHODS[c["best_method"]][0], 0) + 1
+        best = ", ".join(f"{name} ({n}/{len(group)})" for name, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        ahead = sum(c["best_peer_recall"] is None or c["best_recall"] >= c["best_peer_recall"] for c in group)
+        gap = min((c["best_recall"] - c["best_peer_recall"] for c in group if c["best_peer_recall"] is not None),
+                  default=0.0)
+        lines.append(f"| {users:,} | {'yes' if known else 'no'} | {dk} | {best} | "
+                     f"≥ in {ahead}/{len(group)} cells, worst gap {gap:+.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.release_choice", description=__doc__.splitlines()[0])
     parser.add_argument("--evaluation", type=Path, default=EVALUATION)
@@ -64,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     cells = cells_from(args.evaluation)
     TABLE_MODULE.write_text(module_text(cells, "docs/evaluation/peers.csv"), encoding="utf-8")
     print(f"{TABLE_MODULE}: {len(cells)} cells")
+    print(summary_markdown(cells))
     return 0
 
 

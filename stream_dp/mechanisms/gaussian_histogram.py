@@ -232,10 +232,13 @@ def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: Histog
 
 def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callable[[int], np.ndarray],
                             threshold: int, max_keys: int, ci_half_width: int, domain: Collection[Hashable],
-                            events: tuple[DpEvent, ...]) -> HistogramResult:
+                            events: tuple[DpEvent, ...],
+                            boundary: Callable[[int], np.ndarray] | None = None) -> HistogramResult:
     """Steps 1-4 of the module docstring for any i.i.d. integer noise (``noise(n)``: n draws): noise every key
     present and every ``domain`` key, keep the domain keys and the keys at or above ``threshold``, cap at
-    ``max_keys`` by noisy count (ties in the fixed :func:`tie_key` order), attach count ± ``ci_half_width``."""
+    ``max_keys`` by noisy count (ties in the fixed :func:`tie_key` order), attach count ± ``ci_half_width``.
+    ``boundary(n)``: n independent coins; a key whose noisy count is exactly ``threshold − 1`` is also kept
+    when its coin is true (a randomised threshold, used by the Laplace histogram)."""
     present, values = _check_counts(counts)
     max_keys = check_positive_int(max_keys, "max_keys")
     public = set(domain)
@@ -245,7 +248,11 @@ def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callabl
     values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
     in_domain = np.array([key in public for key in keys], dtype=bool)
     noisy = values + noise(len(keys))
-    kept = np.flatnonzero(in_domain | (noisy >= threshold))
+    keep = in_domain | (noisy >= threshold)
+    if boundary is not None:
+        edge = np.flatnonzero(~keep & (noisy == threshold - 1))
+        keep[edge] = boundary(len(edge))
+    kept = np.flatnonzero(keep)
     order = sorted(kept, key=lambda i: (int(noisy[i]), tie_key(keys[i])), reverse=True)[:max_keys]
     h = ci_half_width
     rows = tuple(HistogramRow(keys[i], int(noisy[i]), int(noisy[i]) - h, int(noisy[i]) + h, bool(in_domain[i]))

@@ -9,8 +9,12 @@ Definition 28; sampled exactly by CKS20 Algorithm 2 in integer arithmetic, scale
 Guarantee (user-level add/remove, a user touches at most Δ keys, adding 1 to each): on the keys present in
 both neighbours the count vectors differ by 1 on at most Δ coordinates (L1 sensitivity Δ), and an integer
 shift by 1 changes a discrete Laplace's probabilities by at most e^{1/b}: ε = Δ/b, pure. The at most Δ keys
-only the extra user touched (count exactly 1) are released with probability
-p = 1 − (1 − P[1 + L ≥ τ])^Δ; τ is the smallest integer with p ≤ δ/(1 + δ), so that both directions hold:
+only the extra user touched (count exactly 1) are released with probability p = 1 − (1 − P_key)^Δ,
+P_key = P[1 + L ≥ τ] + r·P[1 + L = τ − 1]: τ is the smallest integer whose p (with r = 0) is at most
+δ/(1 + δ), and a key whose noisy count is exactly τ − 1 is kept with an exact coin of probability r, the
+largest that keeps p ≤ δ/(1 + δ) (a randomised threshold: the integer grid of the noise would otherwise waste
+up to a factor e^{1/b} of δ; the coin is independent of the data, so on the common keys it is
+post-processing). Both directions of (ε, δ)-DP then hold:
 adding the user, P_{x′}(S) ≤ e^ε·P_x(S) + p; removing it, conditioning x′ on "no new key released" costs the
 factor 1/(1 − p), i.e. δ = p/(1 − p) ≤ δ. One ``ApproxDpEvent(ε, δ)`` (data-independent, so reserved =
 settled): basic composition (ε, δ), and δ-approximate ε²/2-zCDP on the zCDP route.
@@ -110,10 +114,39 @@ def discrete_laplace_quantile(scale: Any, confidence: float) -> int:
     return h
 
 
-def laplace_selection_delta(*, scale: Any, threshold: int, max_keys_per_user: int) -> float:
-    """p = P[one of Δ count-1 keys has 1 + L ≥ τ] = 1 − (1 − P[L ≥ τ − 1])^Δ."""
-    p = discrete_laplace_tail(scale, int(threshold) - 1)
+def discrete_laplace_pmf(scale: Any, y: int) -> float:
+    """P[L = y] = (1 − q)/(1 + q)·q^{|y|}."""
+    q = math.exp(-1 / float(as_scale(scale)))
+    return (1 - q) / (1 + q) * q ** abs(int(y))
+
+
+def key_release_probability(*, scale: Any, threshold: int, boundary: Fraction = Fraction(0)) -> float:
+    """P[a count-1 key is released] = P[L ≥ τ − 1] + r·P[L = τ − 2] (r: the boundary coin's probability)."""
+    return discrete_laplace_tail(scale, int(threshold) - 1) + float(boundary) * discrete_laplace_pmf(scale, int(threshold) - 2)
+
+
+def laplace_selection_delta(*, scale: Any, threshold: int, max_keys_per_user: int,
+                            boundary: Fraction = Fraction(0)) -> float:
+    """p = P[one of Δ count-1 keys is released] = 1 − (1 − :func:`key_release_probability`)^Δ."""
+    p = key_release_probability(scale=scale, threshold=threshold, boundary=boundary)
     return -math.expm1(max_keys_per_user * math.log1p(-p)) if p < 1 else 1.0
+
+
+def boundary_probability(*, scale: Any, threshold: int, delta: float, max_keys_per_user: int) -> Fraction:
+    """The coin r ∈ [0, 1) for noisy counts exactly τ − 1 that spends the δ the integer τ leaves unused:
+    the largest r (a dyadic fraction, rounded down with a 1e-9 relative margin) with p/(1 − p) ≤ δ.
+
+    >>> round(float(boundary_probability(scale=1, threshold=15, delta=1e-6, max_keys_per_user=1)), 4)
+    0.3754
+    """
+    target = delta / (1 + delta)
+    p_max = -math.expm1(math.log1p(-target) / max_keys_per_user) * (1 - _TAIL_MARGIN)
+    room = p_max - discrete_laplace_tail(scale, int(threshold) - 1)
+    edge = discrete_laplace_pmf(scale, int(threshold) - 2)
+    if room <= 0 or edge <= 0:
+        return Fraction(0)
+    r = min(room / edge, 1.0) * (1 - _TAIL_MARGIN)
+    return Fraction(r).limit_denominator(2**40) if r > 0 else Fraction(0)
 
 
 def laplace_histogram_threshold(*, scale: Any, delta: float, max_keys_per_user: int) -> int:
@@ -151,6 +184,7 @@ class LaplaceHistogramCalibration:
     threshold: int
     threshold_delta: float
     max_keys_per_user: int
+    boundary: Fraction = Fraction(0)  # P[keep] of a key whose noisy count is exactly threshold − 1
 
     @property
     def epsilon(self) -> float:
@@ -166,7 +200,8 @@ def laplace_calibration_for_scale(*, scale: Any, threshold_delta: float, max_key
     b = as_scale(scale)
     b = Fraction(math.ceil(b / SCALE_GRID)) * SCALE_GRID
     tau = laplace_histogram_threshold(scale=b, delta=threshold_delta, max_keys_per_user=dk)
-    return LaplaceHistogramCalibration(b, tau, float(threshold_delta), dk)
+    r = boundary_probability(scale=b, threshold=tau, delta=threshold_delta, max_keys_per_user=dk)
+    return LaplaceHistogramCalibration(b, tau, float(threshold_delta), dk, r)
 
 
 def calibrate_laplace_histogram(*, epsilon: float, threshold_delta: float, max_keys_per_user: int
@@ -194,7 +229,13 @@ def laplace_histogram(counts: Mapping[Hashable, object], *, calibration: Laplace
     ['a']
     """
     h = discrete_laplace_quantile(calibration.scale, confidence)
+    generator = make_rng(rng)
+    r = calibration.boundary
+
+    def coins(n: int) -> np.ndarray:  # exact Bernoulli(r): a uniform integer below the denominator
+        return np.array([_uniform_below(generator, r.denominator) < r.numerator for _ in range(n)], dtype=bool)
+
     return noisy_threshold_release(
-        counts, noise=lambda n: sample_discrete_laplace(calibration.scale, n, rng=rng),
+        counts, noise=lambda n: sample_discrete_laplace(calibration.scale, n, rng=generator),
         threshold=calibration.threshold, max_keys=max_keys, ci_half_width=h, domain=domain,
-        events=calibration.events())
+        events=calibration.events(), boundary=coins if r else None)

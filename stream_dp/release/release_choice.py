@@ -22,6 +22,10 @@ from stream_dp.release.release_choice_table import EVALUATED_CELLS
 # evaluation method -> (release type, what to configure)
 METHODS: dict[str, tuple[str, str]] = {
     "sdp_histogram": ("histogram", "releases.histogram.enabled = true"),
+    "sdp_histogram_laplace": ("histogram, Laplace noise",
+                              'releases.histogram.enabled = true, releases.histogram.noise = "laplace"'),
+    "sdp_histogram_laplace_domain": ("histogram, Laplace noise, over the domain",
+                                     'releases.histogram.noise = "laplace" with releases.histogram.domain / domain_file'),
     "sdp_histogram_domain": ("histogram over the domain",
                              "releases.histogram.enabled = true with releases.histogram.domain / domain_file"),
     "sdp_known_domain": ("topk over the domain",

@@ -163,8 +163,9 @@ def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> Aud
 def laplace_histogram_threshold_delta(*, broken: bool = False, trials: int = 20_000, rng: int = 7,
                                       confidence: float = 0.999) -> AuditResult:
     """δ part of the Laplace histogram: an empty window vs. one user on key "a" (Δ = 1, ε = 1 so b = 1,
-    threshold δ = 0.1). Real: τ = 3, P[release "a"] = P[L ≥ 2] = e^{−2}/(1 + e^{−1}) ≈ 0.099 (p/(1−p) ≤ 0.11)
-    -> passes at (1, 0.1 + 0.011). Broken (τ = 1, "any present key"): P[L ≥ 0] ≈ 0.73 -> flagged."""
+    threshold δ = 0.1). Real: τ = 4 with the boundary coin r ≈ 0.87 at a noisy count of 3, P[release "a"] =
+    P[L ≥ 3] + r·P[L = 2] = 0.1/1.1 (p/(1−p) = 0.1) -> passes at (1, 0.1 + 0.011). Broken (τ = 1, no coin,
+    "any present key"): P[L ≥ 0] ≈ 0.73 -> flagged."""
     from stream_dp.mechanisms.laplace_histogram import (
         LaplaceHistogramCalibration,
         calibrate_laplace_histogram,

@@ -15,6 +15,7 @@ from stream_dp.mechanisms.laplace_histogram import (
     calibrate_laplace_histogram,
     discrete_laplace_quantile,
     discrete_laplace_tail,
+    laplace_calibration_for_scale,
     laplace_histogram,
     laplace_histogram_threshold,
     laplace_selection_delta,
@@ -34,10 +35,13 @@ def exact_tail(scale: Fraction, m: int) -> Decimal:
         return 1 - below
 
 
-def exact_p(scale: Fraction, tau: int, dk: int) -> Decimal:
+def exact_p(scale: Fraction, tau: int, dk: int, boundary: Fraction = Fraction(0)) -> Decimal:
+    """1 − (1 − P[L ≥ τ − 1] − r·P[L = τ − 2])^Δ in 60-digit decimals."""
     with localcontext() as ctx:
         ctx.prec = 60
-        return 1 - (1 - exact_tail(scale, tau - 1)) ** dk
+        edge = exact_tail(scale, tau - 2) - exact_tail(scale, tau - 1)
+        key = exact_tail(scale, tau - 1) + Decimal(boundary.numerator) / Decimal(boundary.denominator) * edge
+        return 1 - (1 - key) ** dk
 
 
 CASES = [(Fraction(1), Decimal("1e-6"), 1), (Fraction(5), Decimal("1e-6"), 5), (Fraction(1, 2), Decimal("1e-9"), 1),
@@ -52,6 +56,37 @@ def test_the_threshold_delta_is_exactly_at_most_delta_and_tau_is_the_smallest(sc
     assert before / (1 - before) > delta * Decimal(1 - 1e-6)  # τ − 1 would break δ
     assert float(p) == pytest.approx(laplace_selection_delta(scale=scale, threshold=tau, max_keys_per_user=dk),
                                      rel=1e-9)
+
+
+@pytest.mark.parametrize(("scale", "delta", "dk"), CASES)
+def test_the_boundary_coin_spends_delta_exactly_and_never_more(scale, delta, dk) -> None:
+    """The calibration's randomised threshold: with the coin r at τ − 1, δ = p/(1 − p) is at most the target
+    and within 1e-6 of it (the integer threshold alone leaves up to a factor e^{1/b} unused)."""
+    cal = laplace_calibration_for_scale(scale=scale, threshold_delta=float(delta), max_keys_per_user=dk)
+    assert 0 <= cal.boundary < 1
+    p = exact_p(cal.scale, cal.threshold, dk, cal.boundary)
+    assert p / (1 - p) <= delta
+    assert p / (1 - p) >= delta * Decimal(1 - 1e-6)
+    assert float(p) == pytest.approx(laplace_selection_delta(scale=cal.scale, threshold=cal.threshold,
+                                                             max_keys_per_user=dk, boundary=cal.boundary), rel=1e-9)
+
+
+def test_a_coin_that_ignores_delta_is_caught() -> None:
+    """The broken variant: always keeping the boundary (r = 1) breaks δ."""
+    cal = laplace_calibration_for_scale(scale=Fraction(1), threshold_delta=1e-6, max_keys_per_user=1)
+    p = exact_p(cal.scale, cal.threshold, 1, Fraction(1))
+    assert p / (1 - p) > Decimal("1e-6")
+
+
+def test_the_boundary_coin_is_applied_with_its_probability() -> None:
+    """A key with count τ − 1 (its noisy count is τ − 1 most often): kept with P[L ≥ 1] + r·P[L = 0]."""
+    cal = laplace_calibration_for_scale(scale=Fraction(1), threshold_delta=1e-6, max_keys_per_user=1)
+    n = 4000
+    kept = sum(bool(laplace_histogram({"a": cal.threshold - 1}, calibration=cal, max_keys=1, rng=seed).rows)
+               for seed in range(n))
+    q = math.exp(-1)
+    p = q / (1 + q) + float(cal.boundary) * (1 - q) / (1 + q)
+    assert abs(kept / n - p) <= 5 * math.sqrt(p * (1 - p) / n)
 
 
 def test_a_threshold_that_forgets_the_keys_per_user_breaks_delta() -> None:
