@@ -116,6 +116,10 @@ PipelineDP may use public partitions; the threshold methods ignore it. The *coun
 same histogram with σ from the exact privacy profile of one Gaussian mechanism (Balle & Wang 2018, the
 analytic Gaussian PipelineDP calibrates with) — what a ledger that accounted a window's single Gaussian
 release by its profile, not by ρ, would buy; not what the ledger charges; excluded from the verdicts.
+Peers are calibrated by their own privacy maps, as documented; note that OpenDP's threshold measurements
+state the δ of a key present in only one neighbour as if its count were 0 (Laplace: P[noise ≥ τ] where a
+count-1 key is kept when noise ≥ τ − 1 — `tests/unit/test_eval_peers.py` measures it), so at small scales
+(Δ = 1) OpenDP's Laplace threshold spends more δ than the common δ_w.
 """]
     if not peers_ran:
         parts.append("**The peer libraries were not installed for this run** (`pip install -e '.[eval]'`): only "

@@ -88,3 +88,22 @@ def test_the_histogram_cap_keeps_the_largest_noisy_counts() -> None:
     hist = bounded_histogram(stream, 5)
     rel = peers.sdp_histogram(hist, 5, 2.0, 1e-6, 3, np.random.default_rng(0), domain=True)
     assert (np.isfinite(rel.values).sum(axis=1) == peers.HISTOGRAM_MAX_KEYS).all()
+
+
+def test_openDP_threshold_maps_state_a_smaller_delta_than_a_count_one_key_gets() -> None:
+    """Why OpenDP's make_laplace_threshold can look ahead at Δ = 1 (docs/evaluation, section 4): at
+    d_in = (1, 1, 1), scale 1, threshold 3 its map states δ = P[L ≥ 3] ≈ 0.036, but a key present only in the
+    larger neighbour, with count 1, is kept whenever 1 + L ≥ 3, i.e. with P[L ≥ 2] ≈ 0.099 (the discrete
+    Laplace with P[y] ∝ e^{−|y|}). Measured here on OpenDP's own measurement (4,000 calls, 5 standard errors)."""
+    dp = peers._opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l01inf_distance(dp.absolute_distance(T=dp.i64))
+    meas = dp.m.make_laplace_threshold(dom, met, scale=1.0, threshold=3)
+    stated = meas.map((1, 1, 1))[1]
+    q = math.exp(-1)
+    assert stated == pytest.approx(q**3 / (1 + q), rel=1e-6)
+    n = 4000
+    kept = sum(7 in meas({7: 1}) for _ in range(n)) / n
+    actual = q**2 / (1 + q)
+    assert abs(kept - actual) <= 5 * math.sqrt(actual * (1 - actual) / n)
+    assert kept > 2 * stated
