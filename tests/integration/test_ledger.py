@@ -185,6 +185,21 @@ def test_lua_and_python_decisions_agree_near_the_boundary(redis_client):
     assert compared >= 100 and 0 < accepted < compared  # both sides of the boundary were exercised
 
 
+def test_lua_caps_a_zcdp_only_scope_by_the_cks20_conversion(redis_client):
+    """Only zCDP events (no basic route): the script accepts ρ up to where the CKS20 conversion reaches the
+    cap and refuses just above -- the same as budget.decide. A script still on the classic
+    ρ + 2·sqrt(ρ·ln(1/δ′)) would refuse the ρ just below (tried: it fails here)."""
+    cap = BudgetCap(1.0, 1e-5, 1e-7)
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if decide(compose([ZCdpEvent(mid)]), cap) == "ok" else (lo, mid)
+    assert zcdp_to_epsilon(lo, 1e-7) <= 1.0 < lo + 2 * (lo * 16.11809565095832) ** 0.5  # the classic would refuse it
+    below = Ledger(redis_client, cap, keys=Keys("zb")).charge("s", "a", [ZCdpEvent(lo)])
+    above = Ledger(redis_client, cap, keys=Keys("za")).charge("s", "a", [ZCdpEvent(hi * (1 + 1e-9))])
+    assert below.accepted and (not above.accepted and above.reason == "epsilon_cap")
+
+
 LIFETIME = BudgetCap(1.5, 1e-5, 1e-7, name="budget.lifetime")
 
 
