@@ -5,7 +5,8 @@ project's accountant (:func:`stream_dp.accounting.composition.compose`) composes
 zCDP), Σε and Σδ (basic). The release is then (ε, δ_w)-DP with the better of
 
 * basic composition: ε = Σε, valid when Σδ ≤ δ_w;
-* zCDP conversion (Bun & Steinke 2016, Prop. 1.3): ε = Σρ + 2·sqrt(Σρ·ln(1/δ′)), with the slack
+* zCDP conversion (the ledger's: Canonne, Kamath & Steinke 2020, Cor. 13,
+  :func:`~stream_dp.accounting.composition.zcdp_to_epsilon`): ε = ε_CKS(Σρ, δ′), with the slack
   δ′ = δ_w − Σδ given to the conversion.
 
 Each method gets the largest noise parameter whose guarantee is ≤ ε_w (bisection; every guarantee is
@@ -98,7 +99,7 @@ def calibrate(epsilon_w: float, delta_w: float, k: int) -> Calibrated:
     >>> all(window_epsilon(ev, 1e-6) <= 1.0 + 1e-9 for ev in c.method_events().values())
     True
     >>> c.lap_epsilon, round(c.ldt_epsilon, 3)
-    (1.0, 0.115)
+    (1.0, 0.135)
     """
     if not (epsilon_w > 0 and 0 < delta_w < 1 and k >= 1):
         raise ValueError(f"need epsilon_w > 0, 0 < delta_w < 1, k >= 1; got {epsilon_w!r}, {delta_w!r}, {k!r}")

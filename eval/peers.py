@@ -9,6 +9,9 @@ stream-dp (calibrated by the project's accountant, the rule of :mod:`eval.calibr
 - ``sdp_histogram``: :mod:`stream_dp.mechanisms.gaussian_histogram` -- discrete Gaussian counts, threshold
   τ for δ_τ = δ_w/2, ρ from the zCDP conversion at δ′ = δ_w/2 (what the ledger charges). The Monte-Carlo
   runs draw the noise with the vectorised sampler of the same law (``sample_discrete_gaussian_table``).
+- ``sdp_histogram_laplace``: the same release with ``releases.histogram.noise = "laplace"``
+  (:mod:`stream_dp.mechanisms.laplace_histogram`): discrete Laplace b = Δ/ε_w, τ and the boundary coin for the
+  whole δ_w (one (ε, δ) event; Monte-Carlo draws by a difference of geometrics, the same law);
 - ``sdp_ldt``: limited-domain top-k (k̄ = 2k), the default ``topk`` release;
 - ``sdp_known_domain`` (known domain only; the domain is the public catalogue = the universe, so
   ``discovery_share = 0``): :func:`stream_dp.mechanisms.known_domain.known_domain_topk` without discovery,
@@ -52,6 +55,7 @@ import numpy as np
 
 from stream_dp.mechanisms.discrete_gaussian import sample_discrete_gaussian_table
 from stream_dp.mechanisms.gaussian_histogram import calibration_for_sigma2, rho_for_epsilon
+from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
 
 from eval import baselines
 from eval.calibration import calibrate
@@ -59,7 +63,8 @@ from eval.data import Histogram, Stream, bounded_histogram
 from eval.metrics import Estimate, release_metrics
 from eval.topk import cell_rng, run_ldt
 
-SDP_METHODS = ("sdp_histogram", "sdp_ldt", "sdp_known_domain", "sdp_histogram_domain")
+SDP_METHODS = ("sdp_histogram", "sdp_histogram_laplace", "sdp_ldt", "sdp_known_domain", "sdp_histogram_domain",
+               "sdp_histogram_laplace_domain")
 PEER_METHODS = ("opendp_laplace_threshold", "opendp_gaussian_threshold", "pipelinedp_truncated_geometric",
                 "pipelinedp_laplace_thresholding", "pipelinedp_gaussian_thresholding",
                 "pipelinedp_public_laplace", "pipelinedp_public_gaussian")
@@ -91,54 +96,38 @@ class Release:
 # --------------------------------------------------------------------------------------------------
 
 
-def _log_delta_optimal(rho: float, eps: float) -> float:
-    """ln δ of the optimal ρ-zCDP → (ε, δ)-DP conversion (Canonne, Kamath & Steinke 2020, Corollary 13:
-    δ = inf_{α>1} e^{(α−1)(αρ−ε)}/(α−1)·(1−1/α)^α) -- what OpenDP's ``make_zCDP_to_approxDP`` computes."""
-    from scipy.optimize import minimize_scalar
+def gaussian_profile_delta(s: float, eps: float) -> float:
+    """δ(ε) of the Gaussian mechanism with sensitivity/σ = s: Φ(−ε/s + s/2) − e^ε·Φ(−ε/s − s/2) (Balle & Wang
+    2018, Theorem 8 -- the exact privacy profile; log-space for small δ)."""
+    from scipy.special import log_ndtr
 
-    def g(a: float) -> float:
-        return (a - 1) * (a * rho - eps) - math.log(a - 1) + a * math.log1p(-1 / a)
-    return float(minimize_scalar(g, bounds=(1 + 1e-9, 1e6), method="bounded", options={"xatol": 1e-10}).fun)
-
-
-def optimal_conversion_epsilon(rho: float, delta: float) -> float:
-    """ε of the optimal conversion at δ (bisection on ε); the project's ledger uses the looser
-    ρ + 2·sqrt(ρ·ln(1/δ)). Counterfactual rows only.
-
-    >>> round(optimal_conversion_epsilon(0.025, 1e-6 - 9.087553487496791e-09), 6)
-    1.014515
-    """
-    lo, hi, target = 0.0, 100.0, math.log(delta)
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _log_delta_optimal(rho, mid) <= target else (mid, hi)
-    return hi
+    la, lb = log_ndtr(-eps / s + s / 2), log_ndtr(-eps / s - s / 2)
+    return float(math.exp(la) * -math.expm1(eps + lb - la))
 
 
 @functools.lru_cache(maxsize=None)
-def optimal_conversion_rho(eps: float, delta: float) -> float:
-    """The largest ρ whose optimal conversion at δ is ε or less (bisection on ρ; δ grows with ρ)."""
-    lo, hi, target = 1e-9, 100.0, math.log(delta)
+def gaussian_profile_rho(eps: float, delta: float) -> float:
+    """The largest ρ = s²/2 whose single Gaussian mechanism is (ε, δ)-DP by its exact profile (bisection)."""
+    lo, hi = 1e-9, 100.0
     for _ in range(80):
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if _log_delta_optimal(mid, eps) <= target else (lo, mid)
+        lo, hi = (mid, hi) if gaussian_profile_delta(math.sqrt(2 * mid), eps) <= delta else (lo, mid)
     return lo
 
 
-def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, tight: bool = False) -> Any:
-    """σ² and τ at (ε_w, δ_w): δ_w/2 for the threshold, δ_w/2 for the conversion (the project's accountant;
-    ``tight``: the optimal conversion instead -- a counterfactual, not what the ledger charges)."""
-    if tight:
-        rho = optimal_conversion_rho(epsilon_w, delta_w / 2)
-    else:
-        rho = rho_for_epsilon(epsilon_w, delta_w / 2)
+def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, profile: bool = False) -> Any:
+    """σ² and τ at (ε_w, δ_w): δ_w/2 for the threshold, δ_w/2 for the conversion -- the ledger's CKS20
+    conversion (what it charges). ``profile``: σ from the exact Gaussian privacy profile instead, as if the
+    ledger could account one window's single Gaussian release by its profile -- a counterfactual (the
+    continuous Gaussian's profile, the discrete Gaussian's is not computed), not what the ledger charges."""
+    rho = gaussian_profile_rho(epsilon_w, delta_w / 2) if profile else rho_for_epsilon(epsilon_w, delta_w / 2)
     return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=delta_w / 2, max_keys_per_user=dk)
 
 
 def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator, *,
-                  domain: bool = False, tight: bool = False) -> Release:
+                  domain: bool = False, profile: bool = False) -> Release:
     """The histogram release; ``domain``: the whole universe is a public domain (released without τ)."""
-    cal = sdp_histogram_calibration(eps, delta, dk, tight=tight)
+    cal = sdp_histogram_calibration(eps, delta, dk, profile=profile)
     counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
     values = np.empty((runs, len(counts)))
     for lo in range(0, runs, baselines.CHUNK):  # bounded memory: CHUNK runs at a time
@@ -146,6 +135,34 @@ def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int,
         noisy = (counts[None, :] + sample_discrete_gaussian_table(cal.sigma2, (n, len(counts)), rng)).astype(float)
         values[lo:lo + n] = noisy if domain else np.where(noisy >= cal.threshold, noisy, -np.inf)
     if values.shape[1] > HISTOGRAM_MAX_KEYS:  # the cap: exactly the max_keys largest noisy counts
+        top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
+        capped = np.full_like(values, -np.inf)
+        np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
+        values = capped
+    return Release(values, index, True)
+
+
+def sample_discrete_laplace_vectorised(scale: Any, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """The discrete Laplace P[y] ∝ e^{−|y|/b} as a difference of two geometric variables (float64
+    parameter) -- the same law as the exact :func:`~stream_dp.mechanisms.laplace_histogram.sample_discrete_laplace`,
+    vectorised for Monte-Carlo evaluation only."""
+    p = -math.expm1(-1 / float(scale))
+    return rng.geometric(p, size=shape) - rng.geometric(p, size=shape)
+
+
+def sdp_histogram_laplace(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator,
+                          *, domain: bool = False) -> Release:
+    """``releases.histogram.noise = "laplace"``: b = Δ/ε_w, τ for the whole δ_w (one (ε, δ) event: basic
+    composition gives exactly (ε_w, δ_w), no conversion δ′)."""
+    cal = calibrate_laplace_histogram(epsilon=eps, threshold_delta=delta, max_keys_per_user=dk)
+    counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
+    values = np.empty((runs, len(counts)))
+    for lo in range(0, runs, baselines.CHUNK):
+        n = min(baselines.CHUNK, runs - lo)
+        noisy = (counts[None, :] + sample_discrete_laplace_vectorised(cal.scale, (n, len(counts)), rng)).astype(float)
+        edge = (noisy == cal.threshold - 1) & (rng.random(noisy.shape) < float(cal.boundary))  # the threshold's coin
+        values[lo:lo + n] = noisy if domain else np.where((noisy >= cal.threshold) | edge, noisy, -np.inf)
+    if values.shape[1] > HISTOGRAM_MAX_KEYS:
         top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
         capped = np.full_like(values, -np.inf)
         np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
@@ -413,8 +430,9 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
 
     shared: dict[str, tuple[Release, float]] = {
         "sdp_histogram": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist"))),
-        "counterfactual_histogram_optimal_conversion": _timed(
-            lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-tight"), tight=True))}
+        "sdp_histogram_laplace": _timed(lambda: sdp_histogram_laplace(hist, dk, eps, delta, runs, rng("hist-lap"))),
+        "counterfactual_histogram_gaussian_profile": _timed(
+            lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-profile"), profile=True))}
     if peers:
         for kind in ("laplace", "gaussian"):
             make = opendp_laplace_measurement if kind == "laplace" else opendp_gaussian_measurement
@@ -444,11 +462,14 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
                 rows += _rows(name, dk, eps, delta, False, "sdp_ldt", _ranked(released, k), hist, [k],
                               time.perf_counter() - t)
         if known:
-            for method, tight in (("sdp_histogram_domain", False),
-                                  ("counterfactual_histogram_domain_optimal_conversion", True)):
-                rel, sec = _timed(lambda tight=tight: sdp_histogram(hist, dk, eps, delta, runs, rng("dom", tight),
-                                                                     domain=True, tight=tight))
+            for method, profile in (("sdp_histogram_domain", False),
+                                    ("counterfactual_histogram_domain_gaussian_profile", True)):
+                rel, sec = _timed(lambda profile=profile: sdp_histogram(hist, dk, eps, delta, runs,
+                                                                         rng("dom", profile), domain=True,
+                                                                         profile=profile))
                 rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
+            rel, sec = _timed(lambda: sdp_histogram_laplace(hist, dk, eps, delta, runs, rng("dom-lap"), domain=True))
+            rows += _rows(name, dk, eps, delta, True, "sdp_histogram_laplace_domain", rel, hist, ks, sec)
         if known and peers:
             for kind in ("laplace", "gaussian"):
                 rel, sec = _timed(lambda kind=kind: run_pipelinedp_public(kind, hist, dk, eps, delta, runs,

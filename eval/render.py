@@ -92,8 +92,8 @@ the Monte-Carlo runs vary only the mechanisms' noise).
 
 **Equal privacy per window (the rule).** Every method's *whole* release in a window is (ε_w, δ_w)-DP with
 δ_w = {grid['delta_w']:g}, computed by the project's accountant (`stream_dp.accounting.compose`): the
-better of basic composition (Σε, Σδ) and the zCDP conversion ε = ρ + 2·sqrt(ρ·ln(1/δ′)) with
-δ′ = δ_w − Σδ. LDT is charged its worst case, k ε-range-bounded outcomes (ρ = kε²/8) with δ_⊥ = δ_w/2 —
+better of basic composition (Σε, Σδ) and the ledger's zCDP conversion (CKS20 Cor. 13: ε = inf over α > 1 of
+αρ + (ln(1/δ′) − ln α)/(α − 1) + ln(1 − 1/α), docs/privacy.md §3) with δ′ = δ_w − Σδ. LDT is charged its worst case, k ε-range-bounded outcomes (ρ = kε²/8) with δ_⊥ = δ_w/2 —
 what the ledger reserves before the call (pay-what-you-get refunds nothing *within* one window's
 guarantee). Each method gets the largest noise parameter meeting ε_w (bisection):
 

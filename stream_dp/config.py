@@ -429,7 +429,10 @@ class WatchTopkConfig:
 @section
 class HistogramConfig:
     enabled: Flag = False
-    epsilon: Number = 1.0  # ε of one release on its own, at δ′ = budget.delta_prime (sets σ of the noise)
+    # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
+    # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
+    noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"
+    epsilon: Number = 1.0  # ε of one release on its own (gaussian: at δ′ = budget.delta_prime; sets the noise)
     delta: Number = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
     max_keys: Count = 1000  # at most this many keys per release (the largest noisy counts above threshold)
     confidence: Number = 0.95  # of the two-sided interval released with each noisy count

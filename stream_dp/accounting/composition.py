@@ -1,9 +1,9 @@
 """Composition of DP events: approximate zCDP and basic composition.
 
 The ledger's currency is approximate zCDP (ρ, δ) (ALGORITHMS.md decision 1): composition adds ρ and δ;
-the (ε, δ)-DP guarantee shown and capped is ε = ρ + 2·sqrt(ρ·ln(1/δ′)) with total δ = Σδ + δ′
-(Bun & Steinke 2016, Prop. 1.3). Basic composition (Σε, Σδ) is tracked too; the reported ε is the
-smaller valid one.
+the (ε, δ)-DP guarantee shown and capped is ε = :func:`zcdp_to_epsilon` (ρ, δ′) -- the optimal conversion of
+Canonne, Kamath & Steinke 2020 (Cor. 13) -- with total δ = Σδ + δ′. Basic composition (Σε, Σδ) is tracked
+too; the reported ε is the smaller valid one.
 """
 
 from __future__ import annotations
@@ -14,18 +14,106 @@ from dataclasses import dataclass
 
 from stream_dp.accounting.events import DpEvent
 
+# Golden-section search over u = ln(α − 1) in [_U_LOW, _U_HIGH] with _ORDER_STEPS steps. The same
+# constants, operations and order are in accounting/lua/common.lua (zcdp_to_epsilon), so the ledger script
+# and this module compute the same doubles.
+_U_LOW = -30.0
+_U_HIGH = 30.0
+_ORDER_STEPS = 100
+# Relative allowance for the rounding of the three-term sum below (a few ulps each; 1e-12 is ~4500 ulps):
+# the reported ε is never below the exact value of the bound at the chosen order.
+_ROUNDING_ALLOWANCE = 1e-12
 
-def zcdp_to_epsilon(rho: float, delta_prime: float) -> float:
-    """ε of the (ε, δ′)-DP guarantee implied by ρ-zCDP: ρ + 2·sqrt(ρ·ln(1/δ′)).
 
-    >>> round(zcdp_to_epsilon(0.5, 1e-6), 6)
+def loose_zcdp_to_epsilon(rho: float, delta_prime: float) -> float:
+    """The classic conversion ρ + 2·sqrt(ρ·ln(1/δ′)) (Bun & Steinke 2016, Prop. 1.3): the ledger's rule
+    before it switched to :func:`zcdp_to_epsilon`, which is never above it.
+
+    >>> round(loose_zcdp_to_epsilon(0.5, 1e-6), 6)
     5.756522
     """
-    if rho < 0:
-        raise ValueError(f"rho must be >= 0, got {rho!r}")
+    _check_conversion_args(rho, delta_prime)
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta_prime))
+
+
+def _order_terms(rho: float, log_inv_delta: float, alpha: float) -> tuple[float, float, float]:
+    """The three terms of :func:`cks_epsilon_at_order`: αρ, (ln(1/δ) − ln α)/(α − 1), ln(1 − 1/α)."""
+    return alpha * rho, (log_inv_delta - math.log(alpha)) / (alpha - 1), math.log(1 - 1 / alpha)
+
+
+def cks_epsilon_at_order(rho: float, log_inv_delta: float, alpha: float) -> float:
+    """ε of the (ε, δ)-DP guarantee of ρ-zCDP read at one Rényi order α > 1 (CKS20, Prop. 12 / Cor. 13):
+
+        ε(α) = αρ + (ln(1/δ) − ln α)/(α − 1) + ln(1 − 1/α).
+
+    It is CKS20 Cor. 13's δ = exp((α−1)(αρ−ε))/(α−1) · (1−1/α)^α solved for ε (ρ-zCDP is (α, αρ)-RDP for
+    every α > 1, and Prop. 12 turns (α, τ)-RDP into (ε, δ)-DP). Every α > 1 gives a valid ε; the bound is the
+    infimum over α. Compared with the classic αρ + ln(1/δ)/(α − 1), the two extra terms are negative.
+    """
+    a, b, c = _order_terms(rho, log_inv_delta, alpha)
+    return a + b + c
+
+
+def _rounded_up(rho: float, log_inv_delta: float, alpha: float) -> float:
+    """:func:`cks_epsilon_at_order` plus the rounding allowance (relative to the terms' magnitudes)."""
+    a, b, c = _order_terms(rho, log_inv_delta, alpha)
+    return a + b + c + _ROUNDING_ALLOWANCE * (abs(a) + abs(b) + abs(c))
+
+
+def zcdp_to_epsilon(rho: float, delta_prime: float) -> float:
+    """ε of the (ε, δ′)-DP guarantee implied by ρ-zCDP, by the optimal conversion of Canonne, Kamath &
+    Steinke 2020 ("The Discrete Gaussian for Differential Privacy"), Corollary 13:
+
+        ρ-zCDP ⇒ (ε, δ)-DP for δ = inf_{α>1} exp((α−1)(αρ−ε))/(α−1) · (1 − 1/α)^α,
+
+    equivalently ε = inf_{α>1} αρ + (ln(1/δ) − ln α)/(α − 1) + ln(1 − 1/α) (:func:`cks_epsilon_at_order`).
+
+    The infimum is found by a fixed golden-section search over u = ln(α − 1) ∈ [−30, 30] (100 steps, the
+    same arithmetic as the ledger's Lua script). Soundness does not rest on the search finding the exact
+    minimum: the bound holds at *every* α > 1, and the value returned is the bound at the order the search
+    ends on, rounded up by a relative 1e-12 of its terms, capped by the classic bound
+    :func:`loose_zcdp_to_epsilon` (also valid) and floored at 0. So the result is never below the true
+    CKS20 bound and never above the classic one. ρ = 0 gives 0, ρ = ∞ gives ∞.
+
+    >>> round(zcdp_to_epsilon(0.5, 1e-6), 6)
+    5.221534
+    >>> zcdp_to_epsilon(0.5, 1e-6) < loose_zcdp_to_epsilon(0.5, 1e-6)
+    True
+    """
+    _check_conversion_args(rho, delta_prime)
+    log_inv_delta = math.log(1 / delta_prime)
+    loose = rho + 2 * math.sqrt(rho * log_inv_delta)
+    if rho == 0 or rho == math.inf:
+        return loose
+    ratio = (math.sqrt(5.0) - 1) / 2
+    lo, hi = _U_LOW, _U_HIGH
+    x1 = hi - ratio * (hi - lo)
+    x2 = lo + ratio * (hi - lo)
+    f1 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x1))
+    f2 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x2))
+    for _ in range(_ORDER_STEPS):
+        if f1 <= f2:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - ratio * (hi - lo)
+            f1 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x1))
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + ratio * (hi - lo)
+            f2 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x2))
+    best = x1 if f1 <= f2 else x2
+    eps = _rounded_up(rho, log_inv_delta, 1 + math.exp(best))
+    if loose < eps:
+        eps = loose
+    if eps < 0:
+        eps = 0.0
+    return eps
+
+
+def _check_conversion_args(rho: float, delta_prime: float) -> None:
+    if not rho >= 0:
+        raise ValueError(f"rho must be a number >= 0, got {rho!r}")
     if not 0 < delta_prime < 1:
         raise ValueError(f"delta_prime must be in (0, 1), got {delta_prime!r}")
-    return rho + 2 * math.sqrt(rho * math.log(1 / delta_prime))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--count", type=int, help="history: at most this many entries (oldest first)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--expected-users", type=float, metavar="N",
+                   help="plan: also recommend a release type for about N users per window (docs/evaluation)")
     p.set_defaults(func=run, trailing_positional="scope")  # SCOPE may also follow the options
 
 
@@ -84,7 +86,7 @@ def _plan(cfg: Config, args: argparse.Namespace, out: TextIO) -> int:
     """Print the budget plan; exit code 1 when a period is not covered (and not explicitly allowed)."""
     from stream_dp.release.budget_plan import plan_for, render
 
-    summary = plan_for(cfg).summary()
+    summary = plan_for(cfg).summary(expected_users=args.expected_users)
     print(json.dumps(summary, indent=2) if args.json else render(summary), file=out)
     return 0 if summary["period_covered"] or summary["allow_partial_period"] else 1
 

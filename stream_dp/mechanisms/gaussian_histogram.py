@@ -23,14 +23,15 @@ for released keys near τ the interval is conditioned on selection and reads hig
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from stream_dp.accounting.composition import zcdp_to_epsilon
+from stream_dp.accounting.composition import loose_zcdp_to_epsilon, zcdp_to_epsilon  # noqa: F401 (doctests)
 from stream_dp.accounting.events import DpEvent, ZCdpEvent
 from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, tie_key
 from stream_dp.mechanisms.discrete_gaussian import (
@@ -121,13 +122,36 @@ def histogram_threshold(*, sigma2: object, delta: float, max_keys_per_user: int)
     return hi
 
 
+@functools.lru_cache(maxsize=256)
 def rho_for_epsilon(epsilon: float, delta_prime: float) -> float:
-    """The largest ρ whose conversion ρ + 2·sqrt(ρ·ln(1/δ′)) is at most ε: (sqrt(L + ε) − sqrt(L))², L = ln(1/δ′).
+    """The largest ρ (to ~1e-13 relative) whose ledger conversion :func:`zcdp_to_epsilon` (CKS20 Cor. 13) at δ′
+    is at most ε: bisection on ρ, from the classic conversion's closed form (sqrt(L + ε) − sqrt(L))²,
+    L = ln(1/δ′), which the CKS20 conversion never exceeds. The ρ returned always satisfies the bound.
 
     >>> eps = 1.0; rho = rho_for_epsilon(eps, 1e-6)
-    >>> abs(zcdp_to_epsilon(rho, 1e-6) - eps) < 1e-12
-    True
+    >>> zcdp_to_epsilon(rho, 1e-6) <= eps, abs(zcdp_to_epsilon(rho, 1e-6) - eps) < 1e-12
+    (True, True)
+    >>> round(rho / loose_rho_for_epsilon(eps, 1e-6), 3)  # the same ε buys this much more ρ
+    1.394
     """
+    epsilon = check_epsilon(epsilon)
+    delta_prime = check_delta(delta_prime, "delta_prime")
+    lo = loose_rho_for_epsilon(epsilon, delta_prime)
+    while not zcdp_to_epsilon(lo, delta_prime) <= epsilon:  # the closed form may overshoot by an ulp
+        lo *= 1 - 1e-12
+    hi = 2 * lo
+    while zcdp_to_epsilon(hi, delta_prime) <= epsilon:
+        lo, hi = hi, 2 * hi
+    for _ in range(200):  # invariant: conversion(lo) <= ε < conversion(hi)
+        mid = (lo + hi) / 2
+        if not lo < mid < hi or hi - lo <= 1e-13 * lo:
+            break
+        lo, hi = (mid, hi) if zcdp_to_epsilon(mid, delta_prime) <= epsilon else (lo, mid)
+    return lo
+
+
+def loose_rho_for_epsilon(epsilon: float, delta_prime: float) -> float:
+    """The largest ρ whose classic conversion ρ + 2·sqrt(ρ·ln(1/δ′)) is at most ε: (sqrt(L + ε) − sqrt(L))²."""
     epsilon = check_epsilon(epsilon)
     log_term = math.log(1 / check_delta(delta_prime, "delta_prime"))
     return (math.sqrt(log_term + epsilon) - math.sqrt(log_term)) ** 2
@@ -136,12 +160,12 @@ def rho_for_epsilon(epsilon: float, delta_prime: float) -> float:
 def calibrate_histogram(*, epsilon: float, threshold_delta: float, conversion_delta: float,
                         max_keys_per_user: int) -> HistogramCalibration:
     """Parameters making one release (ε, threshold_delta + conversion_delta)-DP on its own: the largest ρ
-    whose conversion at δ′ = ``conversion_delta`` is ε (:func:`rho_for_epsilon`), σ² = Δ/(2ρ) rounded up to
+    whose ledger conversion (CKS20 Cor. 13) at δ′ = ``conversion_delta`` is at most ε (:func:`rho_for_epsilon`), σ² = Δ/(2ρ) rounded up to
     the 1/1000 grid (so ρ can only shrink), and τ for ``threshold_delta``.
 
     >>> cal = calibrate_histogram(epsilon=1.0, threshold_delta=5e-7, conversion_delta=5e-7, max_keys_per_user=5)
     >>> zcdp_to_epsilon(cal.rho, 5e-7) <= 1.0, cal.threshold_delta, cal.threshold
-    (True, 5e-07, 66)
+    (True, 5e-07, 56)
     """
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     rho = rho_for_epsilon(epsilon, conversion_delta)
@@ -197,22 +221,41 @@ def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: Histog
     >>> [row.key for row in gaussian_histogram({"a": 500}, calibration=cal, max_keys=10, domain=["z"], rng=1).rows]
     ['a', 'z']
     """
-    present, values = _check_counts(counts)
-    max_keys = check_positive_int(max_keys, "max_keys")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    return noisy_threshold_release(
+        counts, noise=lambda n: sample_discrete_gaussian(calibration.sigma2, n, rng=rng),
+        threshold=calibration.threshold, max_keys=max_keys,
+        ci_half_width=discrete_gaussian_quantile(calibration.sigma2, confidence), domain=domain,
+        events=calibration.events())
+
+
+def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callable[[int], np.ndarray],
+                            threshold: int, max_keys: int, ci_half_width: int, domain: Collection[Hashable],
+                            events: tuple[DpEvent, ...],
+                            boundary: Callable[[int], np.ndarray] | None = None) -> HistogramResult:
+    """Steps 1-4 of the module docstring for any i.i.d. integer noise (``noise(n)``: n draws): noise every key
+    present and every ``domain`` key, keep the domain keys and the keys at or above ``threshold``, cap at
+    ``max_keys`` by noisy count (ties in the fixed :func:`tie_key` order), attach count ± ``ci_half_width``.
+    ``boundary(n)``: n independent coins; a key whose noisy count is exactly ``threshold − 1`` is also kept
+    when its coin is true (a randomised threshold, used by the Laplace histogram)."""
+    present, values = _check_counts(counts)
+    max_keys = check_positive_int(max_keys, "max_keys")
     public = set(domain)
     seen = set(present)
     absent = [key for key in dict.fromkeys(domain) if key not in seen]
     keys = present + absent
     values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
     in_domain = np.array([key in public for key in keys], dtype=bool)
-    noisy = values + sample_discrete_gaussian(calibration.sigma2, len(keys), rng=rng)
-    kept = np.flatnonzero(in_domain | (noisy >= calibration.threshold))
+    noisy = values + noise(len(keys))
+    keep = in_domain | (noisy >= threshold)
+    if boundary is not None:
+        edge = np.flatnonzero(~keep & (noisy == threshold - 1))
+        keep[edge] = boundary(len(edge))
+    kept = np.flatnonzero(keep)
     order = sorted(kept, key=lambda i: (int(noisy[i]), tie_key(keys[i])), reverse=True)[:max_keys]
-    h = discrete_gaussian_quantile(calibration.sigma2, confidence)
+    h = ci_half_width
     rows = tuple(HistogramRow(keys[i], int(noisy[i]), int(noisy[i]) - h, int(noisy[i]) + h, bool(in_domain[i]))
                  for i in order)
     return HistogramResult(rows=rows, above_threshold=int(np.count_nonzero(~in_domain[kept])),
-                           threshold=calibration.threshold, ci_half_width=h, events=calibration.events(),
-                           kept=int(len(kept)))
+                           threshold=threshold, ci_half_width=h, events=events, kept=int(len(kept)))

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from stream_dp.accounting.events import DpEvent
 from stream_dp.mechanisms.gaussian_histogram import HistogramCalibration, HistogramResult, gaussian_histogram
+from stream_dp.mechanisms.laplace_histogram import LaplaceHistogramCalibration, laplace_histogram
 from stream_dp.rng import RngLike
 
 R_contra = TypeVar("R_contra", contravariant=True)
@@ -75,3 +76,29 @@ class GaussianHistogram:
                              "measurement's")
         return self.privacy_map()
 
+
+
+@dataclass(frozen=True)
+class LaplaceHistogram:
+    """The discrete-Laplace histogram with partition selection (docs/privacy.md §8b) and its privacy map: one
+    (ε = Δ/b, δ)-DP event per release, whatever it releases (the calibration's events,
+    :meth:`~stream_dp.mechanisms.laplace_histogram.LaplaceHistogramCalibration.events`)."""
+
+    calibration: LaplaceHistogramCalibration
+    max_keys: int
+    confidence: float = 0.95
+    domain: tuple[Hashable, ...] = ()
+    mechanism: str = "laplace_histogram"
+
+    def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
+        return laplace_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
+                                 confidence=self.confidence, domain=self.domain, rng=rng)
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return tuple(self.calibration.events())
+
+    def realized(self, result: HistogramResult) -> tuple[DpEvent, ...]:
+        if len(result.rows) > self.max_keys or result.threshold != self.calibration.threshold:
+            raise ValueError("a histogram with more rows than max_keys or another threshold is not this "
+                             "measurement's")
+        return self.privacy_map()

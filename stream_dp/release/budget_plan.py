@@ -40,6 +40,8 @@ class BudgetPlan:
     lifetime_cap: BudgetCap | None = None
     allow_partial_period: bool = False
     notes: list[str] = field(default_factory=list)
+    # inputs of the release-type recommendation (stream_dp.release.release_choice); None: no heavy-hitter type
+    choice: dict[str, Any] | None = None
 
     @property
     def windows_per_period(self) -> int:
@@ -84,7 +86,23 @@ class BudgetPlan:
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         return lo
 
-    def summary(self) -> dict[str, Any]:
+    def recommendation(self, expected_users: float | None = None, epsilon_w: float | None = None
+                       ) -> dict[str, Any] | None:
+        """The release type the evaluation favours for this config (:func:`release_choice.recommend`): Δ and k
+        from the config, whether a public domain is configured, ``epsilon_w`` (default: the ε one window's
+        heavy-hitter release costs) and ``expected_users`` per window (default: no recommendation, because the
+        evaluated cells differ most by the number of users)."""
+        from stream_dp.release.release_choice import recommend
+
+        if self.choice is None or expected_users is None:
+            return None
+        assert self.period_cap is not None
+        eps = epsilon_w if epsilon_w is not None else self.choice["epsilon_w"]
+        rec = recommend(max_keys_per_user=self.choice["max_keys_per_user"], k=self.choice["k"], epsilon_w=eps,
+                        known_domain=self.choice["known_domain"], expected_users=expected_users)
+        return {"inputs": {**self.choice, "epsilon_w": eps, "expected_users": expected_users}, **rec.to_dict()}
+
+    def summary(self, *, expected_users: float | None = None, epsilon_w: float | None = None) -> dict[str, Any]:
         """Everything ``stream-dp budget plan`` prints, as JSON-ready data."""
         assert self.period_cap is not None
         dp = self.period_cap.delta_prime
@@ -113,6 +131,7 @@ class BudgetPlan:
                 "delta": reported_delta(full, dp)},
             "allow_partial_period": self.allow_partial_period,
             "notes": list(self.notes),
+            "recommendation": self.recommendation(expected_users, epsilon_w),
         }
         if self.lifetime_cap is not None:
             life = self.windows_fitting(self.lifetime_cap, lifetime=True)
@@ -139,7 +158,21 @@ def plan_for(cfg: Config) -> BudgetPlan:
                      "instance in every window")
     return BudgetPlan(cfg.windows.size_seconds, cfg.budget.period_seconds, per_window, alerts,
                       cfg.releases.alerts.max_instances_per_period, BudgetCap.from_config(cfg.budget),
-                      BudgetCap.lifetime_from_config(cfg.budget), cfg.budget.allow_partial_period, notes)
+                      BudgetCap.lifetime_from_config(cfg.budget), cfg.budget.allow_partial_period, notes,
+                      _choice_inputs(cfg, per_window))
+
+
+def _choice_inputs(cfg: Config, per_window: dict[str, tuple[DpEvent, ...]]) -> dict[str, Any] | None:
+    """Δ, k, domain and the heavy-hitter release's ε per window (the larger of topk's and histogram's worst
+    case, by the ledger's conversion) -- the inputs of :meth:`BudgetPlan.recommendation`."""
+    heavy = [t for t in ("topk", "histogram") if t in per_window]
+    if not heavy:
+        return None
+    dp = cfg.budget.delta_prime
+    r = cfg.releases
+    return {"max_keys_per_user": cfg.contribution.max_keys_per_user, "k": r.topk.k,
+            "known_domain": bool(r.topk.has_domain or r.histogram.domain or r.histogram.domain_file),
+            "epsilon_w": max(reported_epsilon(compose(per_window[t]), dp) for t in heavy)}
 
 
 def require_full_period(cfg: Config) -> BudgetPlan:
@@ -196,4 +229,14 @@ def render(summary: dict[str, Any]) -> str:
         lines.append("lifetime cap: off (budget.lifetime_epsilon = 0)")
     for note in summary["notes"]:
         lines.append(f"note: {note}")
+    rec = summary.get("recommendation")
+    if rec:
+        i, c = rec["inputs"], rec["cell"]
+        peer = (f"; best peer there: {rec['best_peer']} {rec['best_peer_recall']:.2f}" if rec["best_peer"] else "")
+        lines += ["", f"release type for Δ = {i['max_keys_per_user']}, k = {i['k']}, ε_w = {i['epsilon_w']:.3g}, "
+                  f"~{i['expected_users']:g} users per window, {'a' if i['known_domain'] else 'no'} public domain: "
+                  f"{rec['release_type']} ({rec['configure']})",
+                  f"  from the evaluation's nearest cell ({c['dataset']}: {c['users']} users, Δ = {c['delta_keys']}, "
+                  f"ε_w = {c['epsilon_w']:g}, k = {c['k']}): recall@{c['k']} {rec['recall']:.2f}{peer} "
+                  "(docs/evaluation; README \"Choosing a release type\")"]
     return "\n".join(lines)

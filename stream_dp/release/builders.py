@@ -304,24 +304,24 @@ class WatchTopkBuilder:
 
 @dataclass
 class HistogramBuilder:
-    """Discrete-Gaussian histogram with partition selection: every key whose noisy count clears τ, with its
-    noisy count and interval (:mod:`stream_dp.mechanisms.gaussian_histogram`). Reads the whole window; the
-    cost does not depend on the data, so the reserved worst case is what is settled. An empty window
+    """Discrete-Gaussian (or, ``releases.histogram.noise = "laplace"``, discrete-Laplace) histogram with
+    partition selection: every key whose noisy count clears τ, with its noisy count and interval
+    (:mod:`stream_dp.mechanisms.gaussian_histogram`, :mod:`~stream_dp.mechanisms.laplace_histogram`). Reads the
+    whole window; the cost does not depend on the data, so the reserved worst case is what is settled. An empty window
     releases an empty (still charged) histogram: whether a window is empty is not public."""
 
     cfg: Config
     type: str = "histogram"
     mechanism: str = "gaussian_histogram"
 
-    def __post_init__(self) -> None:
-        h = self.cfg.releases.histogram
-        self.domain: list[str] = list(dict.fromkeys(list(h.domain) + _read_domain_file(h.domain_file,
-                                                                                       "releases.histogram")))
-
     def calibration(self) -> Any:
         from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
+        from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
 
         h = self.cfg.releases.histogram
+        if h.noise == "laplace":
+            return calibrate_laplace_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
+                                               max_keys_per_user=self.cfg.contribution.max_keys_per_user)
         return calibrate_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
                                    conversion_delta=self.cfg.budget.delta_prime,
                                    max_keys_per_user=self.cfg.contribution.max_keys_per_user)
@@ -329,25 +329,33 @@ class HistogramBuilder:
     def parameters(self) -> dict[str, Any]:
         h = self.cfg.releases.histogram
         cal = self.calibration()
+        noise = ({"noise": "discrete_laplace", "scale": str(cal.scale)} if h.noise == "laplace" else
+                 {"noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho})
         return {"epsilon": h.epsilon, "delta": h.delta, "delta_prime": self.cfg.budget.delta_prime,
                 "max_keys": h.max_keys, "confidence": h.confidence,
                 "max_keys_per_user": self.cfg.contribution.max_keys_per_user,
-                "noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho,
-                "threshold": cal.threshold, "domain_size": len(self.domain)}
+                **noise, "threshold": cal.threshold, "domain_size": len(self.domain)}
 
     @property
     def measurement(self) -> Measurement[Any]:
-        from stream_dp.mechanisms import GaussianHistogram
+        from stream_dp.mechanisms import GaussianHistogram, LaplaceHistogram
 
         h = self.cfg.releases.histogram
-        return GaussianHistogram(self.calibration(), max_keys=h.max_keys, confidence=h.confidence,
-                                 domain=tuple(self.domain))
+        kind = LaplaceHistogram if h.noise == "laplace" else GaussianHistogram
+        return kind(self.calibration(), max_keys=h.max_keys, confidence=h.confidence, domain=tuple(self.domain))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
         return reader.all_counts(window)
+
+    def __post_init__(self) -> None:
+        h = self.cfg.releases.histogram
+        self.domain: list[str] = list(dict.fromkeys(list(h.domain) + _read_domain_file(h.domain_file,
+                                                                                       "releases.histogram")))
+        if h.noise == "laplace":
+            self.mechanism = "laplace_histogram"
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         h = self.cfg.releases.histogram

@@ -131,9 +131,10 @@ def histogram_threshold_delta(*, broken: bool = False, trials: int = 20_000, rng
 def histogram_counts(*, broken: bool = False, trials: int = 20_000, rng: int = 6,
                      confidence: float = 0.999) -> AuditResult:
     """ε part: one user adds 1 to each of Δ = 9 keys far above τ (x = 100 each, x′ = 101 each), σ² = 9, so
-    ρ = Δ/(2σ²) = ½ and the claim is (ρ + 2·sqrt(ρ·ln(1/δ′)), δ′ + 1e-9) with δ′ = 0.01; events: "the sum
-    of the released counts ≥ 900 + t" (the sum is the sufficient statistic). Real: worst ratio ≈ e^2 <
-    e^3.5. Broken: σ² = 1, noise for L2 sensitivity 1 instead of √Δ (ρ really 4.5) -> flagged."""
+    ρ = Δ/(2σ²) = ½ and the claim is (ε_CKS(ρ, δ′) ≈ 2.75, δ′ + 1e-9) with δ′ = 0.01 (the ledger's conversion,
+    CKS20 Cor. 13; the classic ρ + 2·sqrt(ρ·ln(1/δ′)) was 3.53); events: "the sum of the released counts
+    ≥ 900 + t" (the sum is the sufficient statistic). Real: worst ratio ≈ e^2 < e^2.75. Broken: σ² = 1, noise
+    for L2 sensitivity 1 instead of √Δ (ρ really 4.5) -> flagged."""
     real = calibration_for_sigma2(sigma2=9, threshold_delta=1e-9, max_keys_per_user=9)
     cal = HistogramCalibration(Fraction(1), real.threshold, real.threshold_delta, 9) if broken else real
     keys = tuple("abcdefghi")
@@ -159,6 +160,53 @@ def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> Aud
         limited_domain_module.bottom_offset = original
 
 
+def laplace_histogram_threshold_delta(*, broken: bool = False, trials: int = 20_000, rng: int = 7,
+                                      confidence: float = 0.999) -> AuditResult:
+    """δ part of the Laplace histogram: an empty window vs. one user on key "a" (Δ = 1, ε = 1 so b = 1,
+    threshold δ = 0.1). Real: τ = 4 with the boundary coin r ≈ 0.87 at a noisy count of 3, P[release "a"] =
+    P[L ≥ 3] + r·P[L = 2] = 0.1/1.1 (p/(1−p) = 0.1) -> passes at (1, 0.1 + 0.011). Broken (τ = 1, no coin,
+    "any present key"): P[L ≥ 0] ≈ 0.73 -> flagged."""
+    from stream_dp.mechanisms.laplace_histogram import (
+        LaplaceHistogramCalibration,
+        calibrate_laplace_histogram,
+        laplace_histogram,
+    )
+
+    real = calibrate_laplace_histogram(epsilon=1.0, threshold_delta=0.1, max_keys_per_user=1)
+    cal = LaplaceHistogramCalibration(real.scale, 1, real.threshold_delta, 1) if broken else real
+
+    def mechanism(counts, generator):
+        return tuple(row.key for row in laplace_histogram(counts, calibration=cal, max_keys=5, rng=generator).rows)
+    return audit_privacy(mechanism, {}, {"a": 1}, epsilon=real.epsilon, delta=0.1 + 0.011, trials=trials,
+                         confidence=confidence, rng=rng)
+
+
+def laplace_histogram_counts(*, broken: bool = False, trials: int = 20_000, rng: int = 8,
+                             confidence: float = 0.999) -> AuditResult:
+    """ε part: one user adds 1 to each of Δ = 4 keys far above τ (x = 100 each, x′ = 101 each), ε = 1 so
+    b = Δ/ε = 4; events "the sum of the released counts ≥ 400 + t". Real: the sum moves by 4 against noise
+    of scale 4 per key -> within e^1. Broken: b = 1/ε, noise for L1 sensitivity 1 instead of Δ (ε really
+    4) -> flagged."""
+    from stream_dp.mechanisms.laplace_histogram import (
+        LaplaceHistogramCalibration,
+        calibrate_laplace_histogram,
+        laplace_histogram,
+    )
+
+    real = calibrate_laplace_histogram(epsilon=1.0, threshold_delta=1e-9, max_keys_per_user=4)
+    cal = LaplaceHistogramCalibration(Fraction(1), real.threshold, real.threshold_delta, 4) if broken else real
+    keys = tuple("abcd")
+
+    def mechanism(counts, generator):
+        return sum(row.count for row in laplace_histogram(counts, calibration=cal, max_keys=4, rng=generator).rows)
+
+    def events(total):
+        return frozenset(f"sum>={400 + t}" for t in range(0, 12, 2) if total >= 400 + t)
+    return audit_privacy(mechanism, {k: 100 for k in keys}, {k: 101 for k in keys}, epsilon=real.epsilon,
+                         delta=1e-9, trials=trials, event=events, multi_label=True, confidence=confidence,
+                         rng=rng)
+
+
 SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "limited_domain_topk boundary (δ)": ldt_boundary,
     "limited_domain_topk peel (ε)": ldt_epsilon,
@@ -167,6 +215,8 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "em_with_gap": em_gap,
     "gaussian_histogram threshold (δ)": histogram_threshold_delta,
     "gaussian_histogram counts (ε)": histogram_counts,
+    "laplace_histogram threshold (δ)": laplace_histogram_threshold_delta,
+    "laplace_histogram counts (ε)": laplace_histogram_counts,
 }
 
 

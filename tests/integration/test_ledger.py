@@ -7,7 +7,7 @@ import json
 import pytest
 
 from stream_dp.accounting.budget import BudgetCap, decide
-from stream_dp.accounting.composition import compose
+from stream_dp.accounting.composition import compose, zcdp_to_epsilon
 from stream_dp.accounting.events import ApproxDpEvent, PureDpEvent, RangeBoundedEvent, ZCdpEvent
 from stream_dp.accounting.ledger import Cost, Ledger
 from stream_dp.keys import Keys
@@ -91,13 +91,13 @@ def test_reservation_counts_until_settled_and_settle_charges_actual(ledger):
     assert ledger.reserve("s", "w1.topk", worst).duplicate  # idempotent hold
     assert ledger.remaining("s").spent == compose(worst)
     # a charge that fits only without the hold is refused while the hold is open
-    assert not ledger.charge("s", "other", [PureDpEvent(0.1)]).accepted
+    assert not ledger.charge("s", "other", [PureDpEvent(0.2)]).accepted
     actual = [RangeBoundedEvent(0.1, count=3, delta=1e-7, mechanism="limited_domain_topk")]
     settled = ledger.settle("s", "w1.topk", "w1.topk", actual, payload="TOPK")
     assert settled.accepted and settled.payload == "TOPK" and settled.spent == compose(actual)
     assert ledger.settle("s", "w1.topk", "w1.topk", actual, payload="X").payload == "TOPK"
     assert ledger.reserve("s", "w1.topk", worst).duplicate  # settled: the repeat returns the charge
-    assert ledger.charge("s", "other", [PureDpEvent(0.1)]).accepted
+    assert ledger.charge("s", "other", [PureDpEvent(0.2)]).accepted
     report = ledger.verify("s")
     assert report.ok and report.open_reservations == 0 and report.charges == 2
 
@@ -118,7 +118,7 @@ def test_cancel_drops_a_hold(ledger):
 def test_zcdp_event_disables_basic_route(ledger):
     result = ledger.charge("s", "z", [ZCdpEvent(0.01, 1e-7)])
     assert result.spent.basic_epsilon == float("inf")
-    assert result.epsilon_spent == pytest.approx(0.01 + 2 * (0.01 * 16.11809565095832) ** 0.5)
+    assert result.epsilon_spent == zcdp_to_epsilon(0.01, 1e-7) < 0.01 + 2 * (0.01 * 16.11809565095832) ** 0.5
     assert ledger.verify("s").ok
 
 
@@ -183,6 +183,21 @@ def test_lua_and_python_decisions_agree_near_the_boundary(redis_client):
         assert got.reason == expected, (trial, cap, eps)
         accepted += got.accepted
     assert compared >= 100 and 0 < accepted < compared  # both sides of the boundary were exercised
+
+
+def test_lua_caps_a_zcdp_only_scope_by_the_cks20_conversion(redis_client):
+    """Only zCDP events (no basic route): the script accepts ρ up to where the CKS20 conversion reaches the
+    cap and refuses just above -- the same as budget.decide. A script still on the classic
+    ρ + 2·sqrt(ρ·ln(1/δ′)) would refuse the ρ just below (tried: it fails here)."""
+    cap = BudgetCap(1.0, 1e-5, 1e-7)
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if decide(compose([ZCdpEvent(mid)]), cap) == "ok" else (lo, mid)
+    assert zcdp_to_epsilon(lo, 1e-7) <= 1.0 < lo + 2 * (lo * 16.11809565095832) ** 0.5  # the classic would refuse it
+    below = Ledger(redis_client, cap, keys=Keys("zb")).charge("s", "a", [ZCdpEvent(lo)])
+    above = Ledger(redis_client, cap, keys=Keys("za")).charge("s", "a", [ZCdpEvent(hi * (1 + 1e-9))])
+    assert below.accepted and (not above.accepted and above.reason == "epsilon_cap")
 
 
 LIFETIME = BudgetCap(1.5, 1e-5, 1e-7, name="budget.lifetime")

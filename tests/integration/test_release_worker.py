@@ -539,6 +539,32 @@ def test_histogram_releases_noisy_counts_above_the_threshold_and_settles_its_res
     assert events_of(second) == [event]
 
 
+def test_histogram_with_laplace_noise_charges_pure_epsilon_and_its_threshold_delta(redis_client) -> None:
+    """releases.histogram.noise = "laplace": discrete Laplace counts, one (ε, δ) event (basic route), the record
+    says so; a key only one user touched stays below τ."""
+    cfg = make_cfg(topk={"enabled": False},
+                   histogram={"enabled": True, "noise": "laplace", "epsilon": 2.0, "delta": 1e-7, "max_keys": 10})
+    keys = Keys("t")
+    counts = {**{f"hot{j}": float(500 + 100 * j) for j in range(3)}, "rare": 1.0}
+    write_window(redis_client, keys, 0, SIZE, counts)
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 1
+    (rec,) = pub.records
+    validate_record(rec)
+    params = rec["mechanism"]["parameters"]
+    assert rec["mechanism"]["name"] == "laplace_histogram" and params["noise"] == "discrete_laplace"
+    assert [it["key"] for it in rec["items"]] == ["hot2", "hot1", "hot0"]
+    scale = float(Fraction(params["scale"]))
+    assert scale == 5 / 2.0  # Δ/ε with the default Δ = 5
+    for it in rec["items"]:
+        assert abs(it["count"] - counts[it["key"]]) < 40 * scale
+    (event,) = events_of(rec)
+    assert event.kind == "approx_dp" and event.epsilon == 2.0 and event.delta == 1e-7
+    spent = ledger.remaining(rec["budget"]["scope"]).spent
+    assert spent.basic_epsilon == 2.0 and spent.basic_delta == 1e-7
+
+
 def test_topk_with_a_known_domain_tracks_it_and_discovers_keys_outside_it(redis_client, tmp_path) -> None:
     domain_file = tmp_path / "catalogue.txt"
     domain_file.write_text("d3\n\nd4\n")

@@ -32,12 +32,12 @@ def test_default_config_covers_a_day_of_hourly_windows_at_worst_case() -> None:
 
 
 def test_an_unbounded_alerts_watchlist_is_what_broke_the_day() -> None:
-    """Without the instance bound an SVT instance may open every window: only 7 hourly windows fit (issue 16
+    """Without the instance bound an SVT instance may open every window: only 8 hourly windows fit (7 with the classic zCDP conversion; issue 16
     item 5); the workers refuse to start unless told to accept a partial period."""
     cfg = config_from_mapping({"releases": {"alerts": {"max_instances_per_period": 0}}}, environ={})
     plan = plan_for(cfg)
-    assert plan.windows_fitting(plan.period_cap) == 7
-    with pytest.raises(ConfigError, match="only 7 worst-case window"):
+    assert plan.windows_fitting(plan.period_cap) == 8
+    with pytest.raises(ConfigError, match="only 8 worst-case window"):
         require_full_period(cfg)
     allowed = config_from_mapping({"releases": {"alerts": {"max_instances_per_period": 0}},
                                    "budget": {"allow_partial_period": True}}, environ={})
@@ -63,12 +63,12 @@ def test_lifetime_cap_counts_periods() -> None:
 def test_cli_plan_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "plan", "--config", str(ROOT / "config" / "stream-dp.toml")]) == 0
     text = capsys.readouterr().out
-    assert "windows fitting one period: 25 of 24 -- OK" in text
+    assert "windows fitting one period: 29 of 24 -- OK" in text
     path = tmp_path / "short.toml"
     path.write_text("[releases.alerts]\nmax_instances_per_period = 0\n")
     assert main(["budget", "plan", "--json", "--config", str(path)]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["windows_fitting_period"] == 7 and data["period_covered"] is False
+    assert data["windows_fitting_period"] == 8 and data["period_covered"] is False
 
 
 def test_the_release_worker_refuses_to_start_on_a_short_plan(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from stream_dp.accounting.composition import (
     compose,
     dr19_range_bounded_epsilon,
     optimal_composition_delta,
+    loose_zcdp_to_epsilon,
     optimal_composition_epsilon,
     zcdp_to_epsilon,
 )
@@ -61,18 +62,23 @@ def test_optimal_composition_edges():
 
 
 def test_zcdp_conversion_pins_bun_steinke():
-    assert zcdp_to_epsilon(0.5, 1e-6) == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e6)), rel=1e-15)
+    # the classic conversion is kept as loose_zcdp_to_epsilon (the cap of the optimal one)
+    assert loose_zcdp_to_epsilon(0.5, 1e-6) == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e6)), rel=1e-15)
+    assert zcdp_to_epsilon(0.5, 1e-6) < loose_zcdp_to_epsilon(0.5, 1e-6)
     assert zcdp_to_epsilon(0.0, 1e-6) == 0.0
     for bad in ((-0.1, 1e-6), (0.1, 0.0), (0.1, 1.0)):
-        with pytest.raises(ValueError):
-            zcdp_to_epsilon(*bad)
+        for conversion in (zcdp_to_epsilon, loose_zcdp_to_epsilon):
+            with pytest.raises(ValueError):
+                conversion(*bad)
 
 
 def test_spent_reports_smaller_valid_epsilon_and_delta_with_delta_prime():
-    # 10 outcomes of ε = 0.1 range-bounded: zCDP route 0.0125 + 2·sqrt(0.0125·ln 1e7) beats basic 1.0
+    # 10 outcomes of ε = 0.1 range-bounded: zCDP route (CKS20 Cor. 13, ≈ 0.776; classic
+    # 0.0125 + 2·sqrt(0.0125·ln 1e7) ≈ 0.910) beats basic 1.0
     s = compose([RangeBoundedEvent(0.1, count=10, delta=1e-7)])
     assert s.rho == pytest.approx(0.0125)
-    assert s.epsilon(1e-7) == pytest.approx(0.0125 + 2 * math.sqrt(0.0125 * math.log(1e7)))
+    assert s.epsilon(1e-7) == zcdp_to_epsilon(s.rho, 1e-7) == pytest.approx(0.776134126513, abs=1e-11)
+    assert s.epsilon(1e-7) < 0.0125 + 2 * math.sqrt(0.0125 * math.log(1e7))
     assert s.delta(1e-7) == pytest.approx(2e-7)
     # one pure ε = 0.3: basic 0.3 beats zCDP 0.045 + 2·sqrt(0.045·ln 1e7) ≈ 1.88
     assert compose([PureDpEvent(0.3)]).epsilon(1e-7) == 0.3

@@ -40,6 +40,7 @@ STRING_VALUES = {
     "redis.url": "rediss://:pw@cache.example:6380/2",
     "contribution.unit": "event",
     "releases.alerts.noise": "laplace",
+    "releases.histogram.noise": "laplace",
     "releases.sample.scheme": "ppswor",
     "releases.watch_topk.noise": "exponential",
     "windows.start": "2026-11-03T00:00:00Z",

@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from stream_dp.accounting.composition import zcdp_to_epsilon
 from stream_dp.accounting.events import ZCdpEvent
+from stream_dp.mechanisms.gaussian_histogram import rho_for_epsilon
 
 from eval import peers
 from eval.calibration import window_epsilon
@@ -37,16 +39,20 @@ def test_the_histogram_is_calibrated_by_the_projects_accountant() -> None:
         assert window_epsilon([event], 1e-6) == pytest.approx(eps, rel=1e-3)
 
 
-def test_the_counterfactual_conversion_is_openDPs() -> None:
-    """The optimal zCDP → (ε, δ) conversion of the counterfactual rows agrees with OpenDP's own."""
+def test_the_ledger_conversion_is_openDPs() -> None:
+    """The ledger's zCDP → (ε, δ) conversion (CKS20 Cor. 13) agrees with OpenDP's own on its threshold
+    measurement, and the exact Gaussian profile of the counterfactual rows buys more ρ than either."""
     dp = peers._opendp()
     dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
     met = dp.l02inf_distance(dp.absolute_distance(T=dp.i64))
     raw = dp.m.make_gaussian_threshold(dom, met, scale=10.0, threshold=60)
     rho, threshold_delta = raw.map((5, 5, 1))
     converted = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(raw), 1e-6).map((5, 5, 1))[0]
-    assert peers.optimal_conversion_epsilon(rho, 1e-6 - threshold_delta) == pytest.approx(converted, rel=1e-6)
-    assert peers.optimal_conversion_epsilon(0.02, 1e-6) < 0.02 + 2 * math.sqrt(0.02 * math.log(1e6))
+    assert zcdp_to_epsilon(rho, 1e-6 - threshold_delta) == pytest.approx(converted, rel=1e-6)
+    assert zcdp_to_epsilon(0.02, 1e-6) < 0.02 + 2 * math.sqrt(0.02 * math.log(1e6))
+    profile_rho = peers.gaussian_profile_rho(1.0, 5e-7)
+    assert profile_rho > rho_for_epsilon(1.0, 5e-7)
+    assert peers.gaussian_profile_delta(math.sqrt(2 * profile_rho), 1.0) <= 5e-7
 
 
 def test_every_method_runs_on_a_small_window_and_scores_in_range() -> None:
@@ -82,3 +88,22 @@ def test_the_histogram_cap_keeps_the_largest_noisy_counts() -> None:
     hist = bounded_histogram(stream, 5)
     rel = peers.sdp_histogram(hist, 5, 2.0, 1e-6, 3, np.random.default_rng(0), domain=True)
     assert (np.isfinite(rel.values).sum(axis=1) == peers.HISTOGRAM_MAX_KEYS).all()
+
+
+def test_openDP_threshold_maps_state_a_smaller_delta_than_a_count_one_key_gets() -> None:
+    """Why OpenDP's make_laplace_threshold can look ahead at Δ = 1 (docs/evaluation, section 4): at
+    d_in = (1, 1, 1), scale 1, threshold 3 its map states δ = P[L ≥ 3] ≈ 0.036, but a key present only in the
+    larger neighbour, with count 1, is kept whenever 1 + L ≥ 3, i.e. with P[L ≥ 2] ≈ 0.099 (the discrete
+    Laplace with P[y] ∝ e^{−|y|}). Measured here on OpenDP's own measurement (4,000 calls, 5 standard errors)."""
+    dp = peers._opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l01inf_distance(dp.absolute_distance(T=dp.i64))
+    meas = dp.m.make_laplace_threshold(dom, met, scale=1.0, threshold=3)
+    stated = meas.map((1, 1, 1))[1]
+    q = math.exp(-1)
+    assert stated == pytest.approx(q**3 / (1 + q), rel=1e-6)
+    n = 4000
+    kept = sum(7 in meas({7: 1}) for _ in range(n)) / n
+    actual = q**2 / (1 + q)
+    assert abs(kept - actual) <= 5 * math.sqrt(actual * (1 - actual) / n)
+    assert kept > 2 * stated

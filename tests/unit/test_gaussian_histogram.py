@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from stream_dp.accounting.composition import zcdp_to_epsilon
+from stream_dp.accounting.composition import loose_zcdp_to_epsilon, zcdp_to_epsilon
 from stream_dp.accounting.events import ZCdpEvent
 from stream_dp.mechanisms.discrete_gaussian import (
     discrete_gaussian_pmf,
@@ -30,6 +30,7 @@ from stream_dp.mechanisms.gaussian_histogram import (
     calibration_for_sigma2,
     gaussian_histogram,
     histogram_threshold,
+    loose_rho_for_epsilon,
     selection_delta,
 )
 
@@ -56,7 +57,8 @@ def exact_selection_delta(sigma2: Fraction, tau: int, dk: int) -> Decimal:
 
 CASES = [  # (σ², δ, Δ)
     (Fraction(1), Decimal("1e-6"), 1),
-    (Fraction(30009, 200), Decimal("5e-7"), 5),
+    (Fraction(30009, 200), Decimal("5e-7"), 5),  # ε = 1, Δ = 5 with the classic zCDP conversion
+    (Fraction(108993, 1000), Decimal("5e-7"), 5),  # ε = 1, Δ = 5 with the ledger's CKS20 conversion
     (Fraction(2500), Decimal("1e-9"), 20),
     (Fraction(7, 3), Decimal("0.1"), 2),
     (Fraction(123456, 10), Decimal("1e-7"), 50),
@@ -128,6 +130,18 @@ def test_calibration_meets_epsilon_and_costs_rho_of_l2_sensitivity_sqrt_delta() 
         assert isinstance(event, ZCdpEvent)
         assert event.rho == pytest.approx(dk / (2 * float(cal.sigma2)))
         assert event.delta == 1e-7
+
+
+def test_the_ledger_conversion_buys_less_noise_than_the_classic_one() -> None:
+    """Same (ε, δ′): σ² and τ from the CKS20 conversion are smaller than from ρ + 2·sqrt(ρ·ln(1/δ′)) (issue 18)."""
+    for eps, dk in [(0.1, 1), (1.0, 5), (2.0, 20)]:
+        cal = calibrate_histogram(epsilon=eps, threshold_delta=5e-7, conversion_delta=5e-7, max_keys_per_user=dk)
+        classic = calibration_for_sigma2(sigma2=dk / (2 * loose_rho_for_epsilon(eps, 5e-7)), threshold_delta=5e-7,
+                                         max_keys_per_user=dk)
+        assert loose_zcdp_to_epsilon(dk / (2 * float(classic.sigma2)), 5e-7) <= eps
+        assert float(cal.sigma2) < 0.8 * float(classic.sigma2) and cal.threshold < classic.threshold
+    cal = calibrate_histogram(epsilon=1.0, threshold_delta=5e-7, conversion_delta=5e-7, max_keys_per_user=5)
+    assert (cal.sigma2, cal.threshold) == (Fraction(108993, 1000), 56)  # was 150.045 and 66
 
 
 def test_release_keeps_keys_above_threshold_with_noisy_counts_and_intervals() -> None:

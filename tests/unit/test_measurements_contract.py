@@ -151,6 +151,18 @@ def _histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, 
     return (ZCdpEvent(dk / (2 * float(sigma2)), delta=h.delta, mechanism="gaussian_histogram"),)
 
 
+def _laplace_histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
+    from fractions import Fraction
+
+    from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
+
+    h = cfg.releases.histogram
+    dk = cfg.contribution.max_keys_per_user
+    scale = Fraction(d.parameters["scale"]) if d is not None else calibrate_laplace_histogram(
+        epsilon=h.epsilon, threshold_delta=h.delta, max_keys_per_user=dk).scale
+    return (ApproxDpEvent(dk / float(scale), h.delta, mechanism="laplace_histogram"),)
+
+
 CASES: dict[str, Case] = {
     "topk": Case("topk", {"topk": {"k": 5, "k_bar": 8, "epsilon": 0.7, "delta": DELTA}}, "| `topk` limited-domain",
                  _topk_realized,
@@ -169,7 +181,11 @@ CASES: dict[str, Case] = {
     "watch_topk": Case("watch_topk", {"watch_topk": {"enabled": True, "k": 3, "epsilon": 0.5}}, "| `watch_topk`",
                        _watch_map, _watch_map),
     "histogram": Case("histogram", {"histogram": {"enabled": True, "epsilon": 1.0, "delta": DELTA, "max_keys": 20}},
-                      "| `histogram`", _histogram_map, _histogram_map),
+                      "| `histogram` (gaussian", _histogram_map, _histogram_map),
+    "histogram_laplace": Case(
+        "histogram", {"histogram": {"enabled": True, "noise": "laplace", "epsilon": 1.0, "delta": DELTA,
+                                    "max_keys": 20}},
+        "| `histogram` (laplace", _laplace_histogram_map, _laplace_histogram_map),
 }
 
 

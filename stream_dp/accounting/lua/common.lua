@@ -81,9 +81,53 @@ local function with_reservations(base, skip)
   return total
 end
 
+-- BEGIN zcdp_to_epsilon (tests/integration/test_zcdp_conversion_lua.py runs this block on its own)
+-- epsilon of the (epsilon, delta_prime)-DP guarantee of rho-zCDP: the optimal conversion of Canonne, Kamath &
+-- Steinke 2020, Cor. 13: eps = inf over alpha > 1 of alpha*rho + (ln(1/delta') - ln alpha)/(alpha - 1) +
+-- ln(1 - 1/alpha). Golden-section search over u = ln(alpha - 1) in [-30, 30], 100 steps; the bound at the
+-- final order rounded up by 1e-12 of its terms, capped by the classic rho + 2*sqrt(rho*ln(1/delta')), floored
+-- at 0. The same constants, operations and order as stream_dp.accounting.composition.zcdp_to_epsilon.
+local function cks_epsilon_at_order(rho, log_inv_delta, alpha)
+  return alpha * rho + (log_inv_delta - math.log(alpha)) / (alpha - 1) + math.log(1 - 1 / alpha)
+end
+
+local function zcdp_to_epsilon(rho, delta_prime)
+  local log_inv_delta = math.log(1 / delta_prime)
+  local loose = rho + 2 * math.sqrt(rho * log_inv_delta)
+  if rho == 0 or rho == math.huge then return loose end
+  local ratio = (math.sqrt(5.0) - 1) / 2
+  local lo, hi = -30.0, 30.0
+  local x1 = hi - ratio * (hi - lo)
+  local x2 = lo + ratio * (hi - lo)
+  local f1 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x1))
+  local f2 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x2))
+  for _ = 1, 100 do
+    if f1 <= f2 then
+      hi, x2, f2 = x2, x1, f1
+      x1 = hi - ratio * (hi - lo)
+      f1 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x1))
+    else
+      lo, x1, f1 = x1, x2, f2
+      x2 = lo + ratio * (hi - lo)
+      f2 = cks_epsilon_at_order(rho, log_inv_delta, 1 + math.exp(x2))
+    end
+  end
+  local best = x2
+  if f1 <= f2 then best = x1 end
+  local alpha = 1 + math.exp(best)
+  local a = alpha * rho
+  local b = (log_inv_delta - math.log(alpha)) / (alpha - 1)
+  local c = math.log(1 - 1 / alpha)
+  local eps = a + b + c + 1e-12 * (math.abs(a) + math.abs(b) + math.abs(c))
+  if loose < eps then eps = loose end
+  if eps < 0 then eps = 0 end
+  return eps
+end
+-- END zcdp_to_epsilon
+
 -- the cap rule: smaller valid epsilon of zCDP conversion and basic composition; delta incl. delta_prime
 local function decide(t)
-  local eps = t.rho + 2 * math.sqrt(t.rho * math.log(1 / DELTA_PRIME))
+  local eps = zcdp_to_epsilon(t.rho, DELTA_PRIME)
   if t.binf == 0 and t.beps < eps then eps = t.beps end
   if not (eps <= CAP_EPS) then return 'epsilon_cap' end
   local d = t.zd

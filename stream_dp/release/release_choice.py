@@ -1,0 +1,76 @@
+"""Which heavy-hitter release type to run, from the evaluation's numbers (``stream-dp budget plan``).
+
+The rule (README, "Choosing a release type"): take the cell of the evaluation grid (docs/evaluation, experiment
+4: the same bounded window released by every stream-dp type and by OpenDP and PipelineDP at equal (ε_w, δ_w))
+nearest to the deployment -- nearest in log scale on expected users per window, Δ (``max_keys_per_user``),
+ε_w and k, exactly on "a public domain is known" -- and recommend the stream-dp type with the highest
+recall@k there. The table below is generated from docs/evaluation/peers.csv by ``python -m eval.release_choice``
+(tests/unit/test_release_choice.py checks that it still matches the committed CSV), so it changes only when the
+evaluation is regenerated.
+
+The recommendation is advice printed by the planner; it changes nothing in the config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from stream_dp.release.release_choice_table import EVALUATED_CELLS
+
+# evaluation method -> (release type, what to configure)
+METHODS: dict[str, tuple[str, str]] = {
+    "sdp_histogram": ("histogram", "releases.histogram.enabled = true"),
+    "sdp_histogram_laplace": ("histogram, Laplace noise",
+                              'releases.histogram.enabled = true, releases.histogram.noise = "laplace"'),
+    "sdp_histogram_laplace_domain": ("histogram, Laplace noise, over the domain",
+                                     'releases.histogram.noise = "laplace" with releases.histogram.domain / domain_file'),
+    "sdp_histogram_domain": ("histogram over the domain",
+                             "releases.histogram.enabled = true with releases.histogram.domain / domain_file"),
+    "sdp_known_domain": ("topk over the domain",
+                         "releases.topk.domain / domain_file (full-domain Gumbel top-k, LDT only for discovery)"),
+    "sdp_ldt": ("topk", "releases.topk (limited-domain top-k), the default"),
+}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    release_type: str
+    configure: str
+    method: str  # the evaluation's method name
+    cell: dict[str, Any]  # the evaluated cell it was read from: users, delta_keys, epsilon_w, k, known_domain
+    recall: float  # recall@k of the recommended type in that cell
+    best_peer: str  # "" when the peers were not run
+    best_peer_recall: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"release_type": self.release_type, "configure": self.configure, "method": self.method,
+                "cell": dict(self.cell), "recall": self.recall, "best_peer": self.best_peer,
+                "best_peer_recall": self.best_peer_recall}
+
+
+def _log_gap(a: float, b: float) -> float:
+    return abs(math.log(a) - math.log(b))
+
+
+def recommend(*, max_keys_per_user: int, k: int, epsilon_w: float, known_domain: bool,
+              expected_users: float) -> Recommendation:
+    """The best stream-dp release type of the nearest evaluated cell (module docstring).
+
+    >>> r = recommend(max_keys_per_user=5, k=10, epsilon_w=1.0, known_domain=True, expected_users=600)
+    >>> r.cell["users"], r.cell["delta_keys"], r.cell["epsilon_w"], r.cell["k"]
+    (610, 5, 1.0, 10)
+    """
+    for name, value in (("max_keys_per_user", max_keys_per_user), ("k", k), ("epsilon_w", epsilon_w),
+                        ("expected_users", expected_users)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and value > 0):
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    cells = [c for c in EVALUATED_CELLS if c["known_domain"] == bool(known_domain)]
+    cell = min(cells, key=lambda c: (_log_gap(c["users"], expected_users), _log_gap(c["delta_keys"], max_keys_per_user),
+                                     _log_gap(c["epsilon_w"], epsilon_w), _log_gap(c["k"], k)))
+    release_type, configure = METHODS[cell["best_method"]]
+    where = {key: cell[key] for key in ("dataset", "users", "delta_keys", "epsilon_w", "k", "known_domain")}
+    return Recommendation(release_type, configure, cell["best_method"], where, cell["best_recall"],
+                          cell["best_peer"], cell["best_peer_recall"])
