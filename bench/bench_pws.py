@@ -1,6 +1,6 @@
 """Key reporting and sum estimation: private weighted sampling (PWS) vs the SbH baseline on Zipf data.
 
-Reproduces the comparison of Cohen, Geri, Sarlós & Stemmer (AISTATS 2021; ALGORITHMS.md §3.9): the
+Reproduces the comparison of Cohen, Geri, Sarlós & Stemmer (AISTATS 2021, their key-reporting experiments): the
 fraction of keys reported by PWS (late Algorithm 4) and by SbH (Laplace histogram, threshold
 1 + ln(1/δ)/ε, then sample), without sampling and with PPS, for ε ∈ {0.1, 0.5, 1} and
 δ ∈ {1e-1, 1e-3, 1e-6}, element level (Δ = 1). Reporting fractions are exact expectations
@@ -26,7 +26,7 @@ from stream_dp.mechanisms.pws_estimators import estimator_for
 
 from bench.results import emit
 
-# ALGORITHMS.md §3.9 gains (no sampling, Zipf(n=1e4, a=1)), computed by the spec authors with the paper's formulas
+# Reference gains (no sampling, Zipf(n=1e4, a=1)) computed beforehand with the paper's formulas (not printed in it)
 SPEC_GAINS = {(0.1, 1e-1): 3.14, (0.1, 1e-3): 1.98, (0.1, 1e-6): 1.29, (0.5, 1e-1): 1.69, (0.5, 1e-3): 1.31,
               (0.5, 1e-6): 1.13, (1.0, 1e-1): 1.37, (1.0, 1e-3): 1.18, (1.0, 1e-6): 1.09}
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     rng = np.random.default_rng(args.seed)
     print(f"Zipf(n={args.n}, a={args.a}): Σw = {int(total)}, max w = {int(freqs.max())}; "
           f"PPS τ = {args.tau}; Monte Carlo runs = {args.reps}; seed = {args.seed}\n")
-    print("| sampling | ε | δ | reported PWS | reported SbH | gain PWS/SbH | §3.9 gain | NRMSE PWS exact "
+    print("| sampling | ε | δ | reported PWS | reported SbH | gain PWS/SbH | reference gain | NRMSE PWS exact "
           "| NRMSE PWS MC | NRMSE SbH MC | SbH/PWS NRMSE |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     settings: list[dict] = []

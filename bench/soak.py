@@ -136,7 +136,7 @@ def plot(path: Path, samples: list[dict[str, Any]], stream_end: float) -> bool:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("note: matplotlib not installed (eval/test extras): no plot", file=sys.stderr)
+        print("note: matplotlib not installed (extras eval, test): no plot", file=sys.stderr)
         return False
     t = [s["t"] / 60 for s in samples]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)

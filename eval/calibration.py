@@ -11,7 +11,7 @@ zCDP), Σε and Σδ (basic). The release is then (ε, δ_w)-DP with the better 
 
 Each method gets the largest noise parameter whose guarantee is ≤ ε_w (bisection; every guarantee is
 increasing in the parameter). Limited-domain top-k is judged by its worst case -- k outcomes, which is what
-the ledger reserves before it runs (ALGORITHMS.md decision 2) -- with δ_⊥ = δ_w/2; the full-domain
+the ledger reserves before it runs (docs/privacy.md §4) -- with δ_⊥ = δ_w/2; the full-domain
 baseline has no mechanism δ, so all of δ_w goes to the conversion; the Laplace baseline is one (ε, δ)
 event, so basic composition gives it exactly (ε_w, δ_w).
 """

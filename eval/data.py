@@ -1,7 +1,7 @@
 """Evaluation data: MovieLens ratings or a synthetic Zipf stream, bounded per user as ingest bounds them.
 
 A stream is a sequence of (user, key, event time) in *offset order* (the order a producer would write it
-to Kafka). Contribution bounding follows DESIGN.md §2: per window, a user counts at most once per key
+to Kafka). Contribution bounding follows docs/ingest.md: per window, a user counts at most once per key
 (L∞ = 1) and for at most ``max_keys_per_user`` distinct keys (L0 = Δ); extra keys are dropped
 deterministically, first seen in offset order. A key's count is the number of distinct bounded users.
 

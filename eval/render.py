@@ -69,7 +69,7 @@ def _section_setup(meta: dict[str, Any], calib: Sequence[dict[str, Any]]) -> str
 **Data.** {missing}
 {ds}
 
-Each stream is treated as one window. Contribution bounding is the ingest rule (DESIGN.md §2): a user
+Each stream is treated as one window. Contribution bounding is the ingest rule (docs/ingest.md): a user
 counts once per key and for at most Δ keys, the first Δ distinct keys in offset (event-time) order; a
 key's count is its number of distinct bounded users. MovieLens: user = userId, key = movieId, events in
 timestamp order. Synthetic: {meta['scale']['zipf_users']} users each draw 30 keys i.i.d. from

@@ -49,7 +49,8 @@ def findings_seeds(out: Path) -> list[str]:
         worst = max((abs(r["gain"] - r["spec_gain"]) for r in quoted), default=math.nan)
         gains = [r["gain"] for r in rows]
         lines.append(f"- **Seed 002**: PWS reports {min(gains):.2f}×–{max(gains):.2f}× as many keys as SbH across "
-                     f"the grid; the {len(quoted)} gains ALGORITHMS.md §3.9 quotes are reproduced within {worst:.3f}.")
+                     f"the grid; the {len(quoted)} reference gains computed from the paper's formulas are "
+                     f"reproduced within {worst:.3f}.")
     if (out / "seed003_blue.csv").is_file():
         rows = analysis.read_csv(out / "seed003_blue.csv")
         for ds in sorted({r["dataset"] for r in rows}):
@@ -177,11 +178,11 @@ def section_seeds(out: Path) -> str:
 
 Expected fraction of keys reported (exact, Σ_x P[report x] / #keys; no Monte Carlo), element level as in
 the paper, PWS = `stream_dp.mechanisms.pws` (late Algorithm 4), SbH = Laplace histogram with threshold
-1 + ln(1/δ)/ε. Zipf frequencies from `bench/bench_pws.py`; "§3.9 gain" is the spec authors' computation with
+1 + ln(1/δ)/ε. Zipf frequencies from `bench/bench_pws.py`; "reference gain" was computed beforehand with
 the paper's formulas. Without sampling on Zipf data the gain ranges {min(gains):.2f}×–{max(gains):.2f}×
 (the paper's abstract: 20 %–300 % more keys reported).
 
-{_table(("frequencies", "sampling", "ε", "δ", "reported PWS", "reported SbH", "gain", "§3.9 gain"), body)}
+{_table(("frequencies", "sampling", "ε", "δ", "reported PWS", "reported SbH", "gain", "reference gain"), body)}
 """)
     if (out / "seed003_blue.csv").is_file():
         rows = analysis.read_csv(out / "seed003_blue.csv")

@@ -2,11 +2,11 @@
 
 Reuses the mechanism helpers' code, so the report shows what the shipped mechanisms do:
 
-* **Seed 002 key-reporting gain** (Cohen et al. 2021, ALGORITHMS.md §3.9): expected fraction of keys
+* **Seed 002 key-reporting gain** (Cohen et al. 2021, their key-reporting experiments): expected fraction of keys
   reported by private weighted sampling (Algorithm 3/4, ``stream_dp.mechanisms.pws``) over the SbH
   baseline (Laplace histogram, threshold 1 + ln(1/δ)/ε), exact expectations (no Monte Carlo), on the
   Zipf data of ``bench/bench_pws.py`` and on MovieLens movie frequencies; element level (Δ = 1) as in the
-  paper. The §3.9 gains computed by the spec's authors are quoted next to ours.
+  paper. Reference gains computed beforehand with the paper's formulas are quoted next to ours.
 * **Seed 003 BLUE** (Ding et al., §6.3 Theorem 6.2 / Corollary 1): % MSE reduction of Noisy Top-K with
   Measures' BLUE over the measurement alone, against the theory (1+λk)/(k+λk); and **SVT with Measures**
   (§5.3) against ``measures_mse_ratio``. Monte Carlo with the shipped ``noisy_topk_with_gap``,

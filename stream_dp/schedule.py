@@ -1,6 +1,6 @@
 """The public release schedule: which windows get released, decided from public inputs only.
 
-DESIGN §2b: what a subscriber sees must not depend on whether one user's events exist. The *set of
+docs/privacy.md §1b: what a subscriber sees must not depend on whether one user's events exist. The *set of
 windows* released is therefore not "the windows that received events" (a lone user's window would exist
 only with that user: ε = ∞) but a schedule fixed by public inputs:
 

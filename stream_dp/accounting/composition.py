@@ -1,6 +1,6 @@
 """Composition of DP events: approximate zCDP and basic composition.
 
-The ledger's currency is approximate zCDP (ρ, δ) (ALGORITHMS.md decision 1): composition adds ρ and δ;
+The ledger's currency is approximate zCDP (ρ, δ) (docs/privacy.md §2): composition adds ρ and δ;
 the (ε, δ)-DP guarantee shown and capped is ε = :func:`zcdp_to_epsilon` (ρ, δ′) -- the optimal conversion of
 Canonne, Kamath & Steinke 2020 (Cor. 13) -- with total δ = Σδ + δ′. Basic composition (Σε, Σδ) is tracked
 too; the reported ε is the smaller valid one.
@@ -176,7 +176,7 @@ def _check_composition_args(epsilon: float, k: int, delta: float) -> None:
 
 
 def dr19_range_bounded_epsilon(epsilon: float, k: int, delta_prime: float) -> float:
-    """DR19's bound (ALGORITHMS.md §1.4) for the adaptive composition of k ε-range-bounded mechanisms.
+    """DR19's bound (§4.2) for the adaptive composition of k ε-range-bounded mechanisms.
 
     The result is ε′ of an (ε′, δ′)-DP guarantee, the minimum of basic composition kε, the DRV10 advanced
     composition kε(e^ε−1)/(e^ε+1) + ε·sqrt(2k·ln(1/δ′)) and the range-bounded (Azuma) bound
@@ -197,7 +197,7 @@ def dr19_range_bounded_epsilon(epsilon: float, k: int, delta_prime: float) -> fl
 def optimal_composition_delta(epsilon: float, k: int, epsilon_total: float) -> float:
     """Smallest δ such that k-fold composition of ε-DP mechanisms is (epsilon_total, δ)-DP (KOV15 / MV16).
 
-    δ = (1+e^ε)^(−k) · Σ_{l=⌈(ε_g + kε)/(2ε)⌉}^{k} C(k,l)·(e^{lε} − e^{ε_g}·e^{(k−l)ε})   (ALGORITHMS.md §1.5).
+    δ = (1+e^ε)^(−k) · Σ_{l=⌈(ε_g + kε)/(2ε)⌉}^{k} C(k,l)·(e^{lε} − e^{ε_g}·e^{(k−l)ε})   (DR19 Appendix A).
     Terms are evaluated in log space so moderate k does not overflow.
 
     >>> optimal_composition_delta(1.0, 3, 3.0)
@@ -219,9 +219,9 @@ def optimal_composition_delta(epsilon: float, k: int, epsilon_total: float) -> f
 
 
 def optimal_composition_epsilon(epsilon: float, k: int, delta: float) -> float:
-    """Smallest ε_g with k-fold composition of general ε-DP mechanisms (ε_g, δ)-DP (ALGORITHMS.md §1.5).
+    """Smallest ε_g with k-fold composition of general ε-DP mechanisms (ε_g, δ)-DP (DR19 Appendix A).
 
-    Bisection on :func:`optimal_composition_delta`, which decreases in ε_g. The §1.5 comparison is the ratio
+    Bisection on :func:`optimal_composition_delta`, which decreases in ε_g. DR19's Appendix A comparison is the ratio
     of this to :func:`dr19_range_bounded_epsilon` (above 1: range-boundedness beats optimal composition).
 
     >>> round(optimal_composition_epsilon(0.1, 10, 1e-6), 3)

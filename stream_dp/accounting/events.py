@@ -7,7 +7,7 @@ release carries its own audit trail. The meaning of an event type never changes:
 
 Each event maps to
 
-- approximate zCDP ``(rho, delta)`` -- the project's accounting currency (ALGORITHMS.md, decision 1):
+- approximate zCDP ``(rho, delta)`` -- the project's accounting currency (docs/privacy.md §2):
   ε-range-bounded → ρ = ε²/8 (Cesar & Rogers 2021; Dong, Durfee & Rogers 2020), pure ε-DP → ρ = ε²/2,
   (ε, δ)-DP → ρ = ε²/2 with that δ (the δ is carried as the δ of approximate zCDP);
 - basic composition ``(epsilon, delta)`` -- Σε, Σδ; a zCDP event has no pure-ε form, so its basic ε is
@@ -123,7 +123,7 @@ class RangeBoundedEvent(DpEvent):
     """``count`` ε-range-bounded outcomes (exponential-mechanism / Gumbel peels with monotone scores).
 
     ``delta`` is the δ of the whole event (not per outcome): limited-domain top-k charges all its returned
-    outcomes as one event whose δ is the ⊥-rule δ of the call (DR19 Lemma 5.5; ALGORITHMS.md decision 1).
+    outcomes as one event whose δ is the ⊥-rule δ of the call (DR19 Lemma 5.5; docs/privacy.md §2).
     """
 
     kind: ClassVar[str] = "range_bounded"

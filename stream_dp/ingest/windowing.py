@@ -2,7 +2,7 @@
 
 Windows are ``[start, start + size)`` with ``start`` a multiple of ``size`` (integer epoch seconds).
 
-**The clock is the Kafka record timestamp** (DESIGN §2b): the time the service's own producer (the
+**The clock is the Kafka record timestamp** (docs/privacy.md §1b): the time the service's own producer (the
 collector, ``stream-dp replay``) stamped on the record, which users cannot set. Per Kafka partition,
 ``watermark = max record time seen − allowed lateness``; it only ever moves forward. A body's event time
 never moves it: it only chooses the event's window, and only within ``[record time − max_event_delay,

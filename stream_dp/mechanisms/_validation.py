@@ -1,7 +1,7 @@
 """Input checks and the fixed tie order shared by the selection mechanisms.
 
 Error messages name the parameter at fault but never echo a key or a count: raw per-key data must not
-reach logs or error reports (DESIGN.md privacy model).
+reach logs or error reports (docs/privacy.md §1, trusted curator).
 """
 
 from __future__ import annotations

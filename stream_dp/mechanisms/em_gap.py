@@ -1,4 +1,4 @@
-"""Exponential mechanism with a free gap (Ding et al., "Free Gap Estimates", §8; ALGORITHMS.md §4,
+"""Exponential mechanism with a free gap (Ding et al., "Free Gap Estimates", §8,
 Algorithms 7 and 8).
 
 Write s_ω = ε·μ(D, ω)/(2Δμ) for the scaled utility (Δμ = ``sensitivity``).
@@ -8,9 +8,9 @@ Write s_ω = ε·μ(D, ω)/(2Δμ) for the scaled utility (Δμ = ``sensitivity`
 - :func:`em_with_gap_blackbox` (Algorithm 8): draw ω* from any exponential-mechanism sampler
   (P[ω] ∝ e^{s_ω}), then draw the gap from the Logistic distribution with location
   L = s_{ω*} − ln Σ_{ω≠ω*} e^{s_ω} conditioned on being ≥ 0. By Theorem 8.3 the pair has exactly the law
-  of Algorithm 7. The seed's Algorithm 8 line omits ε in L; we use the Theorem 8.3 location
-  (ALGORITHMS.md decision 5). The conditioned draw uses the inverse CDF (the paper's "repeat until
-  x > 0" has the same law and may loop for a very long time when L ≪ 0).
+  of Algorithm 7. The seed's Algorithm 8 line omits ε in L; we use the Theorem 8.3 location.
+  The conditioned draw uses the inverse CDF (the paper's "repeat until x > 0" has the same law and may
+  loop for a very long time when L ≪ 0).
 
 The gap is in the scaled units of s (log-odds); ``gap · 2Δμ/ε`` is the utility difference it estimates.
 Cost: :func:`em_with_gap_events` -- pure ε-DP.

@@ -1,5 +1,5 @@
-"""Hybrids of Noisy Top-K and Sparse Vector with free gaps (Ding et al., "Free Gap Estimates", §7;
-ALGORITHMS.md §4, Algorithms 5 and 6). Both pay only for what they return.
+"""Hybrids of Noisy Top-K and Sparse Vector with free gaps (Ding et al., "Free Gap Estimates", §7,
+Algorithms 5 and 6). Both pay only for what they return.
 
 - :func:`hybrid_topk_identity` (Algorithm 5, prioritizing identity): the threshold T joins the race as
   "query 0" with its own noise; the k+1 largest of T + η_0, q_1 + η_1, … (η ~ Exp(2k/ε)) are released in

@@ -1,11 +1,11 @@
-"""Large margin mechanism for private argmax over huge universes (Chaudhuri, Hsu & Song, NIPS 2014;
-ALGORITHMS.md §2.3).
+"""Large margin mechanism for private argmax over huge universes (Chaudhuri, Hsu & Song, NIPS 2014,
+Algorithm 1, lmm).
 
 ``lmm(α, δ, D)`` finds, with a sparse-vector search, the smallest l such that the top score has a clear
 margin over the (l+1)-th, then runs the exponential mechanism only over the top l items. Its utility
 depends on the margin, not on the universe size K (range independence).
 
-Constants (reconstructed, ALGORITHMS.md decision 6 and §2.3 -- not read in the paper itself): budget
+Constants (reconstructed from a third-party implementation -- not read in the paper itself): budget
 α/3 + α/3 + α/3, δ/3 tails. For r = 1, 2, …
 
 - t(r) = (6/n)·(1 + ln(3r/δ)/α)
@@ -54,7 +54,7 @@ _CHUNK = 256
 
 
 def margin_threshold(level: int, *, epsilon: float, delta: float, n: int) -> float:
-    """T(level) of §2.3 (computed with logs so that level may be astronomically large).
+    """T(level) of the constants above (computed with logs so that level may be astronomically large).
 
     >>> round(margin_threshold(1, epsilon=1.0, delta=1e-6, n=1000), 4)
     0.4149

@@ -1,6 +1,6 @@
-"""Limited-domain top-k with pay-what-you-get accounting (Durfee & Rogers, NeurIPS 2019; ALGORITHMS.md §1).
+"""Limited-domain top-k with pay-what-you-get accounting (Durfee & Rogers, NeurIPS 2019).
 
-``LimitDom^{k, k̄}`` (Algorithm 1, §1.7) reads only the top k̄+1 counts of a histogram over a possibly
+``LimitDom^{k, k̄}`` (Algorithm 1) reads only the top k̄+1 counts of a histogram over a possibly
 unknown universe and releases at most k keys, best first:
 
 1. d = the k̄ keys with the highest counts (fixed tie order, :func:`~stream_dp.mechanisms._validation.tie_key`);
@@ -10,12 +10,12 @@ unknown universe and releases at most k keys, best first:
    the same distribution as peeling the exponential mechanism k times over d ∪ {⊥}).
 4. Release the keys in decreasing noisy order; stop after k keys, or at ⊥ (which is then released too).
 
-Privacy (ALGORITHMS.md decisions 1–3): with user-level add/remove neighbours, ℓ∞ sensitivity 1 and
+Privacy (docs/privacy.md §2): with user-level add/remove neighbours, ℓ∞ sensitivity 1 and
 monotone counts, every released outcome -- each key and the ⊥ -- is one ε-range-bounded peel of the
 exponential mechanism (ρ = ε²/8 each), and the call as a whole adds δ: the probability that a key outside
 the common limited domain of two neighbours is ever released is at most δ (DR19 Lemma 5.5; the union bound
 over at most min{Δ, k̄} boundary keys is what the ln(min{Δ, k̄}/δ)/ε offset pays for). The cost is charged
-for what was returned ("pay what you get", §1.9): ``result.events`` is one
+for what was returned ("pay what you get", Theorem 3): ``result.events`` is one
 :class:`~stream_dp.accounting.events.RangeBoundedEvent` with ``count = len(keys) + hit_bottom``.
 :class:`LimitedDomainTopk` is the measurement: its ``privacy_map()`` is the k-outcome worst case to reserve
 before running, its ``realized(result)`` the events above (both from :func:`outcome_events`).
@@ -90,7 +90,7 @@ class LimitedDomainTopk:
 
     Input: a histogram of distinct-user counts (user-level add/remove neighbours, each user on at most
     ``max_keys_per_user`` keys). ``privacy_map()`` is the worst case, k outcomes -- what the ledger reserves
-    before the call; ``realized(result)`` what the call returned (pay-what-you-get, DR19 §1.9).
+    before the call; ``realized(result)`` what the call returned (pay-what-you-get, DR19 Theorem 3).
 
     >>> m = LimitedDomainTopk(k=3, k_bar=5, epsilon=0.5, delta=1e-6, max_keys_per_user=1)
     >>> m.privacy_map()[0].count, m.realized(m({"a": 90, "b": 80}, rng=1))[0].count <= 3
@@ -122,7 +122,7 @@ class LimitedDomainTopk:
 
 
 def bottom_offset(*, k_bar: int, epsilon: float, delta: float, max_keys_per_user: int) -> float:
-    """h_⊥ − h_(k̄+1) = 1 + ln(min{Δ, k̄}/δ)/ε (DR19 §1.7 step 2).
+    """h_⊥ − h_(k̄+1) = 1 + ln(min{Δ, k̄}/δ)/ε (DR19 Algorithm 1, the count of ⊥).
 
     >>> round(bottom_offset(k_bar=10, epsilon=1.0, delta=0.01, max_keys_per_user=1), 4)
     5.6052

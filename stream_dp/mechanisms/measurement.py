@@ -1,14 +1,14 @@
 """Measurements: a mechanism together with its privacy map, in the spirit of OpenDP's measurements.
 
 A measurement is a frozen object holding a mechanism's public parameters. Its input domain is a histogram
-of distinct-user counts and its metric the user-level add/remove neighbour relation (DESIGN §2, each user
+of distinct-user counts and its metric the user-level add/remove neighbour relation (docs/privacy.md §1, each user
 on at most ``max_keys_per_user`` keys) -- implicit, the same for every release type. It carries
 
 - ``privacy_map()`` -- the worst-case DP events of one run at these parameters: what the ledger reserves
-  before the mechanism runs (a release the budget cannot cover never runs, ALGORITHMS decision 2) and what
+  before the mechanism runs (a release the budget cannot cover never runs, docs/privacy.md §4) and what
   the startup budget check (:mod:`stream_dp.release.budget_plan`) plans with;
 - ``realized(result)`` -- the DP events a given result actually cost (pay-what-you-get for limited-domain
-  top-k, DR19 §1.9: the outcomes returned; the same as the map for data-independent costs). It is never
+  top-k, DR19 Theorem 3: the outcomes returned; the same as the map for data-independent costs). It is never
   more than the map (the contract suite, tests/unit/test_measurements_contract.py, checks this for every
   release type) and refuses results that are not this measurement's.
 

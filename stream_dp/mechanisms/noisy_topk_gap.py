@@ -1,4 +1,4 @@
-"""Noisy Top-K with Gap and its BLUE refinement (Ding et al., "Free Gap Estimates", §6; ALGORITHMS.md §4).
+"""Noisy Top-K with Gap and its BLUE refinement (Ding et al., "Free Gap Estimates", §6).
 
 Algorithm 4: add i.i.d. noise to every query answer, take the k+1 largest noisy answers j_1..j_{k+1}, and
 release (j_i, g_i) with the *gap* g_i = q~_{j_i} − q~_{j_{i+1}} for i = 1..k. The gaps are free: releasing

@@ -1,15 +1,15 @@
-"""Private weighted sampling, the ``sample`` release (Cohen, Geri, Sarlós & Stemmer, AISTATS 2021; §3).
+"""Private weighted sampling, the ``sample`` release (Cohen, Geri, Sarlós & Stemmer, AISTATS 2021).
 
 Every key x with count w_x ≥ 1 is, independently, either not reported or reported with a token
 j ∈ {1..w_x} drawn from row π_{w_x,·} of the late Algorithm 4 (:mod:`stream_dp.mechanisms.pws_tables`)
-for the sampling scheme q (PPS/priority, PPSWOR or none, §3.7) at the per-key privacy (ε/Δ, δ/Δ).
+for the sampling scheme q (PPS/priority, PPSWOR or none) at the per-key privacy (ε/Δ, δ/Δ).
 Each released row is (key, token, estimate), where the estimate is the MLE estimate of the key's
 frequency (:mod:`stream_dp.mechanisms.pws_estimators`), so Σ rows.estimate estimates Σ_x w_x.
 
-Privacy (ALGORITHMS.md decision 4). *Per key*: between rows i-1 and i of the table both hockey-stick
+Privacy (docs/pws.md, Privacy). *Per key*: between rows i-1 and i of the table both hockey-stick
 divergences are ≤ δ_key at e^{ε_key} (checked exactly in the tests), i.e. the report of one key is
 (ε_key, δ_key)-DP when its count changes by 1 (including 0 ↔ 1: a key with count 0 is never reported,
-and keys outside ``counts`` are count 0). *Per user*: with contribution bounding (DESIGN §2) a user adds
+and keys outside ``counts`` are count 0). *Per user*: with contribution bounding (docs/ingest.md) a user adds
 1 to at most Δ = ``max_keys_per_user`` counts; every other count is unchanged, keys are reported
 independently, so the release is the product of at most Δ changed per-key mechanisms and the rest
 unchanged. Basic composition of Δ (ε/Δ, δ/Δ)-DP mechanisms is (ε, δ)-DP; the tests also check the
@@ -87,7 +87,7 @@ class SampleResult:
         """The user-level cost of the whole release, as charged: Δ composed per-key (ε/Δ, δ/Δ) mechanisms.
 
         A user changes at most Δ keys, each by one, and every key is reported independently at
-        (ε/Δ, δ/Δ) (decision 4), so the privacy loss is the sum of Δ per-key losses. Basic composition
+        (ε/Δ, δ/Δ) (docs/pws.md, Privacy), so the privacy loss is the sum of Δ per-key losses. Basic composition
         gives (ε, δ); in the project's zCDP currency it is ρ = Δ·(ε/Δ)²/2 = ε²/(2Δ) with δ -- Δ times
         cheaper than accounting the release as one (ε, δ)-DP mechanism (:attr:`whole_release_events`).
         """

@@ -1,4 +1,4 @@
-"""Estimators for sums Q = Σ_x L_x g(w_x) from a private weighted sample (ALGORITHMS.md §3.6).
+"""Estimators for sums Q = Σ_x L_x g(w_x) from a private weighted sample (Cohen et al. 2021).
 
 A released row carries a token j (Algorithm 4); every estimator here is a fixed function token → ĝ(j) of
 the public parameters (scheme, τ, weight, per-key ε and δ) and of g -- never of the data -- so computing

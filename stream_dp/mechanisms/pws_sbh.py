@@ -1,4 +1,4 @@
-"""Baseline "SbH": sampling from a stability-based histogram (ALGORITHMS.md §3.8) -- for comparison only.
+"""Baseline "SbH": sampling from a stability-based histogram (Cohen et al.'s baseline) -- for comparison only.
 
 Per key (count w ≥ 1): Y = w + Lap(1/ε); keep the key if Y ≥ T := 1 + ln(1/δ)/ε; then run the
 non-private sampler on Y (keep with probability q(Y), identity weight) and report (key, Y) with the

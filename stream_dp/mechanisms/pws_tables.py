@@ -1,12 +1,12 @@
-"""Private weighted sampling tables (Cohen, Geri, Sarlós & Stemmer, AISTATS 2021; ALGORITHMS.md §3.2–3.4, 3.7).
+"""Private weighted sampling tables (Cohen, Geri, Sarlós & Stemmer, AISTATS 2021: Algorithms 3 and 4).
 
 A non-private threshold sampling scheme keeps a key of frequency i with probability q_i (q_0 = 0,
 non-decreasing). This module computes, from (q, ε, δ) alone -- never from data:
 
-* **Algorithm 3** (§3.3): the largest end-to-end reporting probabilities π_i allowed by (ε, δ)-DP between
+* **Algorithm 3**: the largest end-to-end reporting probabilities π_i allowed by (ε, δ)-DP between
   frequencies i-1 and i, ``π_i = min{q_i, e^ε π_{i-1} + δ, 1 + e^{-ε}(π_{i-1} + δ - 1)}``, and the
   post-processing probabilities p_i = π_i / q_i for an existing non-private sample.
-* **Algorithm 4, "late" variant** (§3.4, ALGORITHMS.md decision 4): the frequency sanitizer: row i is the
+* **Algorithm 4, "late" variant** (the authors' later code; docs/pws.md): the frequency sanitizer: row i is the
   distribution π_{i,·} of the token reported for a key of frequency i (token 0 = not reported, tokens
   1..i otherwise). Row i is built from row i-1; for every i both hockey-stick divergences between rows i
   and i-1 are ≤ δ (tested exactly in tests/unit/test_pws_tables.py). The "early" variant of the authors'
@@ -63,7 +63,7 @@ SHIFT_CONFIRMATIONS = 3
 # --------------------------------------------------------------------------------------------- schemes
 @dataclass(frozen=True)
 class SamplingScheme:
-    """A threshold sampling scheme (§3.7): q_i = P[key of frequency i is sampled].
+    """A threshold sampling scheme (as in the paper's experiments): q_i = P[key of frequency i is sampled].
 
     * ``"pps"`` (priority): score U(0,1)/f(w) < τ, q_i = min(1, τ f(i));
     * ``"ppswor"``: score Exp(1)/f(w) < τ, q_i = 1 - e^{-τ f(i)};
@@ -138,7 +138,7 @@ def _extend_reporting(pi_prev: float, q: np.ndarray, epsilon: float, delta: floa
 
 
 def pws_reporting_probabilities(q: Any, *, epsilon: float, delta: float) -> np.ndarray:
-    """Algorithm 3 of Cohen et al. (§3.3): the optimal (ε, δ)-DP key-reporting probabilities π[0..len(q)-1].
+    """Algorithm 3 of Cohen et al.: the optimal (ε, δ)-DP key-reporting probabilities π[0..len(q)-1].
 
     Element-level guarantee: reporting each key independently with probability π_{w_x} is (ε, δ)-DP for
     neighbours that change one key's frequency by 1 (including 0 ↔ 1); every π_i is the largest such value
@@ -365,7 +365,7 @@ class SanitizerTable:
         """One token per key (0 = not reported), independently, from row π_{w,·} of each key's frequency.
 
         Drawing from π_{w,·} directly is the end-to-end distribution of "sample with q_w, then sanitize with
-        p_{w,j} = π_{w,j}/q_w" (§3.4), without materialising the non-private sample.
+        p_{w,j} = π_{w,j}/q_w" (Algorithm 4), without materialising the non-private sample.
         """
         freqs = np.asarray(frequencies, dtype=np.int64)
         tokens = np.zeros(len(freqs), dtype=np.int64)

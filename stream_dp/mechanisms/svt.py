@@ -2,7 +2,7 @@
 
 Ding et al., "Free Gap Estimates from the Exponential Mechanism, Sparse Vector, Noisy Max and Related
 Algorithms" (VLDB J.; arXiv 1904.12773), §5.1 (Algorithm 1, Theorem 5.1), Algorithm 2 (SVT with Gap),
-§5.2 (Algorithm 3, exponential and geometric noise), §5.3 (Lemma 3); ALGORITHMS.md §4 and decision 5.
+§5.2 (Algorithm 3, exponential and geometric noise), §5.3 (Lemma 3).
 
 **Privacy guarantee.** One instance is ε-DP for any stream of sensitivity-1 queries (monotone queries
 when ``monotone=True``, e.g. counts of distinct users that can only grow when a user is added), whatever
@@ -11,13 +11,13 @@ its answers and however often it is frozen and resumed. The budget is split ``ε
 answers are free. Costs are kept in integer units of ``ε2`` and the instance stops (``exhausted``) when
 ``cost > ε − ε1``, i.e. when more than ``2(k−1)`` units are used, so the realised cost
 ``ε0 + ε2·#top + ε1·#middle`` never exceeds ε. The ledger is charged the whole ε when the instance
-opens (:meth:`AdaptiveSVT.privacy_event`, decision 5): adaptivity shows as more answers, not a refund.
+opens (:meth:`AdaptiveSVT.privacy_event`; docs/privacy.md §4): adaptivity shows as more answers, not a refund.
 
 Per query ``q`` (rates: threshold ``ε0``; top ``ε2``, middle ``ε1`` when monotone, half of them otherwise;
 see :mod:`stream_dp.mechanisms.svt_noise`):
 
 - top: ``q + ξ − T̃ ≥ 2σ`` with σ the standard deviation of the noise ``ξ`` actually used →
-  ``(above, gap, "top", ε2)`` (decision 5; for monotone Laplace σ = √2/ε2, where the authors' code keeps
+  ``(above, gap, "top", ε2)`` (2σ as in the pseudocode; for monotone Laplace σ = √2/ε2, where the authors' code keeps
   the general 2·2√2/ε2 — any fixed test threshold is private, it only moves answers between branches);
 - else middle: ``q + η − T̃ ≥ 0`` → ``(above, gap, "middle", ε1)``;
 - else ``(below, None, None, 0)``.
@@ -233,9 +233,9 @@ class AdaptiveSVT:
     def to_state(self) -> dict[str, Any]:
         """JSON-serialisable state: public parameters, the SECRET noisy threshold and the answer counters.
 
-        It holds nothing from which past noise can be recomputed (no generator state, seed or key; DESIGN
-        §7): the query noise already drawn is gone for good. Keep it operator-only, next to the raw counts,
-        never in a release; delete it once the instance closes."""
+        It holds nothing from which past noise can be recomputed (no generator state, seed or key;
+        docs/privacy.md §5b): the query noise already drawn is gone for good. Keep it operator-only, next
+        to the raw counts, never in a release; delete it once the instance closes."""
         return {
             "version": STATE_VERSION, "mechanism": MECHANISM, "threshold": self.threshold, "k": self.k,
             "epsilon": self.epsilon, "noise": self.noise, "monotone": self.monotone, "theta": self.theta,
@@ -296,7 +296,7 @@ def _is_real(x: Any) -> bool:
 
 
 def instance_events(*, epsilon: float) -> tuple[DpEvent, ...]:
-    """The cost of one Adaptive SVT instance, known before it opens (ALGORITHMS.md decision 5): ε-DP as a
+    """The cost of one Adaptive SVT instance, known before it opens (docs/privacy.md §4): ε-DP as a
     whole (Theorem 5.1), whatever its answers turn out to be. The one place this formula is written.
 
     >>> instance_events(epsilon=0.5)[0].epsilon
@@ -309,7 +309,7 @@ def instance_events(*, epsilon: float) -> tuple[DpEvent, ...]:
 class AdaptiveSvtInstance:
     """The Adaptive SVT measurement (Ding et al., Algorithm 1): one instance and its privacy map.
 
-    ``privacy_map()`` is the whole instance's ε (charged when it opens, decision 5). ``realized(svt)`` of an
+    ``privacy_map()`` is the whole instance's ε (charged when it opens, docs/privacy.md §4). ``realized(svt)`` of an
     instance that answered some queries is the same single event: the realized loss ``svt.spent`` is ≤ ε by
     the break rule (Theorem 5.1), and is checked; an instance that gave more than its budget allows, or runs
     at other parameters, is refused.

@@ -1,6 +1,6 @@
 """Seed 003 §9.3 ("Benefits of adaptivity") as a pure function: SVT with Gap vs Adaptive SVT with Gap.
 
-Setup of the paper and the authors' code (ALGORITHMS.md §4, Experiments): item counts as monotone
+Setup of the paper and the authors' code (Ding et al. §9, Experiments): item counts as monotone
 counting queries in a fixed shuffled order; θ = 1/(1+k^{2/3}) for both algorithms; on each run the
 threshold is the count at a uniformly random rank in [2k, 8k) of the counts sorted largest first; both
 algorithms scan the queries until their budget rule fires or the queries end. Reported per run: answers

@@ -1,14 +1,14 @@
 """Noise families of the sparse-vector-with-gap algorithms and the exact tails of their gap noise.
 
 Ding et al., "Free Gap Estimates from the Exponential Mechanism, Sparse Vector, Noisy Max and Related
-Algorithms" (seed 003), §5.1–5.3, Table 1; ALGORITHMS.md §4 and decision 5.
+Algorithms" (seed 003), §5.1–5.3, Table 1.
 
 Every noise is parameterised by its **rate** ``λ``: shifting the noise by one unit changes its log-density
 (log-mass) by at most ``λ``. So ``Lap(1/λ)``, ``Exp(1/λ)`` and ``Geo(1 - e^{-λ})`` all pay ``λ`` for a unit
 shift, which is what the alignment proofs of Algorithms 1 and 3 need. One-sided noises are centred by
 subtracting a constant **offset**: the mean ``1/λ`` for ``Exp(1/λ)``; for numpy's geometric (support
 ``{1, 2, …}``, mean ``1/p``) the *integer nearest the mean*, ``round(1/p)`` — the seed's Table 1 gives
-support ``{0, 1, …}`` but the mean ``1/p``, which only fits ``{1, 2, …}`` (ALGORITHMS.md decision 5). The
+support ``{0, 1, …}`` but the mean ``1/p``, which only fits ``{1, 2, …}`` (numpy's, as in the authors' code). The
 integer offset keeps every geometric quantity an integer (issue 16): with integer counts and an integer
 threshold the noisy threshold, the released gap, the estimate and the lower bound are integers, so no
 floating-point noise ever leaves the service (Mironov 2012's least-significant-bits attack needs the

@@ -1,7 +1,7 @@
 """Validation of the state of :class:`~stream_dp.mechanisms.svt.AdaptiveSVT`.
 
 The state holds the public parameters, the secret noisy threshold and the answer counters -- and nothing
-from which past noise could be recomputed: no generator state, seed or key (DESIGN §7). A resumed
+from which past noise could be recomputed: no generator state, seed or key (docs/privacy.md §5b). A resumed
 instance draws fresh query noise; only its threshold noise is carried over (re-drawing it would be an
 averaging attack). A state that carries a generator (``rng`` other than null, as older versions wrote)
 is refused.

@@ -1,13 +1,13 @@
 """Online alerts: one Adaptive SVT instance carried across windows, and the public watchlist.
 
-**Watchlist** (DESIGN §3): the keys of ``releases.alerts.watchlist`` plus, when
+**Watchlist** (public: docs/privacy.md §1): the keys of ``releases.alerts.watchlist`` plus, when
 ``include_released_topk`` is on, every key that a ``topk`` release of an *earlier* window released. Those keys
 are public once released; they are added from the stored top-k record (:meth:`Watchlist.add_released`),
 never from raw counts. The order is public and data-independent: config keys first, then released keys by
 the window that first released them (then by key); each window starts at a rotating offset
 (window index mod list length) so that an instance exhausted early does not starve the same keys forever.
 
-**The sparse-vector instance** (Ding et al., Adaptive SVT with gap, seed 003; ALGORITHMS decision 5): its
+**The sparse-vector instance** (Ding et al., Adaptive SVT with gap, seed 003; docs/privacy.md §4): its
 whole ε is charged to the ledger *when it opens*, as the ``alerts`` release of the window in which it opens.
 It then answers "is this watched key's count above the threshold?" for the watchlist of every following
 window until it has given ``k`` positive answers (``exhausted``). At most one instance opens per window; once

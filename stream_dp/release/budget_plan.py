@@ -3,7 +3,7 @@
 Every window gets every enabled release type (a public release schedule: even an empty window is charged),
 so a window's worst-case cost is the sum over the enabled types of the events each reserves before it runs
 (top-k at k outcomes, sampling, argmax, watch_topk), plus, for ``alerts``, an SVT instance opening
-(its whole ε, ALGORITHMS decision 5). In the worst case an instance opens in every window (a growing
+(its whole ε, docs/privacy.md §4). In the worst case an instance opens in every window (a growing
 watchlist exhausts each instance at once); ``releases.alerts.max_instances_per_period`` bounds that.
 
 ``windows_fitting(cap)`` is the largest n for which n windows of one period (with min(n, instance limit)

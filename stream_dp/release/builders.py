@@ -4,13 +4,13 @@ A builder is a small object with one job per step, so the worker treats every ty
 
 - ``measurement`` -- the mechanism at the configured parameters with its privacy map
   (:mod:`stream_dp.mechanisms.measurement`): ``measurement.privacy_map()`` is reserved in the ledger *before*
-  the mechanism runs (a release the budget cannot cover never runs, ALGORITHMS decision 2);
+  the mechanism runs (a release the budget cannot cover never runs, docs/privacy.md §4);
 - ``read(reader, window, watchlist)`` -- only the data the mechanism needs (top k̄+1 for top-k, the watched
   keys' counts for watch_topk, the count histogram and then the reported keys for sampling, the whole window
   for the large-margin mechanism);
 - ``run(window, data, rng)`` -- call the pure mechanism and build the record draft whose events are
   ``measurement.realized(result)``, what the release actually cost (pay-what-you-get for top-k: the outcomes
-  returned, DR19 §1.9).
+  returned, DR19 Theorem 3).
 
 The online ``alerts`` type keeps state across windows and lives in :mod:`stream_dp.release.alerts`; its
 measurement is :func:`alerts_measurement`. ``BUILDERS`` is a dispatch table (one entry per type, each
@@ -240,7 +240,7 @@ class ArgmaxBuilder:
     def universe_size(self) -> int:
         """The public universe: every key the config admits (byte strings of 1..events.max_key_bytes bytes).
 
-        It must not depend on the data (CHS14 §2.1), so it is not the set of keys seen in the window; the
+        It must not depend on the data (CHS14 Algorithm 1's universe), so it is not the set of keys seen in the window; the
         unseen ones have count 0 and are never enumerated (large_margin_argmax's implicit universe).
         """
         m = self.cfg.events.max_key_bytes

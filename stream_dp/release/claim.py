@@ -1,6 +1,6 @@
 """Claiming a window for release: a Redis lock with a fencing token and an expiry.
 
-Several release workers may run (failover, DESIGN §6). Before releasing a window a worker claims it:
+Several release workers may run (failover; README, Operations). Before releasing a window a worker claims it:
 
 - the **fencing token** comes from one monotone counter (``INCR`` on ``Keys.release_index("fence")``), so a
   later claim always carries a larger token than an earlier one;

@@ -1,6 +1,6 @@
 """The outbox: charge + store atomically in the ledger, then publish, then mark published.
 
-Delivery semantics of a release (DESIGN §2 "No re-roll"):
+Delivery semantics of a release (no re-roll: docs/privacy.md §4, "Charged before visible, exactly once"):
 
 1. **commit** -- one atomic ledger step charges the release's DP events and stores its envelope under the
    release id (``Ledger.charge`` or ``Ledger.settle`` with ``payload``). Idempotent per release id: when the id

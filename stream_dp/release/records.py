@@ -77,7 +77,7 @@ def events_of(record: Mapping[str, Any]) -> list[DpEvent]:
 def scheduled_at_iso(window: Window) -> str:
     """The record's ``created_at``: the window's end, UTC ISO 8601 -- the time the public schedule makes the
     window due, not the wall time of the computation (which grows with the window's size, a private
-    quantity; DESIGN §2b).
+    quantity; docs/privacy.md §1b).
 
     >>> scheduled_at_iso(Window(0, 3600))
     '1970-01-01T01:00:00Z'

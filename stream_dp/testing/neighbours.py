@@ -1,5 +1,5 @@
 """Neighbouring-stream harness: the production pipeline on D and on D′ = D minus one user, compared as a
-subscriber of the releases topic sees them (DESIGN §2b).
+subscriber of the releases topic sees them (docs/privacy.md §1b).
 
 A subscriber observes records, their order, their statuses, costs and budget blocks. The **structural**
 part of that view -- which windows, which release types, which statuses, how many records, which budget
@@ -212,7 +212,7 @@ def produce_stream(events: Sequence[StreamEvent], cfg: Config, producer: Any, to
 
 def subscriber_view(messages: Iterable[bytes]) -> View:
     """The view of a subscriber that read these release messages in order, each release once (a record
-    republished after a restart is byte-identical, DESIGN §2, and is shown once)."""
+    republished after a restart is byte-identical, docs/privacy.md §4, and is shown once)."""
     seen: set[str] = set()
     records = []
     for raw in messages:

@@ -3,7 +3,7 @@
 The production mechanism (:func:`stream_dp.mechanisms.limited_domain_topk`) is one-shot Gumbel. This module
 is the reference it is tested against: the same limited domain d ∪ {⊥}, drawn one outcome at a time with
 P[o] ∝ exp(ε·h_o) and stopping at ⊥ -- both as a sampler and as the exact distribution of ordered outputs,
-P[(i_1..i_t)] = Π_s exp(ε h_{i_s}) / Σ_{j ∉ {i_1..i_{s-1}}} exp(ε h_j) (Corollary 4.1, ALGORITHMS.md §1.2).
+P[(i_1..i_t)] = Π_s exp(ε h_{i_s}) / Σ_{j ∉ {i_1..i_{s-1}}} exp(ε h_j) (DR19 Corollary 4.1).
 """
 
 from __future__ import annotations

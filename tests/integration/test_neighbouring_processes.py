@@ -1,6 +1,6 @@
 """The neighbouring-stream harness through real worker processes: ``stream-dp ingest`` and ``stream-dp
 release`` (CLI), a real broker and a real redis-server, D and D′ = D minus one user. The structural part of
-what a subscriber of the releases topic reads must be identical (DESIGN §2b)."""
+what a subscriber of the releases topic reads must be identical (docs/privacy.md §1b)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The whole subscriber view is a DP function of the stream (DESIGN §2b): D vs D′ = D minus one user,
+"""The whole subscriber view is a DP function of the stream (docs/privacy.md §1b): D vs D′ = D minus one user,
 through the production ingest and release code on a real redis-server.
 
 - structural part (windows, types, statuses, record count, budget scopes): identical for every scenario;

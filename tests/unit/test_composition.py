@@ -1,4 +1,4 @@
-"""Composition and reference bounds pinned to known numbers (ALGORITHMS.md §1.4, §1.5; Bun & Steinke 2016)."""
+"""Composition and reference bounds pinned to known numbers (DR19 §4.2 and Appendix A; Bun & Steinke 2016)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from stream_dp.accounting.composition import (
 )
 from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent, ZCdpEvent
 
-# ALGORITHMS.md §1.5, δ = 1e-6: (per-step ε, k) → ratio optimal(general DP) / DR19 BR bound
+# DR19 Appendix A, recomputed, δ = 1e-6: (per-step ε, k) → ratio optimal(general DP) / DR19 BR bound
 TABLE_RATIOS = {
     (0.1, 10): 1.13, (0.1, 50): 1.51, (0.1, 100): 1.53,
     (0.25, 10): 1.05, (0.25, 50): 1.44, (0.25, 100): 1.44,

@@ -67,7 +67,7 @@ def test_more_budget_does_not_hurt_on_average(report_dir):
 def test_seed_experiments_reproduce_their_theory(report_dir):
     pws = analysis.read_csv(report_dir / "seed002_pws_gain.csv")
     quoted = [r for r in pws if r["spec_gain"] != ""]
-    assert len(quoted) == 9  # Zipf(1e4, 1), no sampling, the 3 x 3 (ε, δ) grid of ALGORITHMS.md §3.9
+    assert len(quoted) == 9  # Zipf(1e4, 1), no sampling, the 3 x 3 (ε, δ) grid of bench_pws.SPEC_GAINS
     for r in quoted:
         assert abs(r["gain"] - r["spec_gain"]) < 0.006  # the spec prints two decimals
     assert all(r["gain"] >= 1 for r in pws)  # PWS never reports fewer keys than SbH

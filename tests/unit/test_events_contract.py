@@ -127,6 +127,6 @@ def test_repeated_rejects_bad_n_and_delta_overflow():
     (ZCdpEvent(0.1, 1e-9, count=3), 0.30000000000000004, 3e-9, math.inf, 3e-9),
 ])
 def test_privacy_maps_pin_decision_1(event, rho, delta, beps, bdelta):
-    """ALGORITHMS.md decision 1: ε-BR → ε²/8, pure ε → ε²/2, (ε, δ) → ε²/2 with δ, zCDP as is."""
+    """docs/privacy.md §2: ε-BR → ε²/8, pure ε → ε²/2, (ε, δ) → ε²/2 with δ, zCDP as is."""
     assert event.zcdp() == pytest.approx((rho, delta))
     assert event.basic() == pytest.approx((beps, bdelta))

@@ -1,4 +1,4 @@
-"""Large margin mechanism (CHS14 §2.3): range independence, the implicit-universe search, validation.
+"""Large margin mechanism (CHS14 Algorithm 1): range independence, the implicit-universe search, validation.
 
 False-failure rates are stated per test (the seeds are fixed, so each run is deterministic).
 """
@@ -47,7 +47,7 @@ def test_no_margin_falls_back_to_the_whole_universe():
 
 
 def _naive_level(listed, universe, *, epsilon, delta, n, rng):
-    """The pseudocode of §2.3 step by step over an explicit universe (reference)."""
+    """Algorithm 1 (lmm) with the reconstructed constants step by step over an explicit universe (reference)."""
     f = list(listed) + [0.0] * (universe - len(listed)) + [-math.inf]
     m = f[0] + rng.laplace(0, 3 / epsilon) / n
     g = rng.laplace(0, 6 / epsilon)

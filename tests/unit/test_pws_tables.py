@@ -43,7 +43,7 @@ def worst_dp_excess(rows: list[np.ndarray], epsilon: float, delta: float) -> flo
 
 
 def dense_algorithm4(q: np.ndarray, epsilon: float, delta: float, *, early: bool = False) -> list[np.ndarray]:
-    """Token-by-token reference of Algorithm 4; ``early=True`` is the non-DP early variant (§3.4):
+    """Token-by-token reference of Algorithm 4; ``early=True`` is the non-DP early variant (the authors' first code):
     no Dfix term and pass-1 cumulative sums that start at token 0."""
     up, down = math.exp(epsilon), math.exp(-epsilon)
     pi, rows = 0.0, [np.array([1.0])]
@@ -132,7 +132,7 @@ def test_huge_frequencies_need_no_huge_table():
 
 
 def closed_form_pi(c: int, epsilon: float, delta: float) -> float:
-    """§3.3 closed form of π for q ≡ 1 (with the floor on c_l)."""
+    """Closed form of Algorithm 3's π for q ≡ 1 (with the floor on c_l)."""
     e = math.exp(epsilon)
     c_l = math.floor(1 + math.log((e + 2 * delta - 1) / ((e + 1) * delta)) / epsilon)
     pi_l = delta * (math.exp(c_l * epsilon) - 1) / (e - 1)
