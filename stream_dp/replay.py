@@ -32,6 +32,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, ProgressColumn, Task, TextColumn
+from rich.progress import Progress as RichProgress
+from rich.text import Text
+
 from stream_dp.config import EventsConfig
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -322,11 +327,20 @@ class Pacer:
 # --------------------------------------------------------------------------------------------------
 
 
-class Progress:
-    """A one-line progress bar on a stream (stderr), redrawn at most every ``interval`` seconds.
+class _Percent(ProgressColumn):
+    """``25.0%`` when the share done is known, nothing otherwise."""
 
-    On a terminal it redraws in place; elsewhere it prints a line every ``interval * 50`` seconds and a
-    final summary, so logs stay readable.
+    def render(self, task: Task) -> Text:
+        return Text("" if task.total is None else f"{task.percentage:5.1f}%")
+
+
+class Progress:
+    """A one-line progress bar on a stream (stderr), drawn by rich and refreshed at most every ``interval`` seconds.
+
+    On a terminal rich redraws the line in place (a live display, refreshed by :meth:`update`, no thread);
+    elsewhere the same line is printed as plain text (no control codes) every ``interval * 50`` seconds
+    plus once at :meth:`finish`, so logs stay readable. It shows the share done (bytes of the input, or
+    events of ``total``), the events sent, their rate and the latest event time.
     """
 
     def __init__(self, stream: TextIO | None = None, *, total: int | None = None, unit: str = "events",
@@ -337,16 +351,20 @@ class Progress:
         self.interval = interval if self.tty else interval * 50
         self._t0 = clock()
         self._last = -math.inf
-        self._width = 0
+        console = Console(file=self.stream, force_terminal=self.tty, highlight=False, emoji=False,
+                          color_system="auto" if self.tty else None, width=None if self.tty else 200)
+        self._bar = RichProgress(BarColumn(bar_width=24), _Percent(), TextColumn("{task.description}"),
+                                 console=console, auto_refresh=False, get_time=clock,
+                                 redirect_stdout=False, redirect_stderr=False)
+        self._task = self._bar.add_task("", total=None, start=True)
+        self._live = False
 
     def line(self, done: int, fraction: float | None, event_time: float | None) -> str:
-        elapsed = max(self._clock() - self._t0, 1e-9)
-        parts = []
-        if fraction is not None:
-            filled = int(round(24 * min(max(fraction, 0.0), 1.0)))
-            parts.append(f"[{'#' * filled}{'.' * (24 - filled)}] {100 * fraction:5.1f}%")
-        parts.append(f"{done:,} {self.unit}")
-        parts.append(f"{done / elapsed:,.0f}/s")
+        """The text after the bar: events sent, their rate, the latest event time."""
+        elapsed = self._clock() - self._t0
+        parts = [f"{done:,} {self.unit}"]
+        if elapsed > 1e-6:
+            parts.append(f"{done / elapsed:,.0f}/s")
         if event_time is not None:
             stamp = datetime.fromtimestamp(event_time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
             parts.append(f"event time {stamp} UTC")
@@ -362,22 +380,32 @@ class Progress:
         self._last = now
         if fraction is None and self.total:
             fraction = done / self.total
-        text = self.line(done, fraction, event_time)
+        share = None if fraction is None else min(max(fraction, 0.0), 1.0)
+        self._bar.update(self._task, total=None if share is None else 1.0, completed=share or 0.0,
+                         description=self.line(done, fraction, event_time))
         if self.tty:
-            pad = " " * max(self._width - len(text), 0)
-            self.stream.write(f"\r{text}{pad}")
-            self._width = len(text)
+            if not self._live:
+                self._bar.start()
+                self._live = True
+            self._bar.refresh()
         else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+            with self._bar.console.capture() as captured:
+                self._bar.console.print(self._bar.get_renderable())
+            lines = (line.rstrip() for line in captured.get().splitlines())
+            self.stream.write("".join(f"{line}\n" for line in lines if line))
+            self.stream.flush()
 
     def finish(self, done: int, *, fraction: float | None = None, event_time: float | None = None) -> None:
         if not self.enabled:
             return
         self.update(done, fraction=fraction, event_time=event_time, force=True)
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.close()
+
+    def close(self) -> None:
+        """End the live display, if one is running (idempotent): the last line stays, the cursor is shown again."""
+        if self._live:
+            self._bar.stop()
+            self._live = False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -425,27 +453,31 @@ def replay(events: Iterable[Event | None], producer: Any, topic: str, fields: Ev
     def failed(_exc: BaseException) -> None:
         stats.failed += 1
 
-    for item in events:
-        if should_stop is not None and should_stop():
-            break
-        if limit is not None and stats.sent >= limit:
-            break
-        if item is None:
-            stats.skipped += 1
-            continue
-        pacer.wait(item.ts)
-        ts_ms = int(item.ts * 1000) if item.ts is not None and item.ts >= 0 else None
-        future = producer.send(topic, key=item.user.encode(), value=item.to_json(fields), timestamp_ms=ts_ms)
-        if hasattr(future, "add_errback"):
-            future.add_errback(failed)
-        stats.sent += 1
-        if item.ts is not None:
-            stats.first_ts = item.ts if stats.first_ts is None else stats.first_ts
-            stats.last_ts = item.ts
+    try:
+        for item in events:
+            if should_stop is not None and should_stop():
+                break
+            if limit is not None and stats.sent >= limit:
+                break
+            if item is None:
+                stats.skipped += 1
+                continue
+            pacer.wait(item.ts)
+            ts_ms = int(item.ts * 1000) if item.ts is not None and item.ts >= 0 else None
+            future = producer.send(topic, key=item.user.encode(), value=item.to_json(fields), timestamp_ms=ts_ms)
+            if hasattr(future, "add_errback"):
+                future.add_errback(failed)
+            stats.sent += 1
+            if item.ts is not None:
+                stats.first_ts = item.ts if stats.first_ts is None else stats.first_ts
+                stats.last_ts = item.ts
+            if progress is not None:
+                progress.update(stats.sent, fraction=fraction() if fraction else None, event_time=item.ts)
+        producer.flush()
+        stats.seconds = time.monotonic() - t0
         if progress is not None:
-            progress.update(stats.sent, fraction=fraction() if fraction else None, event_time=item.ts)
-    producer.flush()
-    stats.seconds = time.monotonic() - t0
-    if progress is not None:
-        progress.finish(stats.sent, fraction=fraction() if fraction else None, event_time=stats.last_ts)
+            progress.finish(stats.sent, fraction=fraction() if fraction else None, event_time=stats.last_ts)
+    finally:
+        if progress is not None:
+            progress.close()  # an error mid-replay must not leave the terminal's cursor hidden
     return stats

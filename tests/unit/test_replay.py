@@ -163,7 +163,10 @@ def test_replay_limit_and_stop():
     assert stats.sent == 2
 
 
-def test_progress_bar_on_a_terminal_redraws_in_place():
+def test_progress_bar_on_a_terminal_redraws_in_place(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")  # a capable terminal whatever the test runner's environment says
+    monkeypatch.setenv("COLUMNS", "160")
+
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -176,11 +179,52 @@ def test_progress_bar_on_a_terminal_redraws_in_place():
     bar.update(100)
     bar.finish(200)
     text = out.getvalue()
-    assert text.count("\r") == 3 and text.endswith("\n")
+    # one line, redrawn in place: every redraw returns to the line's start and erases it; one final newline
+    assert text.count("\r\x1b[2K") >= 2 and text.count("\n") == 1
+    assert text.endswith("\n\x1b[?25h")  # the line ends, and the cursor is shown again
     assert " 25.0%" in text and "100.0%" in text and "2026-11-29 00:00 UTC" in text
+    assert text.index(" 25.0%") < text.index(" 50.0%") < text.index("100.0%")
+    assert "200 events" in text and "200/s" in text
     silent = io.StringIO()
     Progress(silent, enabled=False).finish(3)
     assert silent.getvalue() == ""
+
+
+def test_progress_bar_elsewhere_prints_plain_lines_now_and_then():
+    fake = FakeClock()
+    out = io.StringIO()  # not a terminal: a log file, a pipe
+    bar = Progress(out, total=200, clock=fake.clock, interval=0.2)  # a line every 0.2 * 50 = 10 s at most
+    bar.update(50, event_time=1795910400.0)
+    fake.now += 1.0
+    bar.update(100)  # too soon: not printed
+    fake.now += 20.0
+    bar.update(150)
+    bar.finish(200)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and out.getvalue().endswith("\n")
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
+    assert [line.split("%")[0].split()[-1] for line in lines] == ["25.0", "75.0", "100.0"]
+    assert "2026-11-29 00:00 UTC" in lines[0] and "150 events" in lines[1] and "200 events" in lines[2]
+
+
+def test_an_error_mid_replay_ends_the_live_display(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    class Broken(FakeProducer):
+        def send(self, topic, *, key, value, timestamp_ms=None):  # noqa: ANN001
+            if self.sent:
+                raise RuntimeError("broker gone")
+            return super().send(topic, key=key, value=value, timestamp_ms=timestamp_ms)
+
+    out = Tty()
+    with pytest.raises(RuntimeError, match="broker gone"):
+        replay((Event("u", "k", 1.0) for _ in range(3)), Broken(), "t", EventsConfig(),
+               progress=Progress(out, total=3, interval=0.0))
+    assert out.getvalue().endswith("\x1b[?25h")  # the cursor rich hid is shown again
 
 
 def test_headerless_tab_separated_movielens_100k_rows_by_column_position(tmp_path):
