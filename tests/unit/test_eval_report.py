@@ -69,7 +69,7 @@ def test_seed_experiments_reproduce_their_theory(report_dir):
     quoted = [r for r in pws if r["spec_gain"] != ""]
     assert len(quoted) == 9  # Zipf(1e4, 1), no sampling, the 3 x 3 (ε, δ) grid of bench_pws.SPEC_GAINS
     for r in quoted:
-        assert abs(r["gain"] - r["spec_gain"]) < 0.006  # the spec prints two decimals
+        assert abs(r["gain"] - r["spec_gain"]) < 0.006  # the reference gains have two decimals
     assert all(r["gain"] >= 1 for r in pws)  # PWS never reports fewer keys than SbH
     blue = analysis.read_csv(report_dir / "seed003_blue.csv")
     assert {r["experiment"] for r in blue} == {"noisy_topk_with_measures", "svt_with_measures"}
