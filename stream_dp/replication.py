@@ -22,7 +22,6 @@ with capped backoff; ingest does not commit offsets, the release worker does not
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,16 +30,9 @@ import redis
 from redis.client import Pipeline
 
 from stream_dp.config import AUTO_REPLICAS, RedisConfig
-
-log = logging.getLogger(__name__)
+from stream_dp.node_batches import FAILOVER_ERRORS, is_cluster, node_client, refresh_slots
 
 __all__ = ["NotReplicated", "ReplicationPolicy", "resolve_min_replicas", "write_then_wait"]
-
-#: Replies meaning "the key's master is changing" (failover, resharding, loading): retry later.
-_FAILOVER_ERRORS = (redis.exceptions.AskError, redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-                    redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError,
-                    redis.exceptions.BusyLoadingError, redis.exceptions.SlotNotCoveredError)
-
 
 class NotReplicated(redis.ConnectionError):
     """A write was not confirmed on ``redis.min_replicas_acked`` replicas within ``redis.replication_timeout_ms``
@@ -68,11 +60,6 @@ class ReplicationPolicy:
 NO_REPLICATION = ReplicationPolicy(0, 1)
 
 
-def is_cluster(client: Any) -> bool:
-    """Whether ``client`` is redis-py's cluster client."""
-    return isinstance(client, redis.RedisCluster)
-
-
 def _cluster_has_replicas(client: Any) -> bool:
     nodes = client.cluster_nodes()  # {"host:port": {"flags": "...", ...}} from any node
     return any("slave" in info.get("flags", "") or "replica" in info.get("flags", "") for info in nodes.values())
@@ -97,23 +84,6 @@ def resolve_min_replicas(cfg: RedisConfig, client: Any) -> int:
     return 1 if int(info.get("connected_slaves", 0)) > 0 else 0
 
 
-def _node_client(client: Any, key: str) -> Any:
-    """The client to use for ``key``: on a cluster the master that owns its slot, else ``client`` itself."""
-    if is_cluster(client):
-        return client.get_redis_connection(client.get_node_from_key(key))
-    return client
-
-
-def _refresh_slots(client: Any) -> None:
-    """After a MOVED or a dead master: let the cluster client re-read the slot map (best effort)."""
-    if not is_cluster(client):
-        return
-    try:
-        client.nodes_manager.initialize()
-    except redis.RedisError as exc:  # every startup node may be down for a moment; the next call retries
-        log.debug("cluster slot map not refreshed yet (%s)", type(exc).__name__)
-
-
 def write_then_wait(client: Any, key: str, replicas: int, timeout_ms: int,
                     write: Callable[[Pipeline], None]) -> list[Any]:
     """Run the commands ``write`` queues on a pipeline, then ``WAIT replicas timeout_ms``, all on **one
@@ -126,7 +96,7 @@ def write_then_wait(client: Any, key: str, replicas: int, timeout_ms: int,
     """
     if replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")
-    node = _node_client(client, key)
+    node = node_client(client, key)
     pipe = node.pipeline(transaction=False)
     write(pipe)
     queued = len(pipe)
@@ -134,12 +104,12 @@ def write_then_wait(client: Any, key: str, replicas: int, timeout_ms: int,
         pipe.execute_command("WAIT", replicas, timeout_ms)
     try:
         replies = pipe.execute()
-    except _FAILOVER_ERRORS as exc:
-        _refresh_slots(client)
+    except FAILOVER_ERRORS as exc:
+        refresh_slots(client)
         raise NotReplicated(f"the master of a write changed during a failover ({type(exc).__name__}); "
                             "not confirmed on redis.min_replicas_acked replicas yet") from None
     except (redis.ConnectionError, redis.TimeoutError):
-        _refresh_slots(client)
+        refresh_slots(client)
         raise
     if not replicas:
         return replies

@@ -54,6 +54,7 @@ import redis
 
 from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix, check_bounding_settings
 from stream_dp.keys import Keys
+from stream_dp.node_batches import run_batched
 
 #: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
 MAX_STALE_ROUNDS = 50
@@ -300,20 +301,22 @@ class WindowStore:
               args: list[list[object]]) -> list:
         script = self._apply
 
-        def pipeline() -> redis.client.Pipeline:
-            # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip)
-            pipe = self.client.pipeline(transaction=False)
+        def send() -> list:
+            # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip);
+            # one pipeline per master on a cluster (stream_dp.node_batches)
+            items = []
             for (i, _), a in zip(sent, args):
-                pipe.evalsha(script.sha, 4, *self.window_keys(chunks[i].start), *a)
-            return pipe
+                keys = self.window_keys(chunks[i].start)
+                items.append((keys[0], lambda pipe, keys=keys, a=a: pipe.evalsha(script.sha, 4, *keys, *a)))
+            return run_batched(self.client, items)
 
         try:
-            return pipeline().execute()
+            return send()
         except redis.exceptions.NoScriptError:
             # Redis restarted or flushed its scripts: load and send again (a chunk that did run before the
             # flush is refused as stale and planned again)
             self.client.script_load(script.script)
-            return pipeline().execute()
+            return send()
 
     def _rollback(self, plans: list[tuple[int, ChunkPlan]]) -> None:
         """Undo plans, newest first (the cache of each window then matches its last confirmed state)."""
@@ -349,11 +352,12 @@ class WindowStore:
         to_close = tuple(int(s) for s in out[3:])
         if target and target != current:
             if to_close:
-                pipe = self.client.pipeline(transaction=False)
-                for start in to_close:
-                    self._close(keys=[self.keys.window_meta(start)],
-                                args=[start, start + self.window_size, target], client=pipe)
-                pipe.execute()
+                run_batched(self.client, [
+                    (self.keys.window_meta(start),
+                     lambda pipe, start=start: self._close(keys=[self.keys.window_meta(start)],
+                                                           args=[start, start + self.window_size, target],
+                                                           client=pipe))
+                    for start in to_close])
             current = _text(self._finalize(keys=[self.keys.watermarks()], args=[target]))
             open_count = int(self.client.zcount(self.keys.windows_index(),
                                                 f"({float(current) - self.window_size!r}", "+inf"))

@@ -15,7 +15,7 @@ from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
 from stream_dp.devstack import Service, find_redis_server, free_port
 from stream_dp.replication import NotReplicated, resolve_min_replicas, write_then_wait
-from tests.integration.cluster_helpers import local_cluster, wait_until
+from cluster_helpers import local_cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
