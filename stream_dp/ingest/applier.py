@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_left
 import pickle
 import signal
 import socket
@@ -120,6 +121,7 @@ class BatchOutcome:
     l0: int = 0
     late: int = 0
     replanned: int = 0
+    full: int = 0  # events not counted: their (window, shard) is at capacity (also in rejects)
     ticks: int = 0
     watermark: WatermarkState | None = None
     failure: Failure | None = None
@@ -141,10 +143,12 @@ class BatchApplier:
         self.window_size = cfg.windows.size_seconds
         self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
         self.decoder = EventDecoder(cfg.events)
-        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=self.window_size,
+        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards), window_size=self.window_size,
                                  unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user,
                                  cache_max_users=cfg.ingest.bounding_cache_max_users,
-                                 catch_up_chunk_bytes=cfg.ingest.catch_up_chunk_bytes)
+                                 catch_up_chunk_bytes=cfg.ingest.catch_up_chunk_bytes,
+                                 log_segment_bytes=cfg.windows.log_segment_bytes,
+                                 max_shard_log_bytes=cfg.windows.max_shard_log_bytes)
         self.clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
         self._windows_cfg = cfg.windows
         self._schedule: ReleaseSchedule | None = None  # recorded/read on first use (Redis thread)
@@ -175,16 +179,18 @@ class BatchApplier:
                 for lo in range(0, len(pr.offsets), SEGMENT_RECORDS):
                     chunks = self._group(pr, lo, lo + SEGMENT_RECORDS, out.rejects)
                     if chunks:
-                        jobs.append(self._redis.submit(self._apply, pr.partition, chunks, closed, failed))
+                        jobs.append((pr, self._redis.submit(self._apply, pr.partition, chunks, closed, failed)))
         finally:
-            wait(jobs)
+            wait([job for _, job in jobs])
         out.ticks = self.ticks
-        errors = [job.exception() for job in jobs if job.exception() is not None]
+        errors = [job.exception() for _, job in jobs if job.exception() is not None]
         first = next((e for e in errors if not isinstance(e, _NotSent)), None)
         if first is not None:
             raise first
-        for job in jobs:
+        for pr, job in jobs:
             for r in job.result():
+                out.rejects.extend((pr.partition, bisect_left(pr.offsets, off), "window_shard_full") for off in r.full)
+                out.full += len(r.full)
                 out.applied += r.applied
                 out.duplicate += r.duplicate
                 out.linf += r.linf

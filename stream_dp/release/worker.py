@@ -60,7 +60,7 @@ class ReleaseWorker:
                  worker_id: str, claim_ttl_seconds: float | None = None, poll_seconds: float | None = None,
                  rng: Any = None, scope_for: Callable[[float], str] | None = None) -> None:
         self.cfg = cfg
-        self.keys = Keys(cfg.redis.key_prefix)
+        self.keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
         self._client = client
         self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds or cfg.release.claim_ttl_seconds)
