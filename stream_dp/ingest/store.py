@@ -334,7 +334,7 @@ class WindowStore:
                 results[i] = ChunkResult(applied=plan.applied, duplicate=plan.duplicate, linf=plan.linf,
                                          l0=plan.l0)
                 continue
-            if plan is not None:
+            if plan is not None and status != b"full":
                 undo.append((cache, plan))
             if status == b"late":
                 dup = applied_prefix(ch.events, int(reply[1]))
@@ -346,14 +346,12 @@ class WindowStore:
             elif status == b"full" and plan is not None:
                 results[i] = ChunkResult(duplicate=plan.duplicate,
                                          full=tuple(off for off, _, _ in ch.events[plan.duplicate:]))
+                undo.append((cache, plan))
                 full.append((cache, plan))
             else:
                 raise RuntimeError(f"apply_window: unexpected reply {status!r}")
-        self._rollback(undo)
-        for cache, plan in full:  # Redis recorded the offsets under the plan's token, counted nothing
-            bounding = self._bounding.get(cache)
-            if bounding is not None:
-                bounding.skip(plan)
+        # newest first: a plan refused as full keeps its offsets and token (Redis recorded them), counts nothing
+        self._rollback(undo, skipped={id(plan) for _, plan in full})
         for cache, reply in catch_up.items():
             self._catch_up(cache, reply)
         for cache in late_windows:
@@ -435,12 +433,13 @@ class WindowStore:
             self.client.script_load(script.script)
             return pipeline().execute()
 
-    def _rollback(self, plans: list[tuple[tuple[int, int], ChunkPlan]]) -> None:
-        """Undo plans, newest first (the cache of each window shard then matches its last confirmed state)."""
+    def _rollback(self, plans: list[tuple[tuple[int, int], ChunkPlan]], skipped: frozenset[int] | set[int] = frozenset()) -> None:
+        """Undo plans, newest first (the cache of each window shard then matches its last confirmed state);
+        plans in ``skipped`` (by id) were recorded as skipped: :meth:`WindowBounding.skip`."""
         for cache, plan in reversed(plans):
             bounding = self._bounding.get(cache)
             if bounding is not None:
-                bounding.rollback(plan)
+                (bounding.skip if id(plan) in skipped else bounding.rollback)(plan)
 
     def forget_windows(self, *, closed_through: float) -> None:
         """Drop the bounding cache of windows with ``end <= closed_through`` (closed: no more events)."""

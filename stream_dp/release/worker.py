@@ -119,6 +119,8 @@ class ReleaseWorker:
             # checked under the claim: the previous holder may have released it since `closable()` ran
             with self.metrics.phase("redis"):
                 done = self.reader.is_released(window)
+                if done:  # finish what a crash after the fenced released mark left undone (idempotent)
+                    self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
             if done:
                 return None
             self.release_window(window, claim)
