@@ -89,6 +89,7 @@ Number = StrictFloat
 Count = StrictInt
 Flag = StrictBool
 NOISES = ("laplace", "exponential", "geometric")
+AUTO_REPLICAS = "auto"
 
 
 def _check(section: Any, rules: Iterable[tuple[bool, str, str]]) -> None:
@@ -168,13 +169,22 @@ class RedisConfig:
     ssl_ca_certs: Str = ""
     socket_timeout_seconds: Positive = 5.0
     allow_eviction: Flag = False  # run even if Redis's maxmemory-policy may evict keys (see connections.py)
+    cluster: Flag = False  # redis.url names any node of a Redis Cluster: every process uses the cluster client
+    # Replicas that must acknowledge a write the service acts on (a ledger charge before its release is
+    # published) -- WAIT, see stream_dp/replication.py. "auto": 1 when the deployment has replicas, else 0.
+    min_replicas_acked: Annotated[StrictStr | StrictInt, _rule(
+        lambda v: v == AUTO_REPLICAS if isinstance(v, str) else v >= 0,
+        f'"{AUTO_REPLICAS}" or an integer >= 0')] = AUTO_REPLICAS
+    replication_timeout_ms: AtLeastOne = 1000  # how long one WAIT may block before it counts as an outage
 
     def __repr__(self) -> str:  # the URL may carry a password
         from stream_dp.redact import redact_url
 
         return (f"RedisConfig(url={redact_url(self.url)!r}, key_prefix={self.key_prefix!r}, "
                 f"username={self.username!r}, ssl_ca_certs={self.ssl_ca_certs!r}, "
-                f"socket_timeout_seconds={self.socket_timeout_seconds!r}, allow_eviction={self.allow_eviction!r})")
+                f"socket_timeout_seconds={self.socket_timeout_seconds!r}, allow_eviction={self.allow_eviction!r}, "
+                f"cluster={self.cluster!r}, min_replicas_acked={self.min_replicas_acked!r}, "
+                f"replication_timeout_ms={self.replication_timeout_ms!r})")
 
 
 @section

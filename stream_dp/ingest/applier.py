@@ -44,6 +44,7 @@ from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.keys import Keys
+from stream_dp.replication import ReplicationPolicy
 from stream_dp.schedule import ReleaseSchedule, window_start
 from stream_dp.schedule import establish as establish_schedule
 
@@ -151,6 +152,8 @@ class BatchApplier:
                                  max_shard_log_bytes=cfg.windows.max_shard_log_bytes)
         self.clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
         self._windows_cfg = cfg.windows
+        self._redis_cfg = cfg.redis
+        self._replication_known = False  # redis.min_replicas_acked resolved on first use (Redis thread)
         self._schedule: ReleaseSchedule | None = None  # recorded/read on first use (Redis thread)
         self.max_event_delay = float(cfg.windows.max_event_delay_seconds)
         self.max_clock_skew = float(cfg.windows.max_clock_skew_seconds)
@@ -270,6 +273,9 @@ class BatchApplier:
             # windows before the schedule start are never released: their events are late
             if self._schedule is None:
                 self._schedule = establish_schedule(self.store.client, self.store.keys, self._windows_cfg)
+            if not self._replication_known:
+                self.store.replication = ReplicationPolicy.from_config(self._redis_cfg, self.store.client)
+                self._replication_known = True
             before = {start for start in chunks if not self._schedule.covers(start)}
             new = {start for start in chunks if start not in self._registered and start not in before
                    and (closed is None or start + size > closed)}

@@ -58,13 +58,16 @@ import importlib.resources
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import redis
+from redis.client import Pipeline
 
 from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix
 from stream_dp.keys import Keys, shard_of
+from stream_dp.node_batches import is_cluster, run_batched
+from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 
 #: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
 MAX_STALE_ROUNDS = 50
@@ -181,7 +184,9 @@ class WindowStore:
     def __init__(self, client: redis.Redis, *, keys: Keys, window_size: int, unit: str = "user",
                  max_keys_per_user: int = 5, cache_max_users: int | None = None,
                  catch_up_chunk_bytes: int = CATCH_UP_CHUNK_BYTES, log_segment_bytes: int = LOG_SEGMENT_BYTES,
-                 max_shard_log_bytes: int = MAX_SHARD_LOG_BYTES) -> None:
+                 max_shard_log_bytes: int = MAX_SHARD_LOG_BYTES,
+                 replication: ReplicationPolicy = NO_REPLICATION) -> None:
+        self.replication = replication  # WAIT for this many replicas after each apply (redis.min_replicas_acked)
         # the settings' ranges are checked by the config (stream_dp.config); WindowBounding checks Δ and unit
         self.log_segment_bytes = log_segment_bytes
         self.max_shard_log_bytes = max_shard_log_bytes
@@ -418,20 +423,44 @@ class WindowStore:
               args: list[list[object]]) -> list:
         script = self._apply
 
-        def pipeline() -> redis.client.Pipeline:
-            # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip)
-            pipe = self.client.pipeline(transaction=False)
+        def send() -> list:
+            # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip);
+            # one pipeline per master on a cluster (stream_dp.node_batches)
+            items = []
             for (i, _), a in zip(sent, args):
-                pipe.evalsha(script.sha, 4, *self.window_keys(chunks[i].start, chunks[i].shard), *a)
-            return pipe
+                keys = self.window_keys(chunks[i].start, chunks[i].shard)
+                items.append((keys[0], lambda pipe, keys=keys, a=a: pipe.evalsha(script.sha, 4, *keys, *a)))
+            if not self.replication.replicas:
+                return run_batched(self.client, items)
+            return self._send_replicated(items)
 
         try:
-            return pipeline().execute()
+            return send()
         except redis.exceptions.NoScriptError:
             # Redis restarted or flushed its scripts: load and send again (a chunk that did run before the
             # flush is refused as stale and planned again)
             self.client.script_load(script.script)
-            return pipeline().execute()
+            return send()
+
+    def _send_replicated(self, items: list[tuple[str, Callable[[Pipeline], None]]]) -> list:
+        """The items' scripts, one pipeline per master, each followed by ``WAIT`` on the same connection
+        (:func:`stream_dp.replication.write_then_wait`): the apply returns -- and the loop commits the
+        Kafka offsets it covers -- only once ``redis.min_replicas_acked`` replicas have every write. Raises
+        the transient :class:`~stream_dp.replication.NotReplicated` otherwise (the batch is replayed)."""
+        groups: dict[str, list[int]] = {}
+        for i, (key, _) in enumerate(items):
+            node = self.client.get_node_from_key(key).name if is_cluster(self.client) else ""
+            groups.setdefault(node, []).append(i)
+        replies: list = [None] * len(items)
+        for indexes in groups.values():
+            def write(pipe: Pipeline, indexes: list[int] = indexes) -> None:
+                for i in indexes:
+                    items[i][1](pipe)
+            out = write_then_wait(self.client, items[indexes[0]][0], self.replication.replicas,
+                                  self.replication.timeout_ms, write)
+            for i, reply in zip(indexes, out):
+                replies[i] = reply
+        return replies
 
     def _rollback(self, plans: list[tuple[tuple[int, int], ChunkPlan]], skipped: frozenset[int] | set[int] = frozenset()) -> None:
         """Undo plans, newest first (the cache of each window shard then matches its last confirmed state);
@@ -468,12 +497,12 @@ class WindowStore:
         to_close = tuple(int(s) for s in out[3:])
         if target and target != current:
             if to_close:
-                pipe = self.client.pipeline(transaction=False)
-                for start in to_close:
-                    for shard in range(self.keys.shards):
-                        self._close(keys=[self.keys.window_meta(start, shard)],
-                                    args=[start, start + self.window_size, target], client=pipe)
-                pipe.execute()
+                run_batched(self.client, [
+                    (self.keys.window_meta(start, shard),
+                     lambda pipe, start=start, shard=shard: self._close(
+                         keys=[self.keys.window_meta(start, shard)], args=[start, start + self.window_size, target],
+                         client=pipe))
+                    for start in to_close for shard in range(self.keys.shards)])
             current = _text(self._finalize(keys=[self.keys.watermarks()], args=[target]))
             open_count = int(self.client.zcount(self.keys.windows_index(),
                                                 f"({float(current) - self.window_size!r}", "+inf"))
