@@ -123,6 +123,7 @@ class BatchOutcome:
     late: int = 0
     replanned: int = 0
     full: int = 0  # events not counted: their (window, shard) is at capacity (also in rejects)
+    fill: float = 0.0  # the fullest cached (window, shard) log / windows.max_shard_log_bytes
     ticks: int = 0
     watermark: WatermarkState | None = None
     failure: Failure | None = None
@@ -206,6 +207,7 @@ class BatchApplier:
         if state.closing_through is not None:
             self.store.forget_windows(closed_through=state.closing_through)
         out.watermark = state
+        out.fill = self.store.fill_ratio()
         return out
 
     def close(self) -> None:

@@ -404,6 +404,12 @@ class WindowStore:
         if short:
             del self._bounding[cache]
 
+    def fill_ratio(self) -> float:
+        """The fullest (window, shard) this store caches: its bounding log bytes / ``max_shard_log_bytes``
+        (the ``shard_fill_ratio`` gauge; 1 = at capacity)."""
+        most = max((b.log_bytes for b in self._bounding.values()), default=0)
+        return most / self.max_shard_log_bytes
+
     def cache_users(self) -> int:
         """Users held in the bounding caches of all windows (the measure ``cache_max_users`` caps)."""
         return sum(b.users for b in self._bounding.values())

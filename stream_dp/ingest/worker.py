@@ -344,6 +344,7 @@ class IngestWorker:
         for _p, _i, reason in out.rejects:
             m.rejected.labels(reason=reason).inc()
         m.late.inc(out.late)
+        m.shard_fill.set(out.fill)
         m.clock_ticks.inc(out.ticks)
         self.batches += 1
         m.batch_duration.observe(time.perf_counter() - b.t0)
