@@ -129,6 +129,16 @@ def test_the_reader_merges_shards_exactly(redis_client):
         four.members_at(w, ranks, merged.counts[ranks] + 1)
 
 
+def test_the_summed_top_is_not_the_union_of_the_shards_tops(redis_client):
+    """Per shard 'x' is second to a key of its own; summed over 3 shards it is first (27 vs 10)."""
+    keys = Keys("adv", shards=3)
+    for s, mine in enumerate(("k0", "k1", "k2")):
+        redis_client.zadd(keys.window_counts(0, s), {mine: 10, "x": 9})
+    reader = WindowReader(redis_client, keys=keys, size_seconds=SIZE)
+    assert reader.top_counts(Window(0, SIZE), 1) == {"x": 27.0}
+    assert list(reader.top_counts(Window(0, SIZE), 2).items()) == [("x", 27.0), ("k2", 10.0)]
+
+
 def test_a_restart_with_another_shard_count_is_refused(redis_client):
     keys = Keys("s", shards=4)
     establish(redis_client, keys, WindowsConfig(size_seconds=SIZE, start="0", shards=4))

@@ -57,6 +57,14 @@ def test_a_key_second_everywhere_beats_one_first_in_one_shard():
     assert top == {"x": 27.0}
 
 
+def test_a_tie_at_the_threshold_is_not_decided_by_what_was_read():
+    """'b' (2 + 0) and the unread 'u' (1 + 1) tie at the threshold 2 after the first round; Redis's order puts
+    'u' first. Stopping at "n-th best >= threshold" would return 'b': the stop must be strict."""
+    shards = [{"b": 2, "x": 1, "u": 1}, {"y": 1, "w": 1, "u": 1}]
+    top, _ = _top(shards, 1, first_chunk=2)
+    assert top == {"u": 2.0} == _brute_force(shards, 1)
+
+
 def test_the_merge_reads_only_the_heads_of_skewed_shards():
     """A skewed window: the top 10 is found without reading most of the 3 × 5000 members."""
     shards = [{f"k{i}": max(1, 5000 // (i + 1)) + j for i in range(5000)} for j in range(3)]
