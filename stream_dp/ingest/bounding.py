@@ -205,7 +205,7 @@ class WindowBounding:
     """
 
     def __init__(self, max_keys_per_user: int, *, unit: str = "user") -> None:
-        check_bounding_settings(max_keys_per_user, unit)
+        # Δ and the unit come from the validated config (contribution.*), not re-checked here
         self.max_keys_per_user = max_keys_per_user
         self.unit = unit
         self.token = ""

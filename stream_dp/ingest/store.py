@@ -187,7 +187,7 @@ class WindowStore:
                  max_shard_log_bytes: int = MAX_SHARD_LOG_BYTES,
                  replication: ReplicationPolicy = NO_REPLICATION) -> None:
         self.replication = replication  # WAIT for this many replicas after each apply (redis.min_replicas_acked)
-        # the settings' ranges are checked by the config (stream_dp.config); WindowBounding checks Δ and unit
+        # every range (window size, Δ, unit, cache and byte bounds) is checked by the config (stream_dp.config)
         self.log_segment_bytes = log_segment_bytes
         self.max_shard_log_bytes = max_shard_log_bytes
         self.cache_max_users = cache_max_users

@@ -44,8 +44,8 @@ from kafka.structs import OffsetAndMetadata
 
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
-from stream_dp.ingest.applier import (ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords,
-                                      ThreadRunner)
+from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords
+from stream_dp.ingest.runners import ThreadRunner
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WatermarkState
@@ -74,7 +74,7 @@ def describe_failure(dependency: str, exc: BaseException) -> str:
 
 
 class Runner(Protocol):
-    """Where batches are applied (:class:`~stream_dp.ingest.applier.ThreadRunner` or ``ProcessRunner``)."""
+    """Where batches are applied (:class:`~stream_dp.ingest.runners.ThreadRunner` or ``ProcessRunner``)."""
 
     def submit(self, req: BatchRequest) -> None: ...
 

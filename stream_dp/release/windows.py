@@ -196,8 +196,6 @@ class WindowReader:
 
     def __init__(self, client: redis.Redis, *, keys: Keys, size_seconds: int, read_chunk: int = READ_CHUNK,
                  schedule: ReleaseSchedule | None = None) -> None:
-        if size_seconds < 1:
-            raise ValueError(f"windows.size_seconds must be >= 1, got {size_seconds!r}")
         self.read_chunk = read_chunk
         self.r = client
         self.keys = keys
