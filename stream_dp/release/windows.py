@@ -305,6 +305,10 @@ class WindowReader:
         counts = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
         return WindowCounts(keys, counts)
 
+    def drop_merge(self) -> None:
+        """Forget the cached merge of a sharded window (the next read of it merges the shards again)."""
+        self._merged = None
+
     def _merge(self, window: Window, chunk: int | None = None) -> tuple[int, WindowCounts, np.ndarray]:
         """Every shard read once and summed per key, in ascending count order (kept for the window's other
         release types; the reader holds one window's merge at a time)."""
