@@ -265,7 +265,7 @@ class ReleaseWorker:
             try:
                 released = self.run_once()
                 backoff.reset()
-            except (redis.RedisError, OSError) as exc:
+            except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:  # cluster: no node reachable
                 self.metrics.errors.labels("redis").inc()
                 delay = backoff.next_delay()
                 log.warning("release pass failed: redis unavailable (%s: %s); retrying in %.2fs (attempt %d)",

@@ -238,6 +238,16 @@ class LocalCluster:
         os.kill(node.pid, signal.SIGSTOP)
         self.stopped.add(node.index)
 
+    def cut_off_replica(self, replica: Node, master: Node) -> None:
+        """Freeze ``replica`` (SIGSTOP) and close its replication link on ``master`` (``CLIENT KILL TYPE
+        replica``): from now on nothing the master acknowledges reaches it, not even bytes already queued in
+        the kernel's socket buffers (a SIGSTOP alone would leave those to be delivered on SIGCONT). Returns
+        once the master counts no connected replica."""
+        self.stop_node(replica)
+        master.call("CLIENT", "KILL", "TYPE", "replica")
+        wait_until(lambda: int(master.info("replication")["connected_slaves"]) == 0, timeout=READY_SECONDS,
+                   what=f"master {master.address} to drop its replica link")
+
     def continue_node(self, node: Node) -> None:
         os.kill(node.pid, signal.SIGCONT)
         self.stopped.discard(node.index)
