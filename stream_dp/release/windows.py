@@ -30,8 +30,8 @@ served from that merge for the window's other release types.
 
 Counts are raw, per-key, and private: they stay in this process and go only into mechanisms.
 
-After its releases are published, :meth:`WindowReader.mark_released` sets the retention TTL on every key of
-the window, sets ``meta.state = "released"`` and records the window in the release worker's own index
+After its releases are published, :meth:`WindowReader.mark_released` deletes the window's bounding log,
+sets the retention TTL on its other keys, sets ``meta.state = "released"`` and records the window in the release worker's own index
 (``Keys.release_index("released")``) -- atomically, and only while the caller still holds the window's claim
 (fencing, see :mod:`stream_dp.release.claim`).
 """
@@ -133,18 +133,19 @@ return cjson.encode(out)
 """
 
 _RELEASE_SHARD = """
--- KEYS: meta, counts, users (first log segment), offsets of one window shard ; ARGV[#ARGV]: retention_seconds
--- State "released", then a TTL on (or, with retention 0, deletion of) every key, every log segment too.
+-- others: counts, users (first log segment), offsets of one window shard ; ttl: retention_seconds
+-- State "released"; the bounding log (every segment) is deleted -- a closed window's log is never read
+-- again: the apply script answers a closed window from meta and offsets -- and the other keys get the
+-- retention TTL (or, with retention 0, are deleted).
 local function release_shard(meta, others, ttl)
   redis.call('HSET', meta, 'state', 'released')
-  local names = {meta}
-  for _, k in ipairs(others) do names[#names + 1] = k end
   local len = tonumber(redis.call('HGET', meta, 'log_bytes') or '') or 0
   local seg = tonumber(redis.call('HGET', meta, 'log_segment_bytes') or '') or 0
+  redis.call('DEL', others[2])
   if seg > 0 then
-    for i = 1, math.ceil(len / seg) - 1 do names[#names + 1] = others[2] .. ':' .. string.format('%d', i) end
+    for i = 1, math.ceil(len / seg) - 1 do redis.call('DEL', others[2] .. ':' .. string.format('%d', i)) end
   end
-  for _, k in ipairs(names) do
+  for _, k in ipairs({meta, others[1], others[3]}) do
     if ttl > 0 then redis.call('EXPIRE', k, ttl) else redis.call('DEL', k) end
   end
 end

@@ -196,3 +196,30 @@ def test_log_pieces_cover_a_range_across_segments():
     assert log_pieces("u", 4, 0, 4) == [("u", 0, 3)]
     assert log_pieces("u", 4, 3, 9) == [("u", 3, 3), ("u:1", 0, 3), ("u:2", 0, 0)]
     assert log_pieces("u", 4, 5, 5) == []
+
+
+def test_a_sharded_window_is_released_under_its_claim_and_a_crash_half_way_is_finished(redis_client):
+    """The fenced mark (claim and released marker share {w:<start>}), then every shard: released state,
+    the bounding log deleted, counts kept for the retention. A lost claim changes nothing; a crash after
+    the fenced step leaves the window is_released, and finish_released completes the shards."""
+    from stream_dp.release.claim import WindowClaims
+
+    keys = Keys("rel", shards=3)
+    store = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=2, log_segment_bytes=1024)
+    store.apply([Chunk.of(0, 0, [(i, f"user-{i}", f"k{i % 4}") for i in range(300)])], closed_through=None)
+    reader = WindowReader(redis_client, keys=keys, size_seconds=SIZE)
+    claims = WindowClaims(redis_client, keys=keys, worker_id="w1", ttl_seconds=30)
+    claim = claims.acquire(0)
+    w = Window(0, SIZE)
+    assert not reader.mark_released(w, claim_key=claim.key, token="not-the-token", retention_seconds=600)
+    assert not reader.is_released(w) and store.meta(0, 1)["state"] == "open"
+    # a crash right after the fenced step: only the marker is set
+    assert reader._mark_fence(keys=[claim.key, keys.window_released(0)], args=[claim.token, 600])
+    assert reader.is_released(w) and store.meta(0, 2)["state"] == "open"
+    reader.finish_released(w, retention_seconds=600)
+    for shard in range(3):
+        assert store.meta(0, shard)["state"] == "released"
+        assert 0 < redis_client.ttl(keys.window_counts(0, shard)) <= 600
+        assert not list(redis_client.scan_iter(keys.window_users(0, shard) + "*"))
+    assert sum(store.counts(0).values()) == 300
+    assert redis_client.zscore(keys.release_index("released"), "0") == 0
