@@ -248,6 +248,18 @@ class WindowsConfig:
     # record time + max_clock_skew_seconds] of its Kafka record timestamp (the trusted clock).
     max_event_delay_seconds: NonNegative = 30
     max_clock_skew_seconds: NonNegative = 5
+    # Each window's state is split into this many shards by a stable hash of the user id (one hash tag
+    # each, so a Redis Cluster spreads a window over its masters). Size it masters x a few (docs/scaling.md);
+    # 1 (one node) keeps one tag per window. Recorded with the schedule: a restart with another value is refused.
+    shards: AtLeastOne = 1
+    # No Redis value of a window grows past this: a shard's bounding log is stored in segments of this size
+    # (Redis caps one string at 512 MB; the default keeps every segment far below that).
+    log_segment_bytes: Annotated[Count, _rule(lambda v: 1024 <= v <= 256 << 20,
+                                              ">= 1024 and <= 268435456 (half of Redis's 512 MB string cap)")] = 64 << 20
+    # Capacity of one (window, shard): the most bounding-log bytes it may hold (counted user-key pairs,
+    # ~20-60 B each). Events past it are dead-lettered (reason window_shard_full), counted, and alerted on;
+    # the privacy guarantee holds only below capacity (docs/privacy.md "Capacity"). Raise shards instead.
+    max_shard_log_bytes: AtLeastOne = 4 << 30
 
     @model_validator(mode="after")
     def _rules(self) -> WindowsConfig:

@@ -51,7 +51,7 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     registry = registry if registry is not None else CollectorRegistry()
     metrics = ReleaseMetrics(registry)
     client = redis_client(cfg.redis)
-    keys = Keys(cfg.redis.key_prefix)
+    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
     replication = ReplicationPolicy.from_config(cfg.redis, client)  # "auto" resolved once, at start
     log.info("ledger charges are confirmed on %d replica(s) before a release is published "
              "(redis.min_replicas_acked = %s)", replication.replicas, cfg.redis.min_replicas_acked)

@@ -60,7 +60,7 @@ class ReleaseWorker:
                  worker_id: str, claim_ttl_seconds: float | None = None, poll_seconds: float | None = None,
                  rng: Any = None, scope_for: Callable[[float], str] | None = None) -> None:
         self.cfg = cfg
-        self.keys = Keys(cfg.redis.key_prefix)
+        self.keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
         self._client = client
         self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds or cfg.release.claim_ttl_seconds)
@@ -119,6 +119,8 @@ class ReleaseWorker:
             # checked under the claim: the previous holder may have released it since `closable()` ran
             with self.metrics.phase("redis"):
                 done = self.reader.is_released(window)
+                if done:  # finish what a crash after the fenced released mark left undone (idempotent)
+                    self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
             if done:
                 return None
             self.release_window(window, claim)
