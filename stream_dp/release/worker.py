@@ -41,6 +41,7 @@ from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
 from stream_dp.release.windows import Window, WindowReader
+from stream_dp.replication import NO_REPLICATION
 from stream_dp.rng import make_rng
 from stream_dp.schedule import establish as establish_schedule
 
@@ -254,6 +255,8 @@ class ReleaseWorker:
             with self.metrics.phase("redis"):
                 self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope,
                                         instance=int(info.get("instance") or 0), opened=bool(info.get("opened")))
+                # replicated before the window is marked released (failover: docs/scaling.md)
+                self.alerts_store.confirm(getattr(self.ledger, "replication", NO_REPLICATION), window.start)
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

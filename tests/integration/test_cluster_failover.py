@@ -162,3 +162,63 @@ def test_without_wait_the_same_failover_loses_charges_of_published_releases(tmp_
     out = run_failover(tmp_path, bootstrap_servers, topic_name, min_replicas_acked=0)
     assert out.published_while_frozen == WINDOWS * len(TYPES)
     assert out.missing_charges or out.rerolled, "expected the failover to lose charges of published releases"
+
+
+def test_the_alerts_instance_state_is_replicated_before_its_window_is_marked_released(tmp_path):
+    """The SVT instance state moves forward after each alerts release; were that move lost in a failover
+    while its window stays marked released, the next window would resume the instance from an older state
+    (its positive answers forgotten: more than k positives for one charge). So the worker confirms the move
+    on a replica before marking the window: with the state's replica cut off, the window stays unmarked."""
+    from prometheus_client import CollectorRegistry
+
+    from stream_dp.accounting.budget import BudgetCap
+    from stream_dp.accounting.ledger import Ledger
+    from stream_dp.config import config_from_mapping
+    from stream_dp.release.alerts import SVT_NAME
+    from stream_dp.release.metrics import ReleaseMetrics
+    from stream_dp.release.outbox import Outbox
+    from stream_dp.release.worker import ReleaseWorker
+    from stream_dp.replication import NotReplicated, ReplicationPolicy
+    from stream_dp.testing.windows import set_watermark, write_window
+
+    class Collected:
+        def __init__(self) -> None:
+            self.records: list[dict] = []
+
+        def publish(self, record: dict) -> None:
+            self.records.append(record)
+
+    with local_cluster(tmp_path / "cluster", masters=3, replicas=1) as cluster:
+        keys = Keys("al")
+        svt_master = cluster.master_of(keys.svt(SVT_NAME, "state"))
+        # a day whose ledger scope lives on another master than the SVT state (only the state's replica is cut)
+        start = next(d * 86400 for d in range(20_000, 20_400)
+                     if cluster.master_of(keys.ledger(scope_for(d * 86400, 86400), "totals")).port != svt_master.port)
+        cfg = config_from_mapping({
+            "redis": {"key_prefix": "al", "cluster": True},
+            "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(start)},
+            "budget": {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400},
+            "releases": {"topk": {"enabled": False}, "sample": {"enabled": False},
+                         "alerts": {"watchlist": ["a", "b"], "threshold": 5.0, "k": 3, "epsilon": 1.0}},
+        }, environ={})
+        client = cluster.client()
+        ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
+                        replication=ReplicationPolicy(1, 200))
+        metrics = ReleaseMetrics(CollectorRegistry())
+        published = Collected()
+        worker = ReleaseWorker(cfg, client, ledger, Outbox(ledger, published, metrics), metrics,  # type: ignore[arg-type]
+                               worker_id="w1", rng=1)
+        write_window(client, keys, start, SIZE, {"a": 50.0, "b": 1.0})
+        set_watermark(client, keys, start + SIZE)
+        replica = cluster.replica_of(svt_master)
+        cluster.cut_off_replica(replica, svt_master)
+        with pytest.raises(NotReplicated):
+            worker.run_once()
+        assert [r["type"] for r in published.records] == ["alerts"]  # the charge was confirmed: published
+        assert client.zcard(keys.release_index("released")) == 0  # ... but the window is not marked
+        cluster.continue_node(replica)  # the replica reconnects and catches up: the retry completes
+        wait_for(lambda: worker.run_once() is not None or client.zcard(keys.release_index("released")) >= 1,
+                 timeout=60, what="the window to be released once the replica is back")
+        assert client.zcard(keys.release_index("released")) == 1
+        assert len({json.dumps(r, sort_keys=True) for r in published.records}) == 1  # republished identically
+        client.close()
