@@ -32,7 +32,8 @@ from redis.client import Pipeline
 from stream_dp.config import AUTO_REPLICAS, RedisConfig
 from stream_dp.node_batches import FAILOVER_ERRORS, is_cluster, node_client, refresh_slots
 
-__all__ = ["NotReplicated", "ReplicationPolicy", "resolve_min_replicas", "write_then_wait"]
+__all__ = ["NO_REPLICATION", "NotReplicated", "ReplicationPolicy", "resolve_min_replicas", "write_then_wait"]
+
 
 class NotReplicated(redis.ConnectionError):
     """A write was not confirmed on ``redis.min_replicas_acked`` replicas within ``redis.replication_timeout_ms``
