@@ -30,6 +30,7 @@ from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.keys import Keys
+from stream_dp.node_batches import FAILOVER_ERRORS
 from stream_dp.replication import ReplicationPolicy
 from stream_dp.schedule import ReleaseSchedule, window_start
 from stream_dp.schedule import establish as establish_schedule
@@ -46,8 +47,9 @@ _TRANSIENT_REDIS_REPLIES = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", 
 def redis_transient(exc: BaseException) -> bool:
     """Whether a Redis error is worth retrying with backoff (connection lost, server loading, resharding,
     or other workers changing a window's bounding state faster than this one could catch up)."""
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, StaleBoundingState)):
-        return True
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, StaleBoundingState, *FAILOVER_ERRORS,
+                        redis.exceptions.NoScriptError)):
+        return True  # redis-py turns CLUSTERDOWN, READONLY, TRYAGAIN… into classes and strips the prefix
     return isinstance(exc, redis.ResponseError) and str(exc).startswith(_TRANSIENT_REDIS_REPLIES)
 
 
