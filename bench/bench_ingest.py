@@ -167,10 +167,9 @@ class RedisTarget:
 
 
 def _local_cluster(masters: int, workdir: Path):  # noqa: ANN202 - a context manager of LocalCluster
-    """A local Redis Cluster: the test suite's helper (tests/integration/cluster_helpers.py), which starts
-    redis-server processes in cluster mode on free ports and waits until the cluster is healthy."""
-    sys.path.insert(0, str(REPO / "tests" / "integration"))
-    from cluster_helpers import local_cluster
+    """A local Redis Cluster (:mod:`stream_dp.devcluster`): redis-server processes in cluster mode on free
+    ports, returned once the cluster is healthy."""
+    from stream_dp.devcluster import local_cluster
 
     return local_cluster(workdir, masters=masters)
 

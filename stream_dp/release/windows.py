@@ -95,6 +95,21 @@ if #flat == 0 then return '[]' end
 return cjson.encode(flat)
 """
 
+_SCORES = """
+-- KEYS[1]: window (shard) counts ; ARGV[1]: JSON array of members. Their scores as a JSON array, 0 for a
+-- missing member (one argument each way: redis-py packs and parses thousands of ZMSCORE arguments slowly).
+local members = cjson.decode(ARGV[1])
+local out = {}
+for i = 1, #members, 1000 do
+  local part = {}
+  for j = i, math.min(i + 999, #members) do part[#part + 1] = members[j] end
+  local got = redis.call('ZMSCORE', KEYS[1], unpack(part))
+  for j = 1, #part do out[#out + 1] = tonumber(got[j]) or 0 end
+end
+if #out == 0 then return '[]' end
+return cjson.encode(out)
+"""
+
 _COUNT_HISTOGRAM = """
 -- KEYS[1]: window counts ; ARGV[1]: exclusive lower bound ('-inf' to start, else '(' .. score),
 -- ARGV[2]: most distinct scores to return. Returns JSON [score, n, score, n, ...], ascending score:
@@ -211,6 +226,7 @@ class WindowReader:
         self._chunk = client.register_script(_READ_CHUNK)
         self._cursor = client.register_script(_ADVANCE_CURSOR)
         self._histogram = client.register_script(_COUNT_HISTOGRAM)
+        self._scores = client.register_script(_SCORES)
         self._top = client.register_script(_TOP)
         self._members_at = client.register_script(_MEMBERS_AT)
 
@@ -269,12 +285,14 @@ class WindowReader:
         """Counts of the given public keys (0 for a key with no events), summed over the shards."""
         if not watched:
             return {}
+        if self.keys.shards == 1:
+            scores = self.r.zmscore(self.keys.window_counts(window.start), watched)
+            return {k: (0.0 if s is None else float(s)) for k, s in zip(watched, scores)}
         total = np.zeros(len(watched))
-        pipe = self.r.pipeline(transaction=False)
+        members = json.dumps(watched)
         for shard in range(self.keys.shards):
-            pipe.zmscore(self.keys.window_counts(window.start, shard), watched)
-        for scores in pipe.execute():
-            total += np.array([0.0 if s is None else float(s) for s in scores])
+            total += np.array(json.loads(self._scores(keys=[self.keys.window_counts(window.start, shard)],
+                                                      args=[members])), dtype=np.float64)
         return dict(zip(watched, total.tolist()))
 
     def all_counts(self, window: Window, *, chunk: int | None = None) -> WindowCounts:

@@ -1,4 +1,5 @@
-"""Sharded windows (``windows.shards = 12``) on a real 3-master Redis Cluster with real worker processes:
+"""Sharded windows with real worker processes: ``windows.shards = 4`` on one redis-server, and ``= 12`` on a
+real 3-master Redis Cluster:
 two ingest workers and one release worker; exact counts against the test oracle, one schema-valid release
 per (window, type), ``stream-dp budget verify``; then the same under repeated SIGKILLs of every worker."""
 
@@ -41,18 +42,19 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: int, windows: int, poll: int):
+def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: int, windows: int, poll: int,
+           redis_url: str | None = None, shards: int = SHARDS):
     events_topic, releases_topic = topic_name("events"), topic_name("releases")
     create_topic(bootstrap_servers, events_topic, 2)
     # event times jitter by up to ±6 s (make_events): allowed lateness 15 s keeps every event on time, so the
     # oracle (which counts every event) is the exact expectation
     events = make_events(seed, n, users=400, keys=150, windows=windows, size=SIZE, t0=T0)
     events.append({"user": "user-tick", "key": "tick", "ts": T0 + windows * SIZE + SIZE / 2})
-    data = config_mapping(bootstrap_servers, cluster.url, events_topic, group=topic_name("g"), size=SIZE,
+    data = config_mapping(bootstrap_servers, redis_url or cluster.url, events_topic, group=topic_name("g"), size=SIZE,
                           max_keys=MAX_KEYS, lateness=15, idle=1.0, prefix=PREFIX,
                           budget={"epsilon": 1e9, "delta": 1e-3})
-    data["redis"]["cluster"] = True
-    data["windows"]["shards"] = SHARDS
+    data["redis"]["cluster"] = cluster is not None
+    data["windows"]["shards"] = shards
     data["kafka"]["releases_topic"] = releases_topic
     data["kafka"]["max_poll_records"] = poll
     data["releases.topk"] = {"k": 5, "k_bar": 40, "epsilon": 1e4, "delta": 1e-6}
@@ -63,15 +65,16 @@ def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: in
     return cfg_path, events, releases_topic
 
 
-def _check(tmp_path, cluster, client, cfg_path, bootstrap_servers, releases_topic, events, windows: int) -> None:
-    keys = Keys(PREFIX, shards=SHARDS)
+def _check(tmp_path, cluster, client, cfg_path, bootstrap_servers, releases_topic, events, windows: int,
+           shards: int = SHARDS) -> None:
+    keys = Keys(PREFIX, shards=shards)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
     store = WindowStore(client, keys=keys, window_size=SIZE)
     for start, want in truth.items():
         if start < T0 + windows * SIZE:
             assert store.counts(start) == want, f"window {start}"
-    for i in range(windows):  # each window's shards really are spread over the masters
-        owners = {cluster.master_of(keys.window_counts(T0 + i * SIZE, s)).port for s in range(SHARDS)}
+    for i in range(windows if cluster is not None else 0):  # each window's shards spread over the masters
+        owners = {cluster.master_of(keys.window_counts(T0 + i * SIZE, s)).port for s in range(shards)}
         assert len(owners) >= 2, f"window {i}: every shard on one master"
     messages = read_topic(bootstrap_servers, releases_topic, expect_at_least=windows * len(TYPES))
     groups = by_release_id(messages)
@@ -82,6 +85,27 @@ def _check(tmp_path, cluster, client, cfg_path, bootstrap_servers, releases_topi
         validate_record(json.loads(values[0]))
     verify = cli("budget", "verify", "--config", str(cfg_path))
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_four_shards_on_one_redis_server_with_worker_processes(tmp_path, bootstrap_servers, redis_url, topic_name):
+    """windows.shards = 4 on a single node: ingest and release worker processes, exact counts, one
+    schema-valid release per (window, type), budget verify."""
+    import redis
+
+    windows = 3
+    cfg_path, events, releases_topic = _setup(tmp_path, None, bootstrap_servers, topic_name, seed=5, n=4000,
+                                              windows=windows, poll=500, redis_url=redis_url, shards=4)
+    ingest = start_ingest(cfg_path, tmp_path / "ingest.log")
+    release = start_worker(cfg_path, worker_id="r1", log_path=tmp_path / "release.log", claim_ttl=10.0)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        wait_for(lambda: client.zcard(Keys(PREFIX).release_index("released")) >= windows, timeout=180,
+                 what=f"{windows} windows released", procs=[ingest, release])
+    finally:
+        assert stop(release) == 0, (tmp_path / "release.log").read_text()[-3000:]
+        assert stop_worker(ingest) == 0, (tmp_path / "ingest.log").read_text()[-3000:]
+    _check(tmp_path, None, client, cfg_path, bootstrap_servers, releases_topic, events, windows, shards=4)
+    client.close()
 
 
 def test_twelve_shards_two_ingest_workers_one_release_worker_on_three_masters(tmp_path, bootstrap_servers,

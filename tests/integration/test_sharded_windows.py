@@ -223,3 +223,19 @@ def test_a_sharded_window_is_released_under_its_claim_and_a_crash_half_way_is_fi
         assert not list(redis_client.scan_iter(keys.window_users(0, shard) + "*"))
     assert sum(store.counts(0).values()) == 300
     assert redis_client.zscore(keys.release_index("released"), "0") == 0
+
+
+def test_an_apply_not_confirmed_on_replicas_is_not_acknowledged(redis_client):
+    """redis.min_replicas_acked = 1 on a Redis without replicas: the apply's WAIT times out, the store raises
+    the transient NotReplicated (the loop does not commit the batch's offsets; it replays it), and the
+    replay -- once the writes count as confirmed -- applies nothing twice."""
+    from stream_dp.replication import NotReplicated, ReplicationPolicy
+
+    keys = Keys("rep", shards=2)
+    events = [(i, f"user-{i}", f"k{i % 3}") for i in range(50)]
+    waiting = WindowStore(redis_client, keys=keys, window_size=SIZE, replication=ReplicationPolicy(1, 50))
+    with pytest.raises(NotReplicated, match="redis.min_replicas_acked"):
+        waiting.apply([Chunk.of(0, 0, events)], closed_through=None)
+    replay = WindowStore(redis_client, keys=keys, window_size=SIZE)
+    r, = replay.apply([Chunk.of(0, 0, events)], closed_through=None)
+    assert r.applied + r.duplicate == 50 and sum(replay.counts(0).values()) == 50
