@@ -41,7 +41,6 @@ from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
 from stream_dp.release.windows import Window, WindowReader
-from stream_dp.replication import NO_REPLICATION
 from stream_dp.rng import make_rng
 from stream_dp.schedule import establish as establish_schedule
 
@@ -252,7 +251,7 @@ class ReleaseWorker:
                 self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope,
                                         instance=int(info.get("instance") or 0), opened=bool(info.get("opened")))
                 # replicated before the window is marked released (failover: docs/scaling.md)
-                self.alerts_store.confirm(getattr(self.ledger, "replication", NO_REPLICATION), window.start)
+                self.alerts_store.confirm(self.ledger.replication, window.start)
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
