@@ -5,9 +5,6 @@ verify`` and ``stream-dp tail`` through the cluster."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +12,7 @@ from cluster_helpers import local_cluster
 from ingest_helpers import config_mapping, create_topic, ground_truth, make_events, produce, stop_worker
 from ingest_helpers import start_worker as start_ingest
 from ingest_helpers import write_toml
-from release_processes import REPO, by_release_id, read_topic, start_worker, stop, wait_for, wait_started
+from release_processes import by_release_id, cli, read_topic, start_worker, stop, wait_for, wait_started
 from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
 from stream_dp.ingest.store import WindowStore
@@ -29,13 +26,6 @@ WINDOWS = 3
 MAX_KEYS = 3
 TYPES = ("topk", "alerts", "sample")
 PREFIX = "cl"
-
-
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
-    env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "stream_dp.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_ingest_release_budget_and_tail_on_a_three_master_cluster(tmp_path, bootstrap_servers, topic_name):

@@ -6,11 +6,8 @@ per (window, type), ``stream-dp budget verify``; then the same under repeated SI
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -19,7 +16,7 @@ from cluster_helpers import local_cluster
 from ingest_helpers import config_mapping, create_topic, ground_truth, make_events, produce, stop_worker
 from ingest_helpers import start_worker as start_ingest
 from ingest_helpers import write_toml
-from release_processes import REPO, by_release_id, read_topic, start_worker, stop, wait_for
+from release_processes import by_release_id, cli, read_topic, start_worker, stop, wait_for
 from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
 from stream_dp.ingest.store import WindowStore
@@ -33,13 +30,6 @@ MAX_KEYS = 3
 SHARDS = 12
 TYPES = ("topk", "alerts", "sample")
 PREFIX = "sh"
-
-
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
-    env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "stream_dp.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: int, windows: int, poll: int,
