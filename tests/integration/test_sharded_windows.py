@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from bounding_oracle import bounded_counts
+from store_helpers import Log, apply_in_batches, random_log
 from stream_dp.config import ConfigError, WindowsConfig
 from stream_dp.devstack import DevStack
 from stream_dp.ingest.bounding import decode_log
@@ -18,38 +19,19 @@ from stream_dp.ingest.store import Chunk, WindowStore, log_pieces
 from stream_dp.keys import Keys, shard_of
 from stream_dp.release.sampling import count_classes
 from stream_dp.release.windows import Window, WindowReader
-from stream_dp.schedule import ScheduleMismatch, establish, window_start
+from stream_dp.schedule import ScheduleMismatch, establish
 
 pytestmark = pytest.mark.integration
 
 SIZE = 60
 
 
-def _logs(rnd: random.Random, n: int, partitions: int, users: int, keys: int):
-    logs: dict[int, list[tuple[int, float, str, str]]] = {p: [] for p in range(partitions)}
-    for _ in range(n):
-        u = rnd.randrange(users)
-        p = u % partitions
-        logs[p].append((len(logs[p]), rnd.uniform(0, 3 * SIZE), f"user-{u}", f"k{min(int(rnd.paretovariate(0.8)), keys)}"))
-    return logs
+def _logs(rnd: random.Random, n: int, partitions: int, users: int, keys: int) -> Log:
+    return random_log(rnd, n, partitions=partitions, users=users, keys=keys, span=3 * SIZE, pareto=0.8)
 
 
-def _apply(store: WindowStore, logs, rnd: random.Random, *, replays: bool = True) -> None:
-    pos = {p: 0 for p in logs}
-    while any(pos[p] < len(logs[p]) for p in logs):
-        chunks = []
-        for p, log in logs.items():
-            lo = pos[p]
-            if replays and lo and rnd.random() < 0.3:
-                lo = rnd.randrange(lo)
-            hi = min(len(log), pos[p] + rnd.randrange(1, 300))
-            by_window: dict[int, list] = {}
-            for off, ts, user, key in log[lo:hi]:
-                by_window.setdefault(window_start(ts, SIZE), []).append((off, user, key))
-            chunks += [Chunk.of(w, p, evs) for w, evs in by_window.items()]
-            pos[p] = hi
-        store.register_windows({c.start for c in chunks})
-        store.apply(chunks, closed_through=None)
+def _apply(store: WindowStore, logs: Log, rnd: random.Random, *, replays: bool = True) -> None:
+    apply_in_batches(store, logs, rnd, size=SIZE, replays=replays, most=300, shuffle=False)
 
 
 def _truth(logs):
