@@ -21,13 +21,19 @@ events/s of each, the ratio ingest / bare (target ≥ 0.8), CPU seconds of each 
 and applier separately, and redis-server's), peak RSS (VmHWM, read from /proc before the process exits),
 and Redis memory per million events (``used_memory`` after − before: counts, bounding state, offsets).
 
+``--shards S`` splits each window into S shards (``windows.shards``); ``--cluster-masters M`` runs Redis
+as a local M-master cluster (redis-server processes in cluster mode, ``redis.cluster = true``) instead of one
+redis-server, and reports each master's redis-server CPU (max / mean: the shards must spread the load).
+
     python -m bench.bench_ingest                    # 10⁶ events, 10⁵ users (~2 min on 2 cores)
     python -m bench.bench_ingest --events 200000    # smaller
+    python -m bench.bench_ingest --cluster-masters 3 --shards 12
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -137,6 +143,37 @@ def _redis_cpu(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+class RedisTarget:
+    """The Redis the worker writes to: the dev stack's one redis-server, or a local cluster's masters
+    (``masters`` plain clients, one per master, for CPU and memory figures)."""
+
+    def __init__(self, url: str, masters: list[redis.Redis], *, cluster: bool) -> None:
+        self.url, self.masters, self.cluster = url, masters, cluster
+
+    def cpu(self) -> list[float]:
+        """CPU seconds (user + sys) of each master's redis-server so far."""
+        return [_redis_cpu(m) for m in self.masters]
+
+    def used_memory(self) -> int:
+        return sum(int(m.info("memory")["used_memory"]) for m in self.masters)
+
+    def flush(self) -> None:
+        for m in self.masters:
+            m.flushall()
+
+    def close(self) -> None:
+        for m in self.masters:
+            m.close()
+
+
+def _local_cluster(masters: int, workdir: Path):  # noqa: ANN202 - a context manager of LocalCluster
+    """A local Redis Cluster (:mod:`stream_dp.devcluster`): redis-server processes in cluster mode on free
+    ports, returned once the cluster is healthy."""
+    from stream_dp.devcluster import local_cluster
+
+    return local_cluster(workdir, masters=masters)
+
+
 def _peak_rss(pid: int) -> int:
     """Peak resident set size (VmHWM) of a live process, in bytes (``ru_maxrss`` of a child started by
     fork+exec would report the parent's size at the fork when that is larger)."""
@@ -159,7 +196,8 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll_records: int,
-               workdir: Path, *, group: str, sample_interval: float) -> dict[str, Any]:
+               workdir: Path, *, group: str, sample_interval: float, shards: int = 1,
+               cluster: bool = False) -> dict[str, Any]:
     port = free_port()
     cfg = workdir / "ingest.toml"
     cfg.write_text(f"""
@@ -171,8 +209,10 @@ ingest_group_id = "{group}"
 max_poll_records = {max_poll_records}
 [redis]
 url = "{redis_url}"
+cluster = {"true" if cluster else "false"}
 [windows]
 size_seconds = 3600
+shards = {shards}
 [metrics]
 port = {port}
 host = "127.0.0.1"
@@ -246,33 +286,45 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-interval", type=float, default=1.0,
                    help="seconds between progress scrapes of the worker's /metrics (each costs the worker "
                         "CPU: 4 scrapes/s took about 5%% off its rate)")
+    p.add_argument("--shards", type=int, default=1, help="windows.shards: shards per window")
+    p.add_argument("--cluster-masters", type=int, default=0,
+                   help="run Redis as a local cluster of this many masters (0: the dev stack's one redis-server)")
     args = p.parse_args(argv)
 
-    with DevStack() as stack, tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+    with contextlib.ExitStack() as resources:
+        tmp = resources.enter_context(tempfile.TemporaryDirectory(prefix="bench-ingest-"))
+        stack = resources.enter_context(DevStack(redis=not args.cluster_masters))
+        if args.cluster_masters:
+            cluster = resources.enter_context(_local_cluster(args.cluster_masters, Path(tmp) / "cluster"))
+            target = RedisTarget(cluster.url, [redis.Redis(host="127.0.0.1", port=n.port) for n in cluster.masters()],
+                                 cluster=True)
+        else:
+            target = RedisTarget(stack.redis_url, [redis.Redis.from_url(stack.redis_url)], cluster=False)
         topic = "bench-events"
         t_prod = produce(stack.bootstrap_servers, topic, events=args.events, users=args.users, keys=args.keys,
                          zipf_a=args.zipf_a, windows=args.windows, partitions=args.partitions, seed=args.seed)
         print(f"produced {args.events} events in {t_prod:.1f}s", file=sys.stderr)
-        r = redis.Redis.from_url(stack.redis_url)
-        mem0 = int(r.info("memory")["used_memory"])
-        bares, ingests, redis_cpu = [], [], []
+        mem0 = target.used_memory()
+        bares, ingests, redis_cpu, master_cpu = [], [], [], []
         for i in range(args.rounds):
             bares.append(run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records))
             print(f"bare: {bares[-1]['rate']:.0f} events/s", file=sys.stderr)
-            cpu0 = _redis_cpu(r)
-            flush = i > 0
-            if flush:  # a fresh Redis state per round (the memory figure is taken after round 1)
-                r.flushdb()
-            ingests.append(run_ingest(stack.bootstrap_servers, stack.redis_url, topic, args.events,
+            if i > 0:  # a fresh Redis state per round (the memory figure is taken after round 1)
+                target.flush()
+            cpu0 = target.cpu()
+            ingests.append(run_ingest(stack.bootstrap_servers, target.url, topic, args.events,
                                       args.max_poll_records, Path(tmp), group=f"ingest-bench-{i}",
-                                      sample_interval=args.sample_interval))
-            redis_cpu.append(_redis_cpu(r) - cpu0)
+                                      sample_interval=args.sample_interval, shards=args.shards,
+                                      cluster=target.cluster))
+            per_master = [after - before for after, before in zip(target.cpu(), cpu0)]
+            master_cpu.append(per_master)
+            redis_cpu.append(sum(per_master))
             print(f"ingest: {ingests[-1]['rate']:.0f} events/s", file=sys.stderr)
             if i == 0:
-                mem1 = int(r.info("memory")["used_memory"])
+                mem1 = target.used_memory()
         bares.append(run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records))
         print(f"bare: {bares[-1]['rate']:.0f} events/s", file=sys.stderr)
-        r.close()
+        target.close()
     m = ingests[0]["metrics"]
     ratios = [ing["rate"] / ((bares[i]["rate"] + bares[i + 1]["rate"]) / 2) for i, ing in enumerate(ingests)]
     cpu_bare = statistics.median(b["cpu_seconds"] for b in bares)
@@ -288,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("events (users, keys, partitions)", f"{args.events:,} ({args.users:,}, Zipf a={args.zipf_a} over "
                                              f"{args.keys:,}, {args.partitions})"),
+        ("Redis (masters, windows.shards)", f"{'cluster' if target.cluster else 'one node'} "
+                                            f"({len(master_cpu[0])}, {args.shards})"),
+        ("redis-server CPU s per master, round 1 (max / mean)",
+         " / ".join(f"{x:.1f}" for x in master_cpu[0]) + f" ({max(master_cpu[0]):.1f} / "
+         f"{statistics.mean(master_cpu[0]):.1f})"),
         ("bare kafka-python loop, events/s (each run)", fmt(b["rate"] for b in bares)),
         ("ingest worker, events/s (each run)", fmt(i["rate"] for i in ingests)),
         ("**ratio ingest / bare** (wall clock, vs the mean of the bare runs around it)",
@@ -299,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         ("peak RSS: worker loop + applier / bare loop",
          f"{ingests[0]['rss'].get('worker', 0) / 2**20:.0f} + {ingests[0]['rss'].get('applier', 0) / 2**20:.0f}"
          f" MiB / {max(b['rss_bytes'] for b in bares) / 2**20:.0f} MiB"),
-        ("Redis memory per 10⁶ events", f"{(mem1 - mem0) / args.events * 1e6 / 2**20:.1f} MiB"),
+        ("Redis memory per 10⁶ events; per counted (user, key) pair",
+         f"{(mem1 - mem0) / args.events * 1e6 / 2**20:.1f} MiB; {(mem1 - mem0) / max(applied, 1):.0f} B"),
         ("applied / bounded / late", f"{applied:,.0f} / {bounded:,.0f} / {late:,.0f}"),
         ("worker exit code after SIGTERM", " / ".join(str(i["exit_code"]) for i in ingests)),
     ]
@@ -308,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {k} | {v} |")
     emit({
         "bench": "ingest", "events": args.events, "users": args.users, "partitions": args.partitions,
+        "shards": args.shards, "cluster_masters": args.cluster_masters,
+        "redis_cpu_s_per_master": master_cpu[0],
+        "redis_cpu_max_over_mean": max(master_cpu[0]) / max(statistics.mean(master_cpu[0]), 1e-9),
+        "redis_bytes_per_counted_pair": (mem1 - mem0) / max(applied, 1),
         "rounds": args.rounds, "bare_events_per_s": [b["rate"] for b in bares],
         "ingest_events_per_s": [i["rate"] for i in ingests], "ratio_ingest_over_bare": ratios,
         "cpu_s_per_1e6": {"bare": cpu_bare / args.events * 1e6, "worker_loop": cpu_loop / args.events * 1e6,

@@ -15,8 +15,12 @@ the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka pr
 the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait: what the release publisher does). The last
 stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
+``--shards S`` stores each window in S shards (``windows.shards``), each key's count split over them at
+random (multinomially: a key's users fall into every shard), so the worker merges the shards exactly.
+
     python -m bench.bench_release                       # 10⁶ keys, 5 windows (~1-2 min on 2 cores)
     python -m bench.bench_release --keys 100000 --windows 10
+    python -m bench.bench_release --shards 12
 """
 
 from __future__ import annotations
@@ -64,18 +68,27 @@ def zipf_counts(n: int, a: float, top: float) -> np.ndarray:
     return np.maximum(1, np.floor(top / i**a))
 
 
-def load_template(client: redis.Redis, n: int, a: float, top: float) -> None:
+def load_template(client: redis.Redis, n: int, a: float, top: float, *, shards: int = 1, seed: int = 1) -> None:
+    """One template sorted set per shard: Zipf counts, each key's count split uniformly at random over the
+    shards (a key absent from a shard where it got 0)."""
     counts = zipf_counts(n, a, top)
+    parts = (counts[:, None] if shards == 1 else
+             np.random.default_rng(seed).multinomial(counts.astype(np.int64), [1 / shards] * shards))
     chunk = 20_000
-    for s in range(0, n, chunk):
-        pipe = client.pipeline(transaction=False)
-        pipe.zadd(TEMPLATE, {f"item-{j}": float(counts[j]) for j in range(s, min(n, s + chunk))})
-        pipe.execute()
+    for shard in range(shards):
+        col = parts[:, shard]
+        for s in range(0, n, chunk):
+            pipe = client.pipeline(transaction=False)
+            members = {f"item-{j}": float(col[j]) for j in range(s, min(n, s + chunk)) if col[j] > 0}
+            if members:
+                pipe.zadd(f"{TEMPLATE}:{shard}", members)
+            pipe.execute()
 
 
 def open_window(client: redis.Redis, keys: Keys, start: int) -> None:
-    client.copy(TEMPLATE, keys.window_counts(start), replace=True)
-    client.hset(keys.window_meta(start), mapping={"start": start, "end": start + SIZE})
+    for shard in range(keys.shards):
+        client.copy(f"{TEMPLATE}:{shard}", keys.window_counts(start, shard), replace=True)
+        client.hset(keys.window_meta(start, shard), mapping={"start": start, "end": start + SIZE})
     client.zadd(keys.windows_index(), {str(start): start})
 
 
@@ -97,7 +110,7 @@ def measure(args: argparse.Namespace) -> None:
             "kafka": {"bootstrap_servers": stack.bootstrap_servers, "releases_topic": "releases"},
             "redis": {"url": stack.redis_url, "key_prefix": "bench"},
             # the schedule starts at window 1: window 0 only serves the baseline read and is never released
-            "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(SIZE)},
+            "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(SIZE), "shards": args.shards},
             "budget": {"epsilon": 1e6, "delta": 1e-2, "delta_prime": 1e-7},
             "releases": {
                 "topk": {"k": 10, "k_bar": args.k_bar, "epsilon": 0.1, "delta": 1e-7},
@@ -108,11 +121,11 @@ def measure(args: argparse.Namespace) -> None:
             "metrics": {"port": 0},
         }, environ={})
         client = redis.Redis.from_url(stack.redis_url)
-        keys = Keys("bench")
+        keys = Keys("bench", args.shards)
         t = time.perf_counter()
-        load_template(client, args.keys, args.a, args.top)
-        print(f"template window: {args.keys} distinct keys, Zipf a={args.a}, top count {args.top:g} "
-              f"(loaded in {time.perf_counter() - t:.1f}s)")
+        load_template(client, args.keys, args.a, args.top, shards=args.shards, seed=args.seed)
+        print(f"template window: {args.keys} distinct keys, Zipf a={args.a}, top count {args.top:g}, "
+              f"{args.shards} shard(s) (loaded in {time.perf_counter() - t:.1f}s)")
 
         ensure_topics(cfg.kafka, {"releases": 1})
         producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all")
@@ -127,6 +140,7 @@ def measure(args: argparse.Namespace) -> None:
         open_window(client, keys, 0)
         base_read = []
         for _ in range(3):
+            worker.reader.drop_merge()  # a sharded window's merge is cached: time the read itself
             t = time.perf_counter()
             worker.reader.all_counts(Window(0, SIZE))
             base_read.append(time.perf_counter() - t)
@@ -137,7 +151,8 @@ def measure(args: argparse.Namespace) -> None:
             producer.flush(timeout=30)
             future.get(timeout=30)
             base_produce.append(time.perf_counter() - t)
-        client.delete(keys.window_counts(0), keys.window_meta(0))
+        for shard in range(args.shards):
+            client.delete(keys.window_counts(0, shard), keys.window_meta(0, shard))
         client.zrem(keys.windows_index(), "0")
         read_ms, produce_ms = statistics.median(base_read) * 1e3, statistics.median(base_produce) * 1e3
 
@@ -171,7 +186,7 @@ def measure(args: argparse.Namespace) -> None:
     warm = latencies[1:] if len(latencies) > 1 else latencies
     print()
     print(f"### Release latency, {args.keys:,} distinct keys, k̄ = {args.k_bar}, topk + alerts + sample, "
-          f"{args.windows} windows\n")
+          f"{args.windows} windows, {args.shards} shard(s)\n")
     print("| measure | p50 | p99 | ratio to baseline |")
     print("|---|---|---|---|")
     print(f"| close → all 3 records published (all windows) | {pct(latencies, 50):.3f} s | {pct(latencies, 99):.3f} s "
@@ -191,6 +206,7 @@ def measure(args: argparse.Namespace) -> None:
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
         "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load,
+        "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
         **{f"p99_{t}_s": pct(v, 99) for t, v in per_type.items()},
@@ -213,6 +229,7 @@ def main() -> None:
     p.add_argument("--top", type=float, default=100_000.0, help="count of the most frequent key")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--load", type=int, default=0, help="busy-looping processes to run beside it (CPU burner)")
+    p.add_argument("--shards", type=int, default=1, help="windows.shards: each window stored in this many shards")
     run(p.parse_args())
 
 

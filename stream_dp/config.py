@@ -89,6 +89,7 @@ Number = StrictFloat
 Count = StrictInt
 Flag = StrictBool
 NOISES = ("laplace", "exponential", "geometric")
+AUTO_REPLICAS = "auto"
 
 
 def _check(section: Any, rules: Iterable[tuple[bool, str, str]]) -> None:
@@ -168,13 +169,22 @@ class RedisConfig:
     ssl_ca_certs: Str = ""
     socket_timeout_seconds: Positive = 5.0
     allow_eviction: Flag = False  # run even if Redis's maxmemory-policy may evict keys (see connections.py)
+    cluster: Flag = False  # redis.url names any node of a Redis Cluster: every process uses the cluster client
+    # Replicas that must acknowledge a write the service acts on (a ledger charge before its release is
+    # published) -- WAIT, see stream_dp/replication.py. "auto": 1 when the deployment has replicas, else 0.
+    min_replicas_acked: Annotated[StrictStr | StrictInt, _rule(
+        lambda v: v == AUTO_REPLICAS if isinstance(v, str) else v >= 0,
+        f'"{AUTO_REPLICAS}" or an integer >= 0')] = AUTO_REPLICAS
+    replication_timeout_ms: AtLeastOne = 1000  # how long one WAIT may block before it counts as an outage
 
     def __repr__(self) -> str:  # the URL may carry a password
         from stream_dp.redact import redact_url
 
         return (f"RedisConfig(url={redact_url(self.url)!r}, key_prefix={self.key_prefix!r}, "
                 f"username={self.username!r}, ssl_ca_certs={self.ssl_ca_certs!r}, "
-                f"socket_timeout_seconds={self.socket_timeout_seconds!r}, allow_eviction={self.allow_eviction!r})")
+                f"socket_timeout_seconds={self.socket_timeout_seconds!r}, allow_eviction={self.allow_eviction!r}, "
+                f"cluster={self.cluster!r}, min_replicas_acked={self.min_replicas_acked!r}, "
+                f"replication_timeout_ms={self.replication_timeout_ms!r})")
 
 
 @section
@@ -238,6 +248,18 @@ class WindowsConfig:
     # record time + max_clock_skew_seconds] of its Kafka record timestamp (the trusted clock).
     max_event_delay_seconds: NonNegative = 30
     max_clock_skew_seconds: NonNegative = 5
+    # Each window's state is split into this many shards by a stable hash of the user id (one hash tag
+    # each, so a Redis Cluster spreads a window over its masters). Size it masters x a few (docs/scaling.md);
+    # 1 (one node) keeps one tag per window. Recorded with the schedule: a restart with another value is refused.
+    shards: AtLeastOne = 1
+    # No Redis value of a window grows past this: a shard's bounding log is stored in segments of this size
+    # (Redis caps one string at 512 MB; the default keeps every segment far below that).
+    log_segment_bytes: Annotated[Count, _rule(lambda v: 1024 <= v <= 256 << 20,
+                                              ">= 1024 and <= 268435456 (half of Redis's 512 MB string cap)")] = 64 << 20
+    # Capacity of one (window, shard): the most bounding-log bytes it may hold (counted user-key pairs,
+    # ~20-60 B each). Events past it are dead-lettered (reason window_shard_full), counted, and alerted on;
+    # the privacy guarantee holds only below capacity (docs/privacy.md "Capacity"). Raise shards instead.
+    max_shard_log_bytes: AtLeastOne = 4 << 30
 
     @model_validator(mode="after")
     def _rules(self) -> WindowsConfig:

@@ -34,7 +34,12 @@ logging.getLogger("kafka.net.selector").addFilter(_SLOW_TASK_FILTER)
 
 
 def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
-    """A redis-py client for ``cfg.url`` with the configured auth, TLS and timeouts."""
+    """A redis-py client for ``cfg.url`` with the configured auth, TLS and timeouts.
+
+    With ``redis.cluster = true`` it is redis-py's :class:`~redis.cluster.RedisCluster` (``cfg.url`` names any
+    node; the others are discovered), with the same options. Every key the service writes carries a hash
+    tag (:mod:`stream_dp.keys`), so each Lua script and each transaction stays in one slot.
+    """
     if not cfg.url:
         raise ValueError("redis.url is empty: configure it, or start the embedded dev stack first")
     opts: dict[str, Any] = {"socket_timeout": cfg.socket_timeout_seconds,
@@ -46,7 +51,16 @@ def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
     if cfg.ssl_ca_certs:
         opts["ssl_ca_certs"] = cfg.ssl_ca_certs
     opts.update(overrides)
+    if cfg.cluster:
+        return redis.RedisCluster.from_url(cfg.url, **opts)  # type: ignore[return-value]
     return redis.Redis.from_url(cfg.url, **opts)
+
+
+def _masters(client: Any) -> list[tuple[str, Any]]:
+    """``(name, client)`` of every master: the cluster's primaries, or the one server."""
+    if isinstance(client, redis.RedisCluster):
+        return [(node.name, client.get_redis_connection(node)) for node in client.get_primaries()]
+    return [("", client)]
 
 
 class UnsafeRedis(RuntimeError):
@@ -61,9 +75,30 @@ def require_noeviction(client: redis.Redis, cfg: RedisConfig) -> str:
     (budget spent would be forgotten) or a stored release (it could be recomputed with fresh noise). None
     of that would be visible. With ``noeviction`` a full Redis refuses writes instead, which the workers
     treat as an outage. Raises :class:`UnsafeRedis` unless ``cfg.allow_eviction`` (then it only warns).
+
+    On a cluster every master is checked (each holds its own slots' bounding logs and charges); the first
+    policy that is not ``noeviction`` decides, and the error names that master.
     """
     try:
-        reply = client.config_get("maxmemory-policy")
+        masters = _masters(client)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        log.warning("Redis unreachable at startup (%s: %s); its maxmemory-policy was not checked",
+                    type(exc).__name__, exc)
+        return ""
+    seen = ""
+    for name, node in masters:
+        policy = _eviction_policy(node)
+        if policy in ("", "noeviction"):
+            seen = seen or policy
+            continue
+        return _refuse_eviction(cfg, policy, name)
+    return seen
+
+
+def _eviction_policy(node: redis.Redis) -> str:
+    """One server's maxmemory-policy ("" when it cannot be read; logged)."""
+    try:
+        reply = node.config_get("maxmemory-policy")
     except redis.ResponseError as exc:  # CONFIG disabled or renamed (common on managed services)
         log.warning("could not read Redis maxmemory-policy (%s); make sure it is noeviction", exc)
         return ""
@@ -71,10 +106,12 @@ def require_noeviction(client: redis.Redis, cfg: RedisConfig) -> str:
         log.warning("Redis unreachable at startup (%s: %s); its maxmemory-policy was not checked",
                     type(exc).__name__, exc)
         return ""
-    policy = reply.get("maxmemory-policy", "")  # redis-py decodes CONFIG GET replies to str
-    if policy == "noeviction":
-        return policy
-    msg = (f"Redis maxmemory-policy is {policy!r}: when memory runs short Redis may evict bounding logs, "
+    return str(reply.get("maxmemory-policy", ""))  # redis-py decodes CONFIG GET replies to str
+
+
+def _refuse_eviction(cfg: RedisConfig, policy: str, master: str) -> str:
+    where = f" on cluster master {master}" if master else ""
+    msg = (f"Redis maxmemory-policy is {policy!r}{where}: when memory runs short Redis may evict bounding logs, "
            "counts, ledger charges or stored releases, which would silently break the privacy guarantee. "
            "Set maxmemory-policy noeviction, or redis.allow_eviction = true to run anyway")
     if cfg.allow_eviction:
@@ -86,7 +123,13 @@ def require_noeviction(client: redis.Redis, cfg: RedisConfig) -> str:
 def preflight_redis(cfg: RedisConfig) -> None:
     """What a worker checks before it starts: a Redis URL is configured and the server does not evict
     keys (:func:`require_noeviction`). Raises ValueError or :class:`UnsafeRedis` naming the setting."""
-    client = redis_client(cfg)
+    try:
+        client = redis_client(cfg)
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException) as exc:
+        # the cluster client reads the slot map when it is built; a plain client connects lazily
+        log.warning("Redis unreachable at startup (%s: %s); its maxmemory-policy was not checked",
+                    type(exc).__name__, exc)
+        return
     try:
         require_noeviction(client, cfg)
     finally:

@@ -3,9 +3,12 @@
 Every key starts with the configured prefix and carries a hash tag ``{...}`` so that a Redis Cluster
 places what one atomic step touches in one slot:
 
-- everything of one window (counts, per-user bounding state, per-partition applied offsets, metadata)
-  shares the tag ``{w:<start>}`` -- an ingest batch's increments and its offset record for that window
-  are applied by one Lua script;
+- everything of one window shard (counts, per-user bounding state, per-partition applied offsets,
+  metadata) shares one tag -- an ingest batch's increments and its offset record for that (window, shard)
+  are applied by one Lua script. With ``windows.shards = 1`` (the default) the tag is ``{w:<start>}``;
+  with S > 1 shard ``i`` of the window is ``{w:<start>:<i>}``, so a Redis Cluster spreads one window over
+  its masters. A user's events always go to shard :func:`shard_of` (a stable hash of the user id), so all
+  of one user's bounding state is in one shard. The release worker's claim on a window keeps ``{w:<start>}``;
 - ingest progress (watermarks, the index of known windows) shares ``{ingest}``;
 - each ledger scope shares ``{ledger:<scope>}`` -- a charge is one Lua script over that scope;
 - the release-worker bookkeeping shares ``{release}`` (stored releases live in their ledger scope);
@@ -16,32 +19,60 @@ Window starts are integer epoch seconds.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+
+#: The name of the user → shard hash, recorded with the release schedule (a restart must use the same).
+SHARD_HASH = "crc32-utf8"
+
+
+def shard_of(user: str, shards: int) -> int:
+    """The window shard holding ``user``'s bounding state: CRC-32 of the user id's UTF-8 bytes mod ``shards``.
+
+    Stable across processes, restarts and Python versions (unlike ``hash``, which is salted per process);
+    user ids reach here NFC-normalised by the decoder, so one user is one byte string.
+
+    >>> shard_of("alice", 1), shard_of("alice", 12), shard_of("alice", 12) == shard_of("alice", 12)
+    (0, 11, True)
+    """
+    return zlib.crc32(user.encode()) % shards if shards > 1 else 0
 
 
 @dataclass(frozen=True)
 class Keys:
-    """Key names under one ``prefix`` (``redis.key_prefix`` in the config)."""
+    """Key names under one ``prefix`` (``redis.key_prefix`` in the config), for windows split into
+    ``shards`` shards (``windows.shards``)."""
 
     prefix: str = "sdp"
+    shards: int = 1
 
     # --- one window ------------------------------------------------------------------------------
-    def window_counts(self, start: int) -> str:
-        """Sorted set: key → number of distinct (bounded) users that touched it in the window."""
-        return f"{self.prefix}:{{w:{start}}}:counts"
+    def window_tag(self, start: int, shard: int = 0) -> str:
+        """The hash tag of one window shard: ``{w:<start>}`` when windows are not sharded."""
+        return f"{{w:{start}}}" if self.shards == 1 else f"{{w:{start}:{shard}}}"
 
-    def window_users(self, start: int) -> str:
-        """String: the window's contribution-bounding log, counted ``user\0key\0`` pairs in apply order
-        (ingest-internal)."""
-        return f"{self.prefix}:{{w:{start}}}:users"
+    def window_counts(self, start: int, shard: int = 0) -> str:
+        """Sorted set: key → number of distinct (bounded) users of the shard that touched it in the window
+        (a key's window count is the sum over the shards)."""
+        return f"{self.prefix}:{self.window_tag(start, shard)}:counts"
 
-    def window_offsets(self, start: int) -> str:
-        """Hash: Kafka partition → highest offset applied to this window."""
-        return f"{self.prefix}:{{w:{start}}}:offsets"
+    def window_users(self, start: int, shard: int = 0) -> str:
+        """String: the first segment of the shard's contribution-bounding log, counted ``user\0key\0`` pairs
+        in apply order (ingest-internal); segment ``n`` ≥ 1 is this name + ``:<n>`` (see
+        ``ingest/lua/apply_window.lua``)."""
+        return f"{self.prefix}:{self.window_tag(start, shard)}:users"
 
-    def window_meta(self, start: int) -> str:
-        """Hash: window metadata (start, end, events applied, users bounded, state)."""
-        return f"{self.prefix}:{{w:{start}}}:meta"
+    def window_offsets(self, start: int, shard: int = 0) -> str:
+        """Hash: Kafka partition → highest offset applied to this window shard."""
+        return f"{self.prefix}:{self.window_tag(start, shard)}:offsets"
+
+    def window_meta(self, start: int, shard: int = 0) -> str:
+        """Hash: window shard metadata (start, end, events applied, users bounded, state, log length)."""
+        return f"{self.prefix}:{self.window_tag(start, shard)}:meta"
+
+    def window_released(self, start: int) -> str:
+        """String: set once the window's releases are published (fenced by the claim, same tag)."""
+        return f"{self.prefix}:{{w:{start}}}:released"
 
     def window_claim(self, start: int) -> str:
         """String: the release worker's claim on the window (fencing token, with an expiry)."""

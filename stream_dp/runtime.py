@@ -163,7 +163,7 @@ def schedule_or_report(cfg: Config) -> bool:
 
     client = redis_client(cfg.redis)
     try:
-        sched = establish(client, Keys(cfg.redis.key_prefix), cfg.windows)
+        sched = establish(client, Keys(cfg.redis.key_prefix, cfg.windows.shards), cfg.windows)
     except ScheduleMismatch as exc:
         log.error("config error: %s", exc)
         return False

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stream_dp.config import ConfigError, WindowsConfig, parse_window_start
-from stream_dp.keys import Keys
+from stream_dp.keys import SHARD_HASH, Keys
 
 
 def window_start(ts: float, size: int) -> int:
@@ -86,14 +86,25 @@ def establish(client, keys: Keys, windows: WindowsConfig, *,  # noqa: ANN001 - a
 
     ``windows.start`` = 0 takes the recorded start, or on the very first start the window of the wall
     clock. A configured start or a window size that differs from the recorded one raises
-    :class:`ScheduleMismatch` naming the setting: changing either would skip or re-release windows.
+    :class:`ScheduleMismatch` naming the setting: changing either would skip or re-release windows. So does
+    a ``windows.shards`` (or user → shard hash) other than the recorded one: it would split a user's bounding
+    state over two shards (L0 > Δ).
     """
     size = windows.size_seconds
     configured = parse_window_start(windows.start)
     wanted = configured if configured is not None else window_start(wall_clock(), size)
-    client.set(keys.schedule(), json.dumps({"start": wanted, "size": size}), nx=True)
+    client.set(keys.schedule(), json.dumps({"start": wanted, "size": size, "shards": windows.shards,
+                                            "shard_hash": SHARD_HASH}), nx=True)
     raw = client.get(keys.schedule())
     recorded = json.loads(raw)
+    # a schedule recorded before windows were sharded had one shard per window
+    recorded_shards = (int(recorded.get("shards", 1)), recorded.get("shard_hash", SHARD_HASH))
+    if recorded_shards != (windows.shards, SHARD_HASH):
+        raise ScheduleMismatch(
+            f"windows.shards is {windows.shards} (user hash {SHARD_HASH}) but this deployment's windows (redis key "
+            f"{keys.schedule()}) are split into {recorded_shards[0]} shards (user hash {recorded_shards[1]}): "
+            "another value would put a user's bounding state in two shards; keep "
+            f"windows.shards = {recorded_shards[0]}, or use a new redis.key_prefix")
     if int(recorded["size"]) != size:
         raise ScheduleMismatch(
             f"windows.size_seconds is {size} but this deployment's release schedule (redis key "

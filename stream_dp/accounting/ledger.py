@@ -21,6 +21,14 @@ lifetime scope (reservation id ``<scope>/<release id>``), (2) charge the period 
 after (1) leaves the hold counted; after (2) the stored release can be published and the lifetime still
 counts it as a hold. Both are over-counts; a retry of the same release id completes the steps
 idempotently. No order of crashes lets a release be stored without being counted in both scopes.
+
+Failover (``replication``, :mod:`stream_dp.replication`): Redis acknowledges a charge before any replica
+has it, so a master failing right after could take it along. :meth:`confirm` is the step between "stored"
+and "published": the outbox calls it right before it sends a release (:meth:`Outbox.publish
+<stream_dp.release.outbox.Outbox.publish>`), so *published ⇒ charge (and stored release) on
+``redis.min_replicas_acked`` replicas*. It writes a fence into each scope's slot and WAITs on that same
+connection; replication is ordered per master, so the fence confirms the charge written before it --
+whoever wrote it (also a stored release found again after a crash, whose writer never confirmed it).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from stream_dp.accounting.composition import Spent, compose
 from stream_dp.accounting import ledger_args
 from stream_dp.accounting.events import DpEvent, event_from_dict
 from stream_dp.keys import Keys
+from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 
 __all__ = [
     "BudgetCap",
@@ -201,11 +210,12 @@ class Ledger:
     """
 
     def __init__(self, redis_client: redis.Redis, cap: BudgetCap, *, keys: Keys = Keys(),
-                 lifetime_cap: BudgetCap | None = None) -> None:
+                 lifetime_cap: BudgetCap | None = None, replication: ReplicationPolicy = NO_REPLICATION) -> None:
         self.redis = redis_client
         self.cap = cap
         self.lifetime_cap = lifetime_cap
         self.keys = keys
+        self.replication = replication
         self._scripts = {op: redis_client.register_script(_script_text(op))
                          for op in ("charge", "reserve", "settle", "cancel")}
 
@@ -365,6 +375,27 @@ class Ledger:
             if not life.accepted:  # the actual cost exceeds the hold and does not fit: nothing may be stored
                 return self._refused_by_lifetime(scope, life)
         return self._settle_one(scope, reservation_id, release_id, events, events_json, payload)
+
+    def confirm(self, scope: str, release_id: str) -> None:
+        """Return once everything the ledger holds for ``scope`` (the charge and stored payload of
+        ``release_id`` included), its lifetime hold and the scope index are on ``replication.replicas``
+        replicas; raise :class:`~stream_dp.replication.NotReplicated` (transient) when they are not within
+        ``redis.replication_timeout_ms``. A no-op with 0 replicas. Call it before acting on a charge
+        (publishing its release).
+
+        Each slot gets a fence write (``SET <scope>:replicated <release id>``; a SET always enters the
+        replication stream) followed by ``WAIT`` on the same connection of the slot's master.
+        """
+        policy = self.replication
+        if not policy.replicas:
+            return
+        fences = [self.keys.ledger(scope, "replicated")]
+        if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
+            fences.append(self.keys.ledger(LIFETIME_SCOPE, "replicated"))
+        fences.append(f"{self.keys.prefix}:{{ledger}}:replicated")  # the scope index's slot
+        for fence in fences:
+            write_then_wait(self.redis, fence, policy.replicas, policy.timeout_ms,
+                            lambda pipe, fence=fence: pipe.set(fence, release_id))
 
     def stored(self, scope: str, release_id: str) -> str | None:
         """The payload stored with release ``release_id`` (None if never charged with one)."""

@@ -205,7 +205,7 @@ class WindowBounding:
     """
 
     def __init__(self, max_keys_per_user: int, *, unit: str = "user") -> None:
-        check_bounding_settings(max_keys_per_user, unit)
+        # Δ and the unit come from the validated config (contribution.*), not re-checked here
         self.max_keys_per_user = max_keys_per_user
         self.unit = unit
         self.token = ""
@@ -271,6 +271,16 @@ class WindowBounding:
             self.applied_through[plan.partition] = plan._offset_before
         self.log_bytes = plan.log_bytes_before
         self.token = plan.token_before
+
+    def skip(self, plan: ChunkPlan) -> None:
+        """``plan`` (the newest not undone) was recorded as *skipped*: Redis moved the partition's offset and
+        the token on, but counted none of its events (the shard was at capacity, ``apply_window.lua``
+        reply ``full``). The cache follows: the plan's pairs are undone, its offset and token kept."""
+        if plan.last_offset is None:
+            return
+        self.rollback(plan)
+        self.applied_through[plan.partition] = plan.last_offset
+        self.token = plan.token
 
     def absorb(self, *, token: str, log_from: int, log_tail: bytes, applied_through: dict[int, int]) -> None:
         """Catch up with Redis: ``log_tail`` is the window's log from byte ``log_from`` to its end (from 0

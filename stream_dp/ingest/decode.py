@@ -74,8 +74,14 @@ CLOCK_REASONS: tuple[str, ...] = (
     "event_time_out_of_range",  # the body's time is too far from the record time (windows.max_*_seconds)
 )
 
+#: Reasons the store rejects a valid event for: its (window, shard) is at capacity
+#: (``windows.max_shard_log_bytes``; docs/privacy.md "Capacity").
+CAPACITY_REASONS: tuple[str, ...] = (
+    "window_shard_full",
+)
+
 #: Every reason a record can be rejected for (metric label values, dead-letter ``reason`` header).
-REJECT_REASONS: tuple[str, ...] = DECODE_REASONS + CLOCK_REASONS
+REJECT_REASONS: tuple[str, ...] = DECODE_REASONS + CLOCK_REASONS + CAPACITY_REASONS
 
 #: Event times at or above this (epoch seconds, ~year 5138) are treated as garbage.
 MAX_EVENT_TIME = 1e11

@@ -60,6 +60,9 @@ class IngestMetrics:
         self.lag = Gauge("consumer_lag_records", "Records behind the fetched high-water mark, summed over the "
                          "partitions this worker owns", **kw)
         self.partitions = Gauge("partitions_assigned", "Partitions of the events topic this worker owns", **kw)
+        self.shard_fill = Gauge("shard_fill_ratio", "Fullest window shard this worker writes: its bounding log as a "
+                                "fraction of windows.max_shard_log_bytes (at 1, events are dead-lettered "
+                                "window_shard_full)", **kw)
         self.windows_open = Gauge("windows_open", "Windows in the index that the global watermark has not closed",
                                   **kw)
         self.watermark = Gauge("watermark_seconds", "Global event-time watermark (epoch seconds); windows ending "

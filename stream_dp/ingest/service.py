@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from stream_dp.config import Config
 from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
-from stream_dp.ingest.applier import ProcessRunner
+from stream_dp.ingest.runners import ProcessRunner
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.worker import IngestWorker
 

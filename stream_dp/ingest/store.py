@@ -2,14 +2,17 @@
 
 Layout (``stream_dp.keys``; the contract the release worker reads concurrently, docs/ingest.md "Redis layout"):
 
-- per window ``{w:<start>}``: ``counts`` (ZSET key → distinct bounded users), ``users`` (STRING, the
-  bounding log: counted ``user\0key\0`` pairs in apply order), ``offsets`` (HASH partition → highest applied
-  offset), ``meta`` (HASH start, end, state, events_applied, events_bounded, apply_token; state ``open`` →
-  ``closed`` by ingest → ``released`` by the release worker);
+- per window shard (``{w:<start>}``, or ``{w:<start>:<shard>}`` with ``windows.shards`` S > 1; a user's
+  events all go to shard :func:`~stream_dp.keys.shard_of`): ``counts`` (ZSET key → distinct bounded users
+  of the shard; a key's window count is the sum over the shards), ``users`` (the bounding log: counted
+  ``user\0key\0`` pairs in apply order, stored as STRING segments of at most ``windows.log_segment_bytes``),
+  ``offsets`` (HASH partition → highest applied offset), ``meta`` (HASH start, end, state, events_applied,
+  events_bounded, events_full, apply_token, log_bytes, log_segment_bytes; state ``open`` → ``closed`` by
+  ingest → ``released`` by the release worker);
 - ``{ingest}``: ``windows`` (ZSET of window starts) and ``watermarks`` (HASH: per-partition watermarks,
   ``seen:<partition>`` activity times, ``global``, and ``closing`` while a new global is being installed).
 
-**Exactly-once effect.** A batch is split into (window, partition) chunks; each chunk's bounding log,
+**Exactly-once effect.** A batch is split into (window, shard, partition) chunks; each chunk's bounding log,
 increments, metadata and its offset record are one Lua script over one hash tag, so a chunk is applied
 completely or not at all. Events at or below the recorded offset are skipped, so replaying any prefix of
 the log (after a crash, a rebalance, a failed commit) changes nothing. Kafka offsets are committed only
@@ -24,6 +27,13 @@ cache's length, the offsets, the token), and the store catches up and bounds the
 is never recorded on a state it was not made for — another worker's writes, a reply lost with the
 connection, a restart with an empty cache — and Redis does one append and one ZINCRBY per distinct key
 per chunk instead of evaluating the rule per event.
+
+**Capacity, never Redis's limit.** No Redis value of a window outgrows ``log_segment_bytes`` (the log is
+segmented; every count is a ZSET member), and a shard holds at most ``max_shard_log_bytes`` of log. A chunk
+that would pass it is refused *with its offsets recorded* (reply ``full``): its events are not counted,
+come back as ``window_shard_full`` rejects (dead letters, counted by reason) and a replay skips them, so a
+full shard never stops ingest in a loop. Below capacity the guarantee is exact; at capacity it is not
+(docs/privacy.md "Capacity"), which is why the breach is a metric and an alert.
 
 **Bounded cache.** The caches of all windows together hold at most ``cache_max_users`` users (about
 230 B each; ``ingest.bounding_cache_max_users``): after each call, least recently used windows' caches are
@@ -45,24 +55,79 @@ A crash between the steps leaves ``closing`` set; the next advance by any worker
 from __future__ import annotations
 
 import importlib.resources
+import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import redis
+from redis.client import Pipeline
 
-from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix, check_bounding_settings
-from stream_dp.keys import Keys
+from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix
+from stream_dp.keys import Keys, shard_of
+from stream_dp.node_batches import is_cluster, run_batched
+from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 
 #: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
 MAX_STALE_ROUNDS = 50
 #: Most bounding-log bytes one catch-up read brings (the stale reply's tail, then each GETRANGE).
 CATCH_UP_CHUNK_BYTES = 4 << 20
+#: Defaults of ``windows.log_segment_bytes`` and ``windows.max_shard_log_bytes``.
+LOG_SEGMENT_BYTES = 64 << 20
+MAX_SHARD_LOG_BYTES = 4 << 30
 
 
 class StaleBoundingState(RuntimeError):
     """Other writers kept changing a window's bounding state faster than this worker could plan on it."""
+
+
+@dataclass(frozen=True)
+class ApplyHeader:
+    """The named arguments of ``lua/apply_window.lua`` (its ARGV[1], JSON, version 1); the log record and
+    the increments follow as ARGV[2..4]. Numbers that Redis stores (offsets, window bounds) travel as
+    strings: Lua would print a large number in exponent form."""
+
+    start: int
+    end: int
+    partition: int
+    closed_through: str  # the caller's global watermark ("-inf": none); the window is late when end <= it
+    token_before: str = ""
+    token: str = ""
+    log_bytes_before: int = 0
+    last_offset: int = -1
+    applied: int = 0
+    bounded: int = 0
+    most: int = 0  # most log bytes in a stale reply (0 = all)
+    segment_bytes: int = LOG_SEGMENT_BYTES
+    capacity: int = MAX_SHARD_LOG_BYTES
+
+    def encode(self) -> str:
+        return json.dumps({"v": 1, "start": str(self.start), "end": str(self.end), "partition": self.partition,
+                           "closed_through": self.closed_through, "token_before": self.token_before,
+                           "token": self.token, "log_bytes_before": self.log_bytes_before,
+                           "last_offset": str(self.last_offset), "applied": self.applied, "bounded": self.bounded,
+                           "most": self.most, "segment_bytes": self.segment_bytes, "capacity": self.capacity},
+                          separators=(",", ":"))
+
+
+def log_pieces(first_segment: str, segment_bytes: int, start: int, stop: int) -> list[tuple[str, int, int]]:
+    """Where bytes ``[start, stop)`` of a segmented bounding log are: ``(segment key, first, last)`` for
+    ``GETRANGE`` (inclusive), in order. Segment ``i`` holds bytes ``[i·segment_bytes, (i+1)·segment_bytes)``
+    under ``first_segment`` (i = 0) or ``first_segment:<i>``.
+
+    >>> log_pieces("u", 10, 5, 25)
+    [('u', 5, 9), ('u:1', 0, 9), ('u:2', 0, 4)]
+    """
+    out = []
+    at = start
+    while at < stop:
+        i = at // segment_bytes
+        upto = min(stop, (i + 1) * segment_bytes)
+        out.append((first_segment if i == 0 else f"{first_segment}:{i}", at - i * segment_bytes,
+                    upto - i * segment_bytes - 1))
+        at = upto
+    return out
 
 
 def _script(name: str) -> str:
@@ -78,11 +143,12 @@ class Chunk:
     partition: int
     events: Sequence[tuple[int, str, str]]
     closed: bool = False  # known closed (registration refused): only sort duplicates from late events
+    shard: int = 0  # the window shard of every user of the chunk (set by WindowStore.apply)
 
     @classmethod
     def of(cls, start: int, partition: int, events: Iterable[tuple[int, str, str]], *,
            closed: bool = False) -> "Chunk":
-        """A chunk from ``(offset, user, key)`` tuples in offset order."""
+        """A chunk from ``(offset, user, key)`` tuples in offset order (users of any shard)."""
         return cls(start, partition, events if isinstance(events, list) else list(events), closed=closed)
 
 
@@ -94,6 +160,12 @@ class ChunkResult:
     l0: int = 0
     late: int = 0
     replanned: int = 0  # times the chunk was refused as stale (another writer got there first) and planned again
+    full: tuple[int, ...] = ()  # offsets of events not counted: their (window, shard) is at capacity
+
+    def __add__(self, other: "ChunkResult") -> "ChunkResult":
+        return ChunkResult(self.applied + other.applied, self.duplicate + other.duplicate, self.linf + other.linf,
+                           self.l0 + other.l0, self.late + other.late, self.replanned + other.replanned,
+                           tuple(sorted(self.full + other.full)))
 
 
 @dataclass(frozen=True)
@@ -111,14 +183,13 @@ class WindowStore:
 
     def __init__(self, client: redis.Redis, *, keys: Keys, window_size: int, unit: str = "user",
                  max_keys_per_user: int = 5, cache_max_users: int | None = None,
-                 catch_up_chunk_bytes: int = CATCH_UP_CHUNK_BYTES) -> None:
-        if window_size < 1:
-            raise ValueError(f"windows.size_seconds must be >= 1, got {window_size}")
-        check_bounding_settings(max_keys_per_user, unit)
-        if cache_max_users is not None and cache_max_users < 1:
-            raise ValueError(f"ingest.bounding_cache_max_users must be >= 1, got {cache_max_users}")
-        if catch_up_chunk_bytes < 1:
-            raise ValueError(f"ingest.catch_up_chunk_bytes must be >= 1, got {catch_up_chunk_bytes}")
+                 catch_up_chunk_bytes: int = CATCH_UP_CHUNK_BYTES, log_segment_bytes: int = LOG_SEGMENT_BYTES,
+                 max_shard_log_bytes: int = MAX_SHARD_LOG_BYTES,
+                 replication: ReplicationPolicy = NO_REPLICATION) -> None:
+        self.replication = replication  # WAIT for this many replicas after each apply (redis.min_replicas_acked)
+        # every range (window size, Δ, unit, cache and byte bounds) is checked by the config (stream_dp.config)
+        self.log_segment_bytes = log_segment_bytes
+        self.max_shard_log_bytes = max_shard_log_bytes
         self.cache_max_users = cache_max_users
         self.catch_up_chunk_bytes = catch_up_chunk_bytes
         self.evictions = 0  # window caches dropped to stay under cache_max_users
@@ -133,15 +204,33 @@ class WindowStore:
         self._advance = client.register_script(_script("advance_watermark.lua"))
         self._close = client.register_script(_script("close_window.lua"))
         self._finalize = client.register_script(_script("finalize_watermark.lua"))
-        # window start -> cache of its bounding state, least recently used first
-        self._bounding: OrderedDict[int, WindowBounding] = OrderedDict()
+        # (window start, shard) -> cache of its bounding state, least recently used first
+        self._bounding: OrderedDict[tuple[int, int], WindowBounding] = OrderedDict()
         self._id = os.urandom(6).hex()  # makes this store's apply tokens unique
         self._tokens = 0
 
     # --- applying events -------------------------------------------------------------------------
-    def window_keys(self, start: int) -> list[str]:
+    def window_keys(self, start: int, shard: int = 0) -> list[str]:
         k = self.keys
-        return [k.window_counts(start), k.window_users(start), k.window_offsets(start), k.window_meta(start)]
+        return [k.window_counts(start, shard), k.window_users(start, shard), k.window_offsets(start, shard),
+                k.window_meta(start, shard)]
+
+    def split_by_shard(self, chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[int]]:
+        """Each chunk split into one chunk per window shard of its users (offset order kept), and for each
+        piece the index of the chunk it came from."""
+        shards = self.keys.shards
+        if shards == 1:
+            return list(chunks), list(range(len(chunks)))
+        pieces: list[Chunk] = []
+        origin: list[int] = []
+        for i, ch in enumerate(chunks):
+            by: dict[int, list[tuple[int, str, str]]] = {}
+            for ev in ch.events:
+                by.setdefault(shard_of(ev[1], shards), []).append(ev)
+            for shard in sorted(by):
+                pieces.append(Chunk(ch.start, ch.partition, by[shard], closed=ch.closed, shard=shard))
+                origin.append(i)
+        return pieces, origin
 
     def register_windows(self, starts: Iterable[int]) -> dict[int, bool]:
         """Add windows to the index unless already closed; {start: open?}."""
@@ -165,7 +254,20 @@ class WindowStore:
         only if the window is still in the state the cache was made for; a chunk refused as stale is
         planned again on the absorbed changes and resent (up to :data:`MAX_STALE_ROUNDS` rounds). When the
         call raises, every plan not known to be applied is rolled back: the next call finds out from Redis.
+
+        With S > 1 shards each chunk is split by the shard of its users and each piece applied atomically on
+        its own (window, shard); the result of a chunk is the sum of its pieces'.
         """
+        if self.keys.shards == 1:
+            return self._apply_pieces(chunks, closed_through)
+        pieces, origin = self.split_by_shard(chunks)
+        out = [ChunkResult() for _ in chunks]
+        for i, r in zip(origin, self._apply_pieces(pieces, closed_through)):
+            out[i] = out[i] + r
+        return out
+
+    def _apply_pieces(self, chunks: Sequence[Chunk], closed_through: float | None) -> list[ChunkResult]:
+        """:meth:`apply` of chunks each of one (window, shard)."""
         results: list[ChunkResult | None] = [None] * len(chunks)
         closed = "-inf" if closed_through is None else repr(float(closed_through))
         pending = list(range(len(chunks)))
@@ -179,8 +281,10 @@ class WindowStore:
             for i in pending:
                 refused[i] += 1
         starts = sorted({chunks[i].start for i in pending})
+        shards = sorted({chunks[i].shard for i in pending})
         raise StaleBoundingState(f"windows {starts}: the bounding state changed under this worker in "
-                                 f"{MAX_STALE_ROUNDS} rounds in a row (too many writers on one window?)")
+                                 f"{MAX_STALE_ROUNDS} rounds in a row (shards {shards}; too many writers on one "
+                                 "window?)")
 
     def _apply_round(self, chunks: Sequence[Chunk], pending: list[int], results: list[ChunkResult | None],
                      closed_through: float | None, closed: str) -> list[int]:
@@ -193,68 +297,80 @@ class WindowStore:
             if ch.closed or (closed_through is not None and ch.start + size <= closed_through):
                 # known late: Redis still tells replayed (duplicate) events from late ones
                 sent.append((i, None))
-                args.append([ch.start, ch.start + size, ch.partition, "1e308" if ch.closed else closed,
-                             "", "", 0, -1, 0, 0, b"", "", ""])
+                args.append([ApplyHeader(ch.start, ch.start + size, ch.partition,
+                                         "1e308" if ch.closed else closed).encode(), b"", "", ""])
                 continue
-            bounding = self._bounding.get(ch.start)
+            cache = (ch.start, ch.shard)
+            bounding = self._bounding.get(cache)
             if bounding is None:
-                bounding = self._bounding[ch.start] = WindowBounding(self.max_keys_per_user, unit=self.unit)
+                bounding = self._bounding[cache] = WindowBounding(self.max_keys_per_user, unit=self.unit)
             else:
-                self._bounding.move_to_end(ch.start)
+                self._bounding.move_to_end(cache)
             self._tokens += 1
             plan = bounding.plan(ch.partition, ch.events, token=f"{self._id}:{self._tokens}")
             if plan.last_offset is None:  # every event already applied: nothing to send
                 results[i] = ChunkResult(duplicate=plan.duplicate)
                 continue
             sent.append((i, plan))
-            args.append([ch.start, ch.start + size, ch.partition, closed, plan.token_before, plan.token,
-                         plan.log_bytes_before, plan.last_offset, plan.applied, plan.linf + plan.l0, plan.log,
-                         "\0".join(plan.increments), ",".join(map(str, plan.increments.values())),
-                         self.catch_up_chunk_bytes])
+            header = ApplyHeader(ch.start, ch.start + size, ch.partition, closed, token_before=plan.token_before,
+                                 token=plan.token, log_bytes_before=plan.log_bytes_before,
+                                 last_offset=plan.last_offset, applied=plan.applied, bounded=plan.linf + plan.l0,
+                                 most=self.catch_up_chunk_bytes, segment_bytes=self.log_segment_bytes,
+                                 capacity=self.max_shard_log_bytes)
+            args.append([header.encode(), plan.log, "\0".join(plan.increments),
+                         ",".join(map(str, plan.increments.values()))])
         if not sent:
             return []
         try:
             replies = self._send(sent, chunks, args)
         except BaseException:
-            self._rollback([(chunks[i].start, plan) for i, plan in sent if plan is not None])
+            self._rollback([((chunks[i].start, chunks[i].shard), plan) for i, plan in sent if plan is not None])
             raise
-        undo: list[tuple[int, ChunkPlan]] = []
+        undo: list[tuple[tuple[int, int], ChunkPlan]] = []
         stale: list[int] = []
-        catch_up: dict[int, list] = {}  # window -> the stale reply of its first refused chunk
-        late_windows: set[int] = set()
+        catch_up: dict[tuple[int, int], list] = {}  # (window, shard) -> the stale reply of its first refused chunk
+        late_windows: set[tuple[int, int]] = set()
+        full: list[tuple[tuple[int, int], ChunkPlan]] = []
         for (i, plan), reply in zip(sent, replies):
             ch = chunks[i]
+            cache = (ch.start, ch.shard)
             status = reply[0]
             if status == b"ok":
                 results[i] = ChunkResult(applied=plan.applied, duplicate=plan.duplicate, linf=plan.linf,
                                          l0=plan.l0)
                 continue
-            if plan is not None:
-                undo.append((ch.start, plan))
+            if plan is not None and status != b"full":
+                undo.append((cache, plan))
             if status == b"late":
                 dup = applied_prefix(ch.events, int(reply[1]))
                 results[i] = ChunkResult(duplicate=dup, late=len(ch.events) - dup)
-                late_windows.add(ch.start)
+                late_windows.add(cache)
             elif status == b"stale":
                 stale.append(i)
-                catch_up.setdefault(ch.start, reply)
+                catch_up.setdefault(cache, reply)
+            elif status == b"full" and plan is not None:
+                results[i] = ChunkResult(duplicate=plan.duplicate,
+                                         full=tuple(off for off, _, _ in ch.events[plan.duplicate:]))
+                undo.append((cache, plan))
+                full.append((cache, plan))
             else:
                 raise RuntimeError(f"apply_window: unexpected reply {status!r}")
-        self._rollback(undo)
-        for start, reply in catch_up.items():
-            self._catch_up(start, reply)
-        for start in late_windows:
-            self._bounding.pop(start, None)  # closed: never planned on again
+        # newest first: a plan refused as full keeps its offsets and token (Redis recorded them), counts nothing
+        self._rollback(undo, skipped={id(plan) for _, plan in full})
+        for cache, reply in catch_up.items():
+            self._catch_up(cache, reply)
+        for cache in late_windows:
+            self._bounding.pop(cache, None)  # closed: never planned on again
         return stale
 
-    def _catch_up(self, start: int, reply: list) -> None:
+    def _catch_up(self, cache: tuple[int, int], reply: list) -> None:
         """Absorb a stale reply: its first chunk of the log, then the rest up to the length it reported, read
         with GETRANGE in pieces of ``catch_up_chunk_bytes`` (the log is append-only, so bytes below that
         length do not change). If the log got shorter meanwhile (deleted), the window's cache is dropped:
         the next plan is refused as stale again and catches up from the start."""
-        _, token, log_from, tail, flat, length = reply
-        log_from, length = int(log_from), int(length)
-        name = self.keys.window_users(start)
+        _, token, log_from, tail, flat, length, segment_bytes = reply
+        log_from, length, segment_bytes = int(log_from), int(length), int(segment_bytes)
+        name = self.keys.window_users(*cache)
         short = False
 
         def pieces() -> Iterator[bytes]:
@@ -263,7 +379,14 @@ class WindowStore:
             at = log_from + len(tail)
             while at < length:
                 upto = min(length, at + self.catch_up_chunk_bytes)
-                piece = self.client.getrange(name, at, upto - 1)
+                where = log_pieces(name, segment_bytes, at, upto)
+                if len(where) == 1:
+                    piece = self.client.getrange(*where[0])
+                else:  # the read crosses segments: one round trip still
+                    pipe = self.client.pipeline(transaction=False)
+                    for key, first, last in where:
+                        pipe.getrange(key, first, last)
+                    piece = b"".join(pipe.execute())
                 self.catch_up_reads += 1
                 if len(piece) != upto - at:
                     short = True
@@ -271,7 +394,7 @@ class WindowStore:
                 yield piece
                 at = upto
 
-        bounding = self._bounding[start]
+        bounding = self._bounding[cache]
         try:
             bounding.absorb_pieces(token=_text(token), log_from=log_from, pieces=pieces(),
                                    applied_through={int(flat[j]): int(flat[j + 1]) for j in range(0, len(flat), 2)})
@@ -279,7 +402,13 @@ class WindowStore:
             if not short:
                 raise
         if short:
-            del self._bounding[start]
+            del self._bounding[cache]
+
+    def fill_ratio(self) -> float:
+        """The fullest (window, shard) this store caches: its bounding log bytes / ``max_shard_log_bytes``
+        (the ``shard_fill_ratio`` gauge; 1 = at capacity)."""
+        most = max((b.log_bytes for b in self._bounding.values()), default=0)
+        return most / self.max_shard_log_bytes
 
     def cache_users(self) -> int:
         """Users held in the bounding caches of all windows (the measure ``cache_max_users`` caps)."""
@@ -300,32 +429,57 @@ class WindowStore:
               args: list[list[object]]) -> list:
         script = self._apply
 
-        def pipeline() -> redis.client.Pipeline:
-            # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip)
-            pipe = self.client.pipeline(transaction=False)
+        def send() -> list:
+            # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip);
+            # one pipeline per master on a cluster (stream_dp.node_batches)
+            items = []
             for (i, _), a in zip(sent, args):
-                pipe.evalsha(script.sha, 4, *self.window_keys(chunks[i].start), *a)
-            return pipe
+                keys = self.window_keys(chunks[i].start, chunks[i].shard)
+                items.append((keys[0], lambda pipe, keys=keys, a=a: pipe.evalsha(script.sha, 4, *keys, *a)))
+            if not self.replication.replicas:
+                return run_batched(self.client, items)
+            return self._send_replicated(items)
 
         try:
-            return pipeline().execute()
+            return send()
         except redis.exceptions.NoScriptError:
             # Redis restarted or flushed its scripts: load and send again (a chunk that did run before the
             # flush is refused as stale and planned again)
             self.client.script_load(script.script)
-            return pipeline().execute()
+            return send()
 
-    def _rollback(self, plans: list[tuple[int, ChunkPlan]]) -> None:
-        """Undo plans, newest first (the cache of each window then matches its last confirmed state)."""
-        for start, plan in reversed(plans):
-            bounding = self._bounding.get(start)
+    def _send_replicated(self, items: list[tuple[str, Callable[[Pipeline], None]]]) -> list:
+        """The items' scripts, one pipeline per master, each followed by ``WAIT`` on the same connection
+        (:func:`stream_dp.replication.write_then_wait`): the apply returns -- and the loop commits the
+        Kafka offsets it covers -- only once ``redis.min_replicas_acked`` replicas have every write. Raises
+        the transient :class:`~stream_dp.replication.NotReplicated` otherwise (the batch is replayed)."""
+        groups: dict[str, list[int]] = {}
+        for i, (key, _) in enumerate(items):
+            node = self.client.get_node_from_key(key).name if is_cluster(self.client) else ""
+            groups.setdefault(node, []).append(i)
+        replies: list = [None] * len(items)
+        for indexes in groups.values():
+            def write(pipe: Pipeline, indexes: list[int] = indexes) -> None:
+                for i in indexes:
+                    items[i][1](pipe)
+            out = write_then_wait(self.client, items[indexes[0]][0], self.replication.replicas,
+                                  self.replication.timeout_ms, write)
+            for i, reply in zip(indexes, out):
+                replies[i] = reply
+        return replies
+
+    def _rollback(self, plans: list[tuple[tuple[int, int], ChunkPlan]], skipped: frozenset[int] | set[int] = frozenset()) -> None:
+        """Undo plans, newest first (the cache of each window shard then matches its last confirmed state);
+        plans in ``skipped`` (by id) were recorded as skipped: :meth:`WindowBounding.skip`."""
+        for cache, plan in reversed(plans):
+            bounding = self._bounding.get(cache)
             if bounding is not None:
-                bounding.rollback(plan)
+                (bounding.skip if id(plan) in skipped else bounding.rollback)(plan)
 
     def forget_windows(self, *, closed_through: float) -> None:
         """Drop the bounding cache of windows with ``end <= closed_through`` (closed: no more events)."""
-        for start in [s for s in self._bounding if s + self.window_size <= closed_through]:
-            del self._bounding[start]
+        for cache in [c for c in self._bounding if c[0] + self.window_size <= closed_through]:
+            del self._bounding[cache]
 
     # --- watermarks ------------------------------------------------------------------------------
     def advance_watermark(self, owned: dict[int, tuple[float | None, bool] | tuple[float | None, bool, bool]], *,
@@ -349,11 +503,12 @@ class WindowStore:
         to_close = tuple(int(s) for s in out[3:])
         if target and target != current:
             if to_close:
-                pipe = self.client.pipeline(transaction=False)
-                for start in to_close:
-                    self._close(keys=[self.keys.window_meta(start)],
-                                args=[start, start + self.window_size, target], client=pipe)
-                pipe.execute()
+                run_batched(self.client, [
+                    (self.keys.window_meta(start, shard),
+                     lambda pipe, start=start, shard=shard: self._close(
+                         keys=[self.keys.window_meta(start, shard)], args=[start, start + self.window_size, target],
+                         client=pipe))
+                    for start in to_close for shard in range(self.keys.shards)])
             current = _text(self._finalize(keys=[self.keys.watermarks()], args=[target]))
             open_count = int(self.client.zcount(self.keys.windows_index(),
                                                 f"({float(current) - self.window_size!r}", "+inf"))
@@ -370,15 +525,20 @@ class WindowStore:
 
     # --- reading (tests, tools) ------------------------------------------------------------------
     def counts(self, start: int) -> dict[str, int]:
-        """All counts of one window (for tests and the curator only: never log or export these)."""
-        return {k.decode(): int(v) for k, v in self.client.zrange(self.keys.window_counts(start), 0, -1,
-                                                                  withscores=True)}
+        """All counts of one window, summed over its shards (for tests and the curator only: never log or
+        export these)."""
+        out: dict[str, int] = {}
+        for shard in range(self.keys.shards):
+            for k, v in self.client.zrange(self.keys.window_counts(start, shard), 0, -1, withscores=True):
+                out[k.decode()] = out.get(k.decode(), 0) + int(v)
+        return out
 
     def windows(self) -> list[int]:
         return [int(s) for s in self.client.zrange(self.keys.windows_index(), 0, -1)]
 
-    def meta(self, start: int) -> dict[str, str]:
-        return {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.window_meta(start)).items()}
+    def meta(self, start: int, shard: int = 0) -> dict[str, str]:
+        """One window shard's metadata (every shard is closed together)."""
+        return {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.window_meta(start, shard)).items()}
 
 
 def _text(raw: object) -> str:

@@ -44,9 +44,9 @@ from kafka.errors import KafkaError
 
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
-from stream_dp.ingest.applier import (ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords,
-                                      ThreadRunner)
+from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
+from stream_dp.ingest.runners import ThreadRunner
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WatermarkState
@@ -75,7 +75,7 @@ def describe_failure(dependency: str, exc: BaseException) -> str:
 
 
 class Runner(Protocol):
-    """Where batches are applied (:class:`~stream_dp.ingest.applier.ThreadRunner` or ``ProcessRunner``)."""
+    """Where batches are applied (:class:`~stream_dp.ingest.runners.ThreadRunner` or ``ProcessRunner``)."""
 
     def submit(self, req: BatchRequest) -> None: ...
 
@@ -316,6 +316,7 @@ class IngestWorker:
         for _p, _i, reason in out.rejects:
             m.rejected.labels(reason=reason).inc()
         m.late.inc(out.late)
+        m.shard_fill.set(out.fill)
         m.clock_ticks.inc(out.ticks)
         self.batches += 1
         m.batch_duration.observe(time.perf_counter() - b.t0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Hashable, Mapping
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,19 @@ def check_delta(value: Any, name: str = "delta") -> float:
     if not 0 < value < 1:
         raise ValueError(f"{name} must be in (0, 1), got {value!r}")
     return value
+
+
+def check_positive_fraction(value: Any, name: str) -> Fraction:
+    """``value`` as an exact positive Fraction (floats convert exactly: a sampler then uses exactly this value)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    try:
+        exact = Fraction(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number > 0, got {value!r}") from None
+    if exact <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return exact
 
 
 def check_positive_int(value: Any, name: str) -> int:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from stream_dp.mechanisms._validation import check_positive_fraction
 from stream_dp.rng import RngLike, make_rng
 
 # Coordinates beyond this many σ carry mass < e^{-800}: below float64's smallest normal number.
@@ -38,15 +39,7 @@ _TAIL_SIGMAS = 40
 
 def as_sigma2(sigma2: Any) -> Fraction:
     """σ² as an exact positive Fraction (floats convert exactly; the sampler then uses exactly this σ²)."""
-    if isinstance(sigma2, bool):
-        raise ValueError(f"sigma2 must be a number > 0, got {sigma2!r}")
-    try:
-        value = Fraction(sigma2)
-    except (TypeError, ValueError):
-        raise ValueError(f"sigma2 must be a number > 0, got {sigma2!r}") from None
-    if value <= 0:
-        raise ValueError(f"sigma2 must be > 0, got {sigma2!r}")
-    return value
+    return check_positive_fraction(sigma2, "sigma2")
 
 
 def _uniform_below(rng: np.random.Generator, n: int) -> int:
@@ -80,8 +73,8 @@ def _bernoulli_exp(rng: np.random.Generator, num: int, den: int) -> bool:
     return _bernoulli_exp_le1(rng, num - whole * den, den)
 
 
-def _discrete_laplace(rng: np.random.Generator, t: int) -> int:
-    """Exact discrete Laplace with P[y] ∝ e^{−|y|/t}, integer t ≥ 1 (CKS20 Algorithm 2)."""
+def _discrete_laplace(rng: np.random.Generator, t: int, s: int = 1) -> int:
+    """Exact discrete Laplace with P[y] ∝ e^{−|y|·s/t}: scale t/s, integers t, s ≥ 1 (CKS20 Algorithm 2)."""
     while True:
         u = _uniform_below(rng, t)
         if not _bernoulli_exp(rng, u, t):
@@ -89,11 +82,11 @@ def _discrete_laplace(rng: np.random.Generator, t: int) -> int:
         v = 0
         while _bernoulli_exp_le1(rng, 1, 1):
             v += 1
-        x = u + t * v
+        y = (u + t * v) // s
         negative = _uniform_below(rng, 2) == 1
-        if negative and x == 0:
+        if negative and y == 0:
             continue
-        return -x if negative else x
+        return -y if negative else y
 
 
 def _discrete_gaussian_one(rng: np.random.Generator, n: int, d: int, t: int) -> int:

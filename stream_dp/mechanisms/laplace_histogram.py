@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from stream_dp.accounting.events import ApproxDpEvent, DpEvent
-from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int
-from stream_dp.mechanisms.discrete_gaussian import _bernoulli_exp, _bernoulli_exp_le1, _uniform_below
+from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_fraction, check_positive_int
+from stream_dp.mechanisms.discrete_gaussian import _discrete_laplace, _uniform_below
 from stream_dp.mechanisms.gaussian_histogram import HistogramResult, noisy_threshold_release
 from stream_dp.rng import RngLike, make_rng
 
@@ -47,31 +47,8 @@ _TAIL_MARGIN = 1e-9  # relative margin of the float tail below the per-key bound
 
 
 def as_scale(scale: Any) -> Fraction:
-    if isinstance(scale, bool):
-        raise ValueError(f"scale must be a number > 0, got {scale!r}")
-    try:
-        value = Fraction(scale)
-    except (TypeError, ValueError):
-        raise ValueError(f"scale must be a number > 0, got {scale!r}") from None
-    if value <= 0:
-        raise ValueError(f"scale must be > 0, got {scale!r}")
-    return value
-
-
-def _discrete_laplace_rational(rng: np.random.Generator, t: int, s: int) -> int:
-    """One exact draw with P[y] ∝ e^{−|y|·s/t} (scale t/s; CKS20 Algorithm 2)."""
-    while True:
-        u = _uniform_below(rng, t)
-        if not _bernoulli_exp(rng, u, t):
-            continue
-        v = 0
-        while _bernoulli_exp_le1(rng, 1, 1):
-            v += 1
-        y = (u + t * v) // s
-        negative = _uniform_below(rng, 2) == 1
-        if negative and y == 0:
-            continue
-        return -y if negative else y
+    """The discrete Laplace scale b as an exact positive Fraction."""
+    return check_positive_fraction(scale, "scale")
 
 
 def sample_discrete_laplace(scale: Any, size: int, rng: RngLike = None) -> np.ndarray:
@@ -84,7 +61,7 @@ def sample_discrete_laplace(scale: Any, size: int, rng: RngLike = None) -> np.nd
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
         raise ValueError(f"size must be an integer >= 0, got {size!r}")
     generator = make_rng(rng)
-    return np.fromiter((_discrete_laplace_rational(generator, b.numerator, b.denominator) for _ in range(int(size))),
+    return np.fromiter((_discrete_laplace(generator, b.numerator, b.denominator) for _ in range(int(size))),
                        dtype=np.int64, count=int(size))
 
 

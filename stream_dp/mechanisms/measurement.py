@@ -52,53 +52,48 @@ class Measurement(Protocol[R_contra]):
 
 
 @dataclass(frozen=True)
-class GaussianHistogram:
+class _ThresholdHistogram:
+    """A histogram with partition selection: its cost does not depend on the data, so every result realizes
+    exactly the calibration's events (the map)."""
+
+    calibration: Any
+    max_keys: int
+    confidence: float = 0.95
+    domain: tuple[Hashable, ...] = ()
+
+    def privacy_map(self) -> tuple[DpEvent, ...]:
+        return tuple(self.calibration.events())
+
+    def realized(self, result: HistogramResult) -> tuple[DpEvent, ...]:
+        if len(result.rows) > self.max_keys or result.threshold != self.calibration.threshold:
+            raise ValueError("a histogram with more rows than max_keys or another threshold is not this "
+                             "measurement's")
+        return self.privacy_map()
+
+
+@dataclass(frozen=True)
+class GaussianHistogram(_ThresholdHistogram):
     """The discrete-Gaussian histogram with partition selection and its privacy map: one
     (ρ = Δ/(2σ²), δ)-approximate-zCDP event per release, whatever it releases (the calibration's events,
     :meth:`~stream_dp.mechanisms.gaussian_histogram.HistogramCalibration.events`)."""
 
     calibration: HistogramCalibration
-    max_keys: int
-    confidence: float = 0.95
-    domain: tuple[Hashable, ...] = ()
     mechanism: str = "gaussian_histogram"
 
     def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
         return gaussian_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
                                   confidence=self.confidence, domain=self.domain, rng=rng)
 
-    def privacy_map(self) -> tuple[DpEvent, ...]:
-        return tuple(self.calibration.events())
-
-    def realized(self, result: HistogramResult) -> tuple[DpEvent, ...]:
-        if len(result.rows) > self.max_keys or result.threshold != self.calibration.threshold:
-            raise ValueError("a histogram with more rows than max_keys or another threshold is not this "
-                             "measurement's")
-        return self.privacy_map()
-
-
 
 @dataclass(frozen=True)
-class LaplaceHistogram:
+class LaplaceHistogram(_ThresholdHistogram):
     """The discrete-Laplace histogram with partition selection (docs/privacy.md §8b) and its privacy map: one
     (ε = Δ/b, δ)-DP event per release, whatever it releases (the calibration's events,
     :meth:`~stream_dp.mechanisms.laplace_histogram.LaplaceHistogramCalibration.events`)."""
 
     calibration: LaplaceHistogramCalibration
-    max_keys: int
-    confidence: float = 0.95
-    domain: tuple[Hashable, ...] = ()
     mechanism: str = "laplace_histogram"
 
     def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
         return laplace_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
                                  confidence=self.confidence, domain=self.domain, rng=rng)
-
-    def privacy_map(self) -> tuple[DpEvent, ...]:
-        return tuple(self.calibration.events())
-
-    def realized(self, result: HistogramResult) -> tuple[DpEvent, ...]:
-        if len(result.rows) > self.max_keys or result.threshold != self.calibration.threshold:
-            raise ValueError("a histogram with more rows than max_keys or another threshold is not this "
-                             "measurement's")
-        return self.privacy_map()

@@ -51,6 +51,7 @@ from stream_dp.config import AlertsConfig
 from stream_dp.keys import Keys
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
+from stream_dp.replication import ReplicationPolicy, write_then_wait
 
 SVT_NAME = "alerts"
 MECHANISM = "adaptive_svt"
@@ -167,6 +168,20 @@ class AlertsStore:
             state = InstanceState(state.instance, state.scope, None, state.window, state.opened_in_scope)
             self.r.hset(self.key, "state", json.dumps(state.to_dict(), sort_keys=True))
         return state
+
+    def confirm(self, policy: ReplicationPolicy, window: int) -> None:
+        """Return once the instance state (and everything its master acknowledged before) is on
+        ``policy.replicas`` replicas; raise :class:`~stream_dp.replication.NotReplicated` (transient) when not.
+
+        Called after :meth:`apply` and before the window is marked released: a failover that took back an
+        applied state whose window is already marked would let the next window resume the instance from an
+        older state -- its positive answers of that window forgotten, so more than ``k`` positives for one
+        charge. A fence write plus ``WAIT`` on the state's master, as ``Ledger.confirm``."""
+        if not policy.replicas:
+            return
+        fence = f"{self.key}:replicated"  # same hash tag: same slot as the state
+        write_then_wait(self.r, fence, policy.replicas, policy.timeout_ms,
+                        lambda pipe: pipe.set(fence, str(window)))
 
     def stage(self, state: InstanceState) -> str:
         """Store ``state`` (the state after its window) under a fresh random reference; returns the reference

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.events import DpEvent
+from stream_dp.replication import ReplicationPolicy
 
 
 @runtime_checkable
@@ -45,6 +46,7 @@ class ReleaseLedger(Protocol):
 
     cap: BudgetCap
     lifetime_cap: BudgetCap | None
+    replication: ReplicationPolicy  # what "confirmed" means: redis.min_replicas_acked, resolved at start
 
     def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> ChargeOutcome: ...
 
@@ -55,6 +57,11 @@ class ReleaseLedger(Protocol):
                payload: str | None = None) -> ChargeOutcome: ...
 
     def stored(self, scope: str, release_id: str) -> str | None: ...
+
+    def confirm(self, scope: str, release_id: str) -> None:
+        """Return once the scope's charges (``release_id``'s included) are on ``redis.min_replicas_acked``
+        replicas; raise the transient :class:`~stream_dp.replication.NotReplicated` otherwise."""
+        ...
 
     def mark_published(self, scope: str, release_id: str) -> None: ...
 

@@ -6,13 +6,17 @@ Delivery semantics of a release (no re-roll: docs/privacy.md §4, "Charged befor
    release id (``Ledger.charge`` or ``Ledger.settle`` with ``payload``). Idempotent per release id: when the id
    was already charged, the ledger returns the *first* result and the *first* stored payload, and that is what
    gets published -- a worker that lost a race or restarted never publishes its own fresh noise;
-2. **publish** -- the record is produced to the releases topic keyed by release id, by an idempotent
+2. **confirm** -- the ledger confirms the charge and stored record on ``redis.min_replicas_acked`` replicas
+   (``Ledger.confirm``: a fence write and ``WAIT`` on the scope's master), so a master failover cannot take
+   back the charge of a published release; not confirmed in time → a transient error, nothing is sent, the
+   worker retries (and publishes the *stored* record, or -- if the failover lost it unseen -- releases anew);
+3. **publish** -- the record is produced to the releases topic keyed by release id, by an idempotent
    producer with ``acks=all``, and the send is awaited;
-3. **mark published** in the ledger.
+4. **mark published** in the ledger.
 
-A crash between 1 and 3 leaves a stored-but-unpublished release: the worker publishes every one of them
+A crash between 1 and 4 leaves a stored-but-unpublished release: the worker publishes every one of them
 when it starts (``ReleaseWorker.recover``, under the window's claim so that a live worker's in-flight release
-is not published twice), and the window's own retry finds it stored anyway. A crash between 2 and 3 publishes the identical record twice
+is not published twice), and the window's own retry finds it stored anyway. A crash between 3 and 4 publishes the identical record twice
 (same key, same bytes): at-least-once delivery of one record, never two different records for one id.
 
 The published record is the stored record plus the ``budget`` block of the ledger's first charge result for
@@ -133,6 +137,8 @@ class Outbox:
     def publish(self, committed: Committed) -> dict[str, Any]:
         """Publish the stored record (plus the ledger's budget block) and mark it published."""
         record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self.ledger.cap))
+        with self.metrics.phase("ledger"):
+            self.ledger.confirm(committed.scope, committed.release_id)  # published ⇒ charge replicated
         with self.metrics.phase("kafka"):
             self.publisher.publish(record)
         self.crashpoints.reached("after_publish")

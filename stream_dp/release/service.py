@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from stream_dp.config import Config
 from stream_dp.connections import ensure_topics, kafka_producer, redis_client
 from stream_dp.keys import Keys
+from stream_dp.replication import ReplicationPolicy
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
@@ -50,9 +51,12 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     registry = registry if registry is not None else CollectorRegistry()
     metrics = ReleaseMetrics(registry)
     client = redis_client(cfg.redis)
-    keys = Keys(cfg.redis.key_prefix)
+    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
+    replication = ReplicationPolicy.from_config(cfg.redis, client)  # "auto" resolved once, at start
+    log.info("ledger charges are confirmed on %d replica(s) before a release is published "
+             "(redis.min_replicas_acked = %s)", replication.replicas, cfg.redis.min_replicas_acked)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
-                    lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
+                    lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget), replication=replication)
     ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
     producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5)
     publisher = Publisher(producer, cfg.kafka.releases_topic)

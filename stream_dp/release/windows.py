@@ -20,10 +20,18 @@ further event is counted into it. The reader returns only what each release type
 - :meth:`WindowReader.all_counts` -- the whole window as numpy arrays, read in ``ZRANGE`` chunks, for
   the large-margin mechanism.
 
+**Sharded windows** (``windows.shards`` S > 1, :mod:`stream_dp.keys`): a key's count is the sum of its
+counts in the S shards (each shard counts different users). The reader merges exactly, reading only what
+the release type needs: the top n by the threshold algorithm over the shards' sorted sets
+(:mod:`stream_dp.release.shard_merge`), the watched keys by ``ZMSCORE`` on every shard, and -- for the
+sample, whose count classes are of the *summed* counts, and the whole-window mechanisms -- every key of
+every shard once, merged in memory (a key's class is unknown until all its shards are read), then
+served from that merge for the window's other release types.
+
 Counts are raw, per-key, and private: they stay in this process and go only into mechanisms.
 
-After its releases are published, :meth:`WindowReader.mark_released` sets the retention TTL on every key of
-the window, sets ``meta.state = "released"`` and records the window in the release worker's own index
+After its releases are published, :meth:`WindowReader.mark_released` deletes the window's bounding log,
+sets the retention TTL on its other keys, sets ``meta.state = "released"`` and records the window in the release worker's own index
 (``Keys.release_index("released")``) -- atomically, and only while the caller still holds the window's claim
 (fencing, see :mod:`stream_dp.release.claim`).
 """
@@ -37,6 +45,7 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
+from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 
 READ_CHUNK = 50_000  # members per ZRANGE round trip when reading a whole window
@@ -79,10 +88,26 @@ return cjson.encode(flat)
 """
 
 _TOP = """
--- KEYS[1]: window counts ; ARGV[1]: last rank. The top members with scores, best first, as JSON.
-local flat = redis.call('ZREVRANGE', KEYS[1], 0, ARGV[1], 'WITHSCORES')
+-- KEYS[1]: window counts ; ARGV[1]: last rank, ARGV[2]: first rank (default 0). Members with scores at
+-- those ranks, best first, as JSON.
+local flat = redis.call('ZREVRANGE', KEYS[1], ARGV[2] or 0, ARGV[1], 'WITHSCORES')
 if #flat == 0 then return '[]' end
 return cjson.encode(flat)
+"""
+
+_SCORES = """
+-- KEYS[1]: window (shard) counts ; ARGV[1]: JSON array of members. Their scores as a JSON array, 0 for a
+-- missing member (one argument each way: redis-py packs and parses thousands of ZMSCORE arguments slowly).
+local members = cjson.decode(ARGV[1])
+local out = {}
+for i = 1, #members, 1000 do
+  local part = {}
+  for j = i, math.min(i + 999, #members) do part[#part + 1] = members[j] end
+  local got = redis.call('ZMSCORE', KEYS[1], unpack(part))
+  for j = 1, #part do out[#out + 1] = tonumber(got[j]) or 0 end
+end
+if #out == 0 then return '[]' end
+return cjson.encode(out)
 """
 
 _COUNT_HISTOGRAM = """
@@ -122,20 +147,47 @@ if #out == 0 then return '[]' end
 return cjson.encode(out)
 """
 
-_MARK_RELEASED = """
--- KEYS: claim, meta, counts, users, offsets ; ARGV: token, retention_seconds
+_RELEASE_SHARD = """
+-- others: counts, users (first log segment), offsets of one window shard ; ttl: retention_seconds
+-- State "released"; the bounding log (every segment) is deleted -- a closed window's log is never read
+-- again: the apply script answers a closed window from meta and offsets -- and the other keys get the
+-- retention TTL (or, with retention 0, are deleted).
+local function release_shard(meta, others, ttl)
+  redis.call('HSET', meta, 'state', 'released')
+  local len = tonumber(redis.call('HGET', meta, 'log_bytes') or '') or 0
+  local seg = tonumber(redis.call('HGET', meta, 'log_segment_bytes') or '') or 0
+  redis.call('DEL', others[2])
+  if seg > 0 then
+    for i = 1, math.ceil(len / seg) - 1 do redis.call('DEL', others[2] .. ':' .. string.format('%d', i)) end
+  end
+  for _, k in ipairs({meta, others[1], others[3]}) do
+    if ttl > 0 then redis.call('EXPIRE', k, ttl) else redis.call('DEL', k) end
+  end
+end
+"""
+
+_MARK_RELEASED = _RELEASE_SHARD + """
+-- KEYS: claim, then meta, counts, users, offsets of the (only) shard ; ARGV: token, retention_seconds
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('HSET', KEYS[2], 'state', 'released')
-local ttl = tonumber(ARGV[2])
-for i = 2, #KEYS do
-  if ttl > 0 then
-    redis.call('EXPIRE', KEYS[i], ttl)
-  else
-    redis.call('DEL', KEYS[i])
-  end
+release_shard(KEYS[2], {KEYS[3], KEYS[4], KEYS[5]}, tonumber(ARGV[2]))
+return 1
+"""
+
+_MARK_RELEASED_FENCE = """
+-- KEYS: claim, released marker (both {w:<start>}) ; ARGV: token, retention_seconds
+-- Sharded windows: the fenced step records the release; the shards are then released one by one.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
+redis.call('SET', KEYS[2], '1')
+if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]) + 86400) end
+return 1
+"""
+
+_RELEASE_ONE_SHARD = _RELEASE_SHARD + """
+release_shard(KEYS[1], {KEYS[2], KEYS[3], KEYS[4]}, tonumber(ARGV[1]))
 return 1
 """
 
@@ -160,8 +212,6 @@ class WindowReader:
 
     def __init__(self, client: redis.Redis, *, keys: Keys, size_seconds: int, read_chunk: int = READ_CHUNK,
                  schedule: ReleaseSchedule | None = None) -> None:
-        if size_seconds < 1:
-            raise ValueError(f"windows.size_seconds must be >= 1, got {size_seconds!r}")
         self.read_chunk = read_chunk
         self.r = client
         self.keys = keys
@@ -170,9 +220,13 @@ class WindowReader:
         if self.schedule.size != size_seconds:
             raise ValueError(f"schedule window size {self.schedule.size} != windows.size_seconds {size_seconds}")
         self._mark = client.register_script(_MARK_RELEASED)
+        self._mark_fence = client.register_script(_MARK_RELEASED_FENCE)
+        self._release_shard = client.register_script(_RELEASE_ONE_SHARD)
+        self._merged: tuple[int, WindowCounts, np.ndarray] | None = None  # (start, by count, distinct counts)
         self._chunk = client.register_script(_READ_CHUNK)
         self._cursor = client.register_script(_ADVANCE_CURSOR)
         self._histogram = client.register_script(_COUNT_HISTOGRAM)
+        self._scores = client.register_script(_SCORES)
         self._top = client.register_script(_TOP)
         self._members_at = client.register_script(_MEMBERS_AT)
 
@@ -204,10 +258,6 @@ class WindowReader:
             cursor = starts[-1]
         return out[:limit]
 
-    def pending_count(self) -> int:
-        """How many closable windows are not yet released (for the windows-pending gauge)."""
-        return len(self.closable(limit=10_000))
-
     def closed_at(self, window: Window) -> float | None:
         """When ingest closed the window, if it recorded it (meta ``closed_at``), else None."""
         raw = self.r.hget(self.keys.window_meta(window.start), "closed_at")
@@ -220,15 +270,30 @@ class WindowReader:
         Read as one JSON reply (a read-only Lua ``ZREVRANGE``): redis-py's pure-Python parse of k̄+1 = 1001
         members with scores took ~5-10 ms, the JSON parse well under 1 ms.
         """
-        flat = json.loads(self._top(keys=[self.keys.window_counts(window.start)], args=[n - 1]))
+        if self.keys.shards == 1:
+            return self._ranks_desc(window, 0, 0, n - 1)
+        top, _ = merged_top(n, self.keys.shards,
+                            lambda shard, first, last: list(self._ranks_desc(window, shard, first, last).items()),
+                            lambda keys: list(self.counts_of(window, keys).values()))
+        return top
+
+    def _ranks_desc(self, window: Window, shard: int, first: int, last: int) -> dict[str, float]:
+        flat = json.loads(self._top(keys=[self.keys.window_counts(window.start, shard)], args=[last, first]))
         return dict(zip(flat[0::2], map(float, flat[1::2])))
 
     def counts_of(self, window: Window, watched: list[str]) -> dict[str, float]:
-        """Counts of the given public keys (0 for a key with no events)."""
+        """Counts of the given public keys (0 for a key with no events), summed over the shards."""
         if not watched:
             return {}
-        scores = self.r.zmscore(self.keys.window_counts(window.start), watched)
-        return {k: (0.0 if s is None else float(s)) for k, s in zip(watched, scores)}
+        if self.keys.shards == 1:
+            scores = self.r.zmscore(self.keys.window_counts(window.start), watched)
+            return {k: (0.0 if s is None else float(s)) for k, s in zip(watched, scores)}
+        total = np.zeros(len(watched))
+        members = json.dumps(watched)
+        for shard in range(self.keys.shards):
+            total += np.array(json.loads(self._scores(keys=[self.keys.window_counts(window.start, shard)],
+                                                      args=[members])), dtype=np.float64)
+        return dict(zip(watched, total.tolist()))
 
     def all_counts(self, window: Window, *, chunk: int | None = None) -> WindowCounts:
         """Every key of the window, read in ``ZRANGE`` chunks (bounded replies, bounded server time).
@@ -237,8 +302,13 @@ class WindowReader:
         client parses in C: a pure-Python RESP parse of 10⁶ members and scores takes seconds. Members are
         in ``ZRANGE`` order (score, then member bytes), which is deterministic.
         """
+        if self.keys.shards > 1:
+            return self._merge(window, chunk)[1]
+        return self._read_shard(window, 0, chunk)
+
+    def _read_shard(self, window: Window, shard: int, chunk: int | None) -> WindowCounts:
         chunk = chunk or self.read_chunk
-        name = self.keys.window_counts(window.start)
+        name = self.keys.window_counts(window.start, shard)
         keys: list[str] = []
         parts: list[np.ndarray] = []
         offset = 0
@@ -254,6 +324,28 @@ class WindowReader:
         counts = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
         return WindowCounts(keys, counts)
 
+    def drop_merge(self) -> None:
+        """Forget the cached merge of a sharded window (the next read of it merges the shards again)."""
+        self._merged = None
+
+    def _merge(self, window: Window, chunk: int | None = None) -> tuple[int, WindowCounts, np.ndarray]:
+        """Every shard read once and summed per key, in ascending count order (kept for the window's other
+        release types; the reader holds one window's merge at a time)."""
+        if self._merged is not None and self._merged[0] == window.start:
+            return self._merged
+        total: dict[str, float] = {}
+        get = total.get
+        for shard in range(self.keys.shards):
+            part = self._read_shard(window, shard, chunk)
+            for key, c in zip(part.keys, part.counts.tolist()):
+                total[key] = get(key, 0.0) + c
+        keys = list(total)
+        counts = np.fromiter(total.values(), dtype=np.float64, count=len(keys))
+        order = np.argsort(counts, kind="stable")
+        merged = WindowCounts([keys[i] for i in order.tolist()], counts[order])
+        self._merged = (window.start, merged, np.unique(merged.counts))
+        return self._merged
+
     def count_histogram(self, window: Window, *, chunk: int = HISTOGRAM_CHUNK) -> list[tuple[float, int]]:
         """``(count, number of keys with that count)`` for every distinct count of the window, ascending.
 
@@ -261,6 +353,10 @@ class WindowReader:
         users' distinct counts has at most ~√(2·total) distinct counts). Walked in chunks of ``chunk``
         distinct counts per Lua call. An empty (or absent) window gives ``[]``.
         """
+        if self.keys.shards > 1:
+            merged = self._merge(window)[1]
+            values, sizes = np.unique(merged.counts, return_counts=True)
+            return [(float(v), int(n)) for v, n in zip(values.tolist(), sizes.tolist())]
         name = self.keys.window_counts(window.start)
         out: list[tuple[float, int]] = []
         lower = "-inf"
@@ -278,10 +374,17 @@ class WindowReader:
         Raises ``RuntimeError`` when a rank is past the end or holds another count: the window changed
         after its histogram was read (a closed window never does -- ingest's contract).
         """
+        want = np.asarray(counts, dtype=np.float64)
+        if self.keys.shards > 1:  # ranks in the merge's ascending count order (count_histogram's classes)
+            merged = self._merge(window)[1]
+            at = np.asarray(ranks, dtype=np.int64)
+            if len(at) and (at.max() >= len(merged) or np.any(merged.counts[at] != want)):
+                raise RuntimeError(f"window {window.label} changed while it was being sampled "
+                                   "(a closed window must not change)")
+            return [merged.keys[i] for i in at.tolist()]
         name = self.keys.window_counts(window.start)
         keys: list[str] = []
         rank_list = [int(r) for r in ranks]
-        want = np.asarray(counts, dtype=np.float64)
         for s in range(0, len(rank_list), chunk):
             flat = json.loads(self._members_at(keys=[name], args=rank_list[s:s + chunk]))
             got = np.array(flat[1::2], dtype=np.float64)
@@ -291,10 +394,6 @@ class WindowReader:
             keys.extend(flat[0::2])
         return keys
 
-    def size_of(self, window: Window) -> int:
-        """Number of distinct keys in the window."""
-        return int(self.r.zcard(self.keys.window_counts(window.start)))
-
     # --- after publishing ------------------------------------------------------------------------
     def mark_released(self, window: Window, *, claim_key: str, token: str, retention_seconds: int) -> bool:
         """Set retention TTLs and ``state = released`` if ``token`` still holds the claim; record it.
@@ -302,13 +401,34 @@ class WindowReader:
         Returns False (and changes nothing) when the claim was lost -- another worker owns the window now.
         """
         k = self.keys
-        ok = self._mark(
-            keys=[claim_key, k.window_meta(window.start), k.window_counts(window.start),
-                  k.window_users(window.start), k.window_offsets(window.start)],
-            args=[token, int(retention_seconds)],
-        )
+        if k.shards == 1:
+            ok = self._mark(
+                keys=[claim_key, k.window_meta(window.start), k.window_counts(window.start),
+                      k.window_users(window.start), k.window_offsets(window.start)],
+                args=[token, int(retention_seconds)],
+            )
+        else:
+            # the fenced step (claim and released marker share {w:<start>}), then every shard: after a crash
+            # in between, is_released() sees the marker and the worker runs finish_released()
+            ok = self._mark_fence(keys=[claim_key, k.window_released(window.start)],
+                                  args=[token, int(retention_seconds)])
+        if self._merged is not None and self._merged[0] == window.start:
+            self._merged = None
         if not ok:
             return False
+        self.finish_released(window, retention_seconds=retention_seconds)
+        return True
+
+    def finish_released(self, window: Window, *, retention_seconds: int) -> None:
+        """The steps after the fenced one, all idempotent (also run for a window found released, to finish
+        what a crash interrupted): release every shard (sharded windows), record the window in the worker's
+        index, move the cursor, drop it from ingest's index."""
+        k = self.keys
+        if k.shards > 1:
+            for shard in range(k.shards):
+                self._release_shard(keys=[k.window_meta(window.start, shard), k.window_counts(window.start, shard),
+                                          k.window_users(window.start, shard), k.window_offsets(window.start, shard)],
+                                    args=[int(retention_seconds)])
         # The worker's own index lives in another slot; adding to it after the fenced step is idempotent.
         self.r.zadd(k.release_index("released"), {str(window.start): window.start})
         self._cursor(keys=[k.release_index("released_through"), k.release_index("released")],
@@ -317,10 +437,11 @@ class WindowReader:
         # ingest never needs it again, and the index stays as small as the windows still open or pending.
         # A crash before this line leaves it listed but marked released, which closable() skips.
         self.r.zrem(k.windows_index(), str(window.start))
-        return True
 
     def is_released(self, window: Window) -> bool:
         """Released: in the worker's index, or its meta says so (a crash between the two steps)."""
         if self.r.zscore(self.keys.release_index("released"), str(window.start)) is not None:
+            return True
+        if self.keys.shards > 1 and self.r.exists(self.keys.window_released(window.start)):
             return True
         return self.r.hget(self.keys.window_meta(window.start), "state") == b"released"

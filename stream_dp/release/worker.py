@@ -60,7 +60,7 @@ class ReleaseWorker:
                  worker_id: str, claim_ttl_seconds: float | None = None, poll_seconds: float | None = None,
                  rng: Any = None, scope_for: Callable[[float], str] | None = None) -> None:
         self.cfg = cfg
-        self.keys = Keys(cfg.redis.key_prefix)
+        self.keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
         self._client = client
         self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds or cfg.release.claim_ttl_seconds)
@@ -115,6 +115,8 @@ class ReleaseWorker:
             # checked under the claim: the previous holder may have released it since `closable()` ran
             with self.metrics.phase("redis"):
                 done = self.reader.is_released(window)
+                if done:  # finish what a crash after the fenced released mark left undone (idempotent)
+                    self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
             if done:
                 return None
             self.release_window(window, claim)
@@ -248,6 +250,8 @@ class ReleaseWorker:
             with self.metrics.phase("redis"):
                 self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope,
                                         instance=int(info.get("instance") or 0), opened=bool(info.get("opened")))
+                # replicated before the window is marked released (failover: docs/scaling.md)
+                self.alerts_store.confirm(self.ledger.replication, window.start)
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -259,7 +263,7 @@ class ReleaseWorker:
             try:
                 released = self.run_once()
                 backoff.reset()
-            except (redis.RedisError, OSError) as exc:
+            except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:  # cluster: no node reachable
                 self.metrics.errors.labels("redis").inc()
                 delay = backoff.next_delay()
                 log.warning("release pass failed: redis unavailable (%s: %s); retrying in %.2fs (attempt %d)",

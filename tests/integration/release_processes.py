@@ -21,6 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 CRASHING_RELEASE = Path(__file__).resolve().parent / "crashing_release.py"
 
 
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``stream-dp ARGS`` as a process, in an environment without the caller's STREAM_DP_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-m", "stream_dp.cli", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

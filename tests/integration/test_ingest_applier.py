@@ -16,8 +16,8 @@ import redis
 from stream_dp.config import config_from_mapping
 from stream_dp.processes import free_port
 from stream_dp.ingest import applier as applier_mod
-from stream_dp.ingest.applier import (ApplierDied, BatchApplier, BatchRequest, PartitionRecords, ProcessRunner,
-                                      ThreadRunner)
+from stream_dp.ingest.applier import BatchApplier, BatchRequest, PartitionRecords
+from stream_dp.ingest.runners import ApplierDied, ProcessRunner, ThreadRunner
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 
@@ -179,7 +179,7 @@ def test_the_applier_process_ends_with_the_process_that_started_it(redis_url, tm
     script = textwrap.dedent(f"""
         import sys, time
         from stream_dp.config import config_from_mapping
-        from stream_dp.ingest.applier import ProcessRunner
+        from stream_dp.ingest.runners import ProcessRunner
         runner = ProcessRunner(config_from_mapping({{"redis": {{"url": {redis_url!r}}}}}, environ={{}}))
         print(runner.pid, flush=True)
         time.sleep(600)

@@ -126,3 +126,38 @@ def test_a_dead_letter_refused_even_bounded_is_counted_lost_and_skipped(bootstra
     assert reg.get_sample_value("stream_dp_ingest_dead_letters_lost_total") == 1
     assert reg.get_sample_value("stream_dp_ingest_dead_letters_produced_total") == 0
     assert _dead_letters(bootstrap_servers, dlq) == []
+
+
+def test_a_full_window_shard_dead_letters_the_rest_counts_them_and_moves_on(bootstrap_servers, redis_client,
+                                                                          redis_url, topic_name):
+    """windows.max_shard_log_bytes = 600 (about 40 counted pairs per shard, 2 shards): events past a full
+    shard go to the dead-letter topic with reason window_shard_full, counted by that label, the fill gauge
+    reads 1, and ingest commits past them (no stuck loop: a later window still counts)."""
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 1)
+    first = [{"user": f"user-{i:03d}", "key": f"k{i % 3}", "ts": T0 + 1} for i in range(200)]
+    later = [{"user": "late-comer", "key": "k9", "ts": T0 + SIZE + 1}]
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    for ev in first + later:
+        producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode(), timestamp_ms=int(ev["ts"] * 1000))
+    producer.flush()
+    producer.close()
+    data = config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE, max_keys=3)
+    data["windows"].update({"shards": 2, "max_shard_log_bytes": 600})
+    data["kafka"]["max_poll_records"] = 20
+    cfg = config_from_mapping(data, environ={})
+    store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, 2), window_size=SIZE)
+    with Running(cfg) as run:
+        wait_for(lambda: store.counts(T0 // SIZE * SIZE + SIZE).get("k9") == 1, timeout=60,
+                 what="the next window counted after the full one")
+        full = run.metric("events_rejected_total", {"reason": "window_shard_full"})
+        fill = run.metric("shard_fill_ratio")
+        wait_for(lambda: run.metric("dead_letters_produced_total") == full, timeout=30, what="the dead letters")
+    assert run.error is None
+    counted = sum(store.counts(T0 // SIZE * SIZE).values())
+    print(f"\nfull shard: counted={counted} window_shard_full={full:.0f} fill at the end={fill:.2f}")
+    assert counted + full == len(first) and 40 <= counted <= 100 and full > 0
+    letters = _dead_letters(bootstrap_servers, cfg.kafka.dead_letter_topic)
+    assert len(letters) == full and {dict(r.headers)["reason"] for r in letters} == {b"window_shard_full"}
+    events_full = sum(int(store.meta(T0 // SIZE * SIZE, s).get("events_full", 0)) for s in range(2))
+    assert events_full == full

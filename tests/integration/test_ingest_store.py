@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from stream_dp.ingest import store as store_mod
 from bounding_oracle import bounded_counts
+from store_helpers import Log, apply_in_batches, random_log
 from stream_dp.ingest.bounding import ContributionBounder, decode_log
 from stream_dp.ingest.store import Chunk, StaleBoundingState, WindowStore
-from stream_dp.ingest.windowing import global_watermark, window_start
+from stream_dp.ingest.windowing import global_watermark
 from stream_dp.keys import Keys
 
 pytestmark = pytest.mark.integration
@@ -25,36 +26,12 @@ def _store(redis_client, **kw) -> WindowStore:
     return WindowStore(redis_client, keys=Keys("t"), window_size=SIZE, **kw)
 
 
-def _random_log(rnd: random.Random, n: int, partitions: int, users: int, keys: int):
-    """Events per partition in offset order; users are pinned to partitions as producers key by user."""
-    logs: dict[int, list[tuple[int, float, str, str]]] = {p: [] for p in range(partitions)}
-    for _ in range(n):
-        u = rnd.randrange(users)
-        p = u % partitions
-        key = f"k{min(int(rnd.paretovariate(1.0)), keys)}"
-        ts = rnd.uniform(0, 4 * SIZE)
-        logs[p].append((len(logs[p]), ts, f"user-{u}", key))
-    return logs
+def _random_log(rnd: random.Random, n: int, partitions: int, users: int, keys: int) -> Log:
+    return random_log(rnd, n, partitions=partitions, users=users, keys=keys, span=4 * SIZE, pareto=1.0)
 
 
-def _apply_batches(store: WindowStore, logs, rnd: random.Random, *, replays: bool) -> None:
-    """Apply each partition's log in random batches, sometimes replaying an already applied span."""
-    pos = {p: 0 for p in logs}
-    while any(pos[p] < len(logs[p]) for p in logs):
-        chunks = []
-        for p, log in logs.items():
-            lo = pos[p]
-            if replays and lo and rnd.random() < 0.3:
-                lo = rnd.randrange(lo)  # replay from an earlier offset
-            hi = min(len(log), pos[p] + rnd.randrange(1, 200))
-            by_window: dict[int, list] = {}
-            for off, ts, user, key in log[lo:hi]:
-                by_window.setdefault(window_start(ts, SIZE), []).append((off, user, key))
-            chunks += [Chunk.of(w, p, evs) for w, evs in by_window.items()]
-            pos[p] = hi
-        store.register_windows({c.start for c in chunks})
-        rnd.shuffle(chunks)  # chunks of different (window, partition) are independent
-        store.apply(chunks, closed_through=None)
+def _apply_batches(store: WindowStore, logs: Log, rnd: random.Random, *, replays: bool) -> None:
+    apply_in_batches(store, logs, rnd, size=SIZE, replays=replays, most=200, shuffle=True)
 
 
 @pytest.mark.parametrize("unit", ["user", "event"])
@@ -282,7 +259,7 @@ def test_a_lost_reply_is_rolled_back_and_the_replay_finds_out_from_redis(redis_c
     monkeypatch.setattr(WindowStore, "_send", applied_then_lost)
     with pytest.raises(redis.ConnectionError):
         store.apply([Chunk.of(0, 0, [(0, "u", "x"), (1, "u", "y")])], closed_through=None)
-    assert store._bounding[0].keys_of == {} and store._bounding[0].token == ""
+    assert store._bounding[(0, 0)].keys_of == {} and store._bounding[(0, 0)].token == ""
     monkeypatch.setattr(WindowStore, "_send", send)
     r, = store.apply([Chunk.of(0, 0, [(0, "u", "x"), (1, "u", "y"), (2, "u", "z")])], closed_through=None)
     assert (r.duplicate, r.applied, r.l0, r.replanned) == (2, 0, 1, 1)
@@ -305,7 +282,7 @@ def test_closed_windows_are_dropped_from_the_cache(redis_client):
     store = _store(redis_client)
     store.apply([Chunk.of(0, 0, [(0, "u", "x")]), Chunk.of(SIZE, 0, [(1, "u", "x")])], closed_through=None)
     store.forget_windows(closed_through=float(SIZE))
-    assert set(store._bounding) == {SIZE}
+    assert set(store._bounding) == {(SIZE, 0)}
     redis_client.hset(Keys("t").window_meta(SIZE), "state", "closed")  # closed by another worker
     r, = store.apply([Chunk.of(SIZE, 0, [(1, "u", "x"), (2, "v", "x")])], closed_through=None)
     assert (r.duplicate, r.late) == (1, 1) and store._bounding == {}
@@ -360,7 +337,7 @@ def test_the_catch_up_read_after_a_restart_is_chunked(redis_client):
     assert len(reads) == restarted.catch_up_reads == -(-(log_len - 1000) // 1000) and max(reads) <= 1000
     truth = bounded_counts([(0, u, k) for _, u, k in events], window_size=SIZE, max_keys_per_user=2)
     assert restarted.counts(0) == truth[0]
-    assert restarted._bounding[0].users == 500
+    assert restarted._bounding[(0, 0)].users == 500
 
 
 def test_log_decoder_completes_pairs_cut_anywhere():

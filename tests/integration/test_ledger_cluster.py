@@ -3,82 +3,29 @@ nodes, and the lifetime scope (another slot) works through its hold/charge/settl
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 from redis.cluster import RedisCluster
 
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent
 from stream_dp.accounting.ledger import SCOPE_PARTS, Ledger
-from stream_dp.devstack import Service, find_redis_server
 from stream_dp.keys import Keys
+from cluster_helpers import local_cluster
 
 pytestmark = pytest.mark.integration
-
-NODES = 3
-SLOTS = 16384
-READY_SECONDS = 30
-
-
-def _cluster_port() -> int:
-    """A free port p <= 55535 whose cluster-bus port p + 10000 is free too (Redis needs both)."""
-    import random
-    import socket
-
-    rnd = random.Random()
-    for _ in range(200):
-        port = rnd.randrange(20000, 55535)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 10000))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair for a cluster node")  # pragma: no cover
 
 
 @pytest.fixture
 def cluster(tmp_path) -> Iterator[RedisCluster]:
-    binary = str(find_redis_server())
-    services = []
-    try:
-        for i in range(NODES):
-            port = _cluster_port()
-            workdir = tmp_path / f"node{i}"
-            workdir.mkdir()
-            argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-                    "--cluster-enabled", "yes", "--cluster-node-timeout", "1000", "--cluster-config-file", str(workdir / "nodes.conf"),
-                    "--appendonly", "no", "--save", ""]
-            svc = Service(f"redis-cluster-{i}", argv, port, tmp_path / f"node{i}.log")
-            svc.start()
-            services.append(svc)
-        clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in services]
-        per_node = SLOTS // NODES
-        for i, c in enumerate(clients):
-            end = SLOTS if i == NODES - 1 else (i + 1) * per_node
-            c.execute_command("CLUSTER ADDSLOTS", *range(i * per_node, end))
-        for c in clients[1:]:
-            c.execute_command("CLUSTER MEET", "127.0.0.1", services[0].port)
-        deadline = time.monotonic() + READY_SECONDS
-        while not all(c.cluster("INFO")["cluster_state"] == "ok" and int(c.cluster("INFO")["cluster_known_nodes"])
-                      == NODES for c in clients):
-            assert time.monotonic() < deadline, "the cluster did not become ready"
-            time.sleep(0.05)
-        for c in clients:
-            c.close()
-        client = RedisCluster(host="127.0.0.1", port=services[0].port)
+    with local_cluster(tmp_path, masters=3) as nodes:
+        client = nodes.client()
         try:
             yield client
         finally:
             client.close()
-    finally:
-        for svc in services:
-            svc.stop()
 
 
 def test_ledger_on_a_real_cluster(cluster):

@@ -30,7 +30,8 @@ def test_the_rules_cover_what_an_operator_must_hear_about():
     assert names == {"StreamDpIngestDown", "StreamDpIngestStalled", "StreamDpConsumerLagGrowing",
                      "StreamDpWatermarkStuck", "StreamDpWindowsWaitingForRelease", "StreamDpReleaseDown",
                      "StreamDpReleaseFailures", "StreamDpDeadLetterRate", "StreamDpDeadLettersLost",
-                     "StreamDpBudgetNearlySpent", "StreamDpDependencyDown"}
+                     "StreamDpBudgetNearlySpent", "StreamDpDependencyDown", "StreamDpWindowShardNearCapacity",
+                     "StreamDpWindowShardFull"}
     for rule in alerts():
         assert rule["labels"]["service"] == "stream-dp" and rule["labels"]["severity"] in {"warning", "critical"}
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]

@@ -47,8 +47,14 @@ STRING_VALUES = {
 }
 
 
+# Settings of a union type (e.g. "auto" or an integer): environment text and the value it sets.
+UNION_VALUES = {"redis.min_replicas_acked": ("2", 2)}
+
+
 def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
     """(environment text, expected value) for a valid value different from the default."""
+    if dotted in UNION_VALUES:
+        return UNION_VALUES[dotted]
     if typ is bool:
         return ("false" if default else "true"), (not default)
     if typ is int:

@@ -1,59 +1,100 @@
--- Record one (window, partition) chunk that the worker has bounded (stream_dp.ingest.bounding, ChunkPlan)
--- on its cache of the window's bounding state: the counted (user, key) pairs, the count increments, the
--- metadata and the partition's applied-offset record change together or not at all.
+-- Record one (window, shard, partition) chunk that the worker has bounded (stream_dp.ingest.bounding,
+-- ChunkPlan) on its cache of the shard's bounding state: the counted (user, key) pairs, the count
+-- increments, the metadata and the partition's applied-offset record change together or not at all.
 --
--- KEYS[1] counts  ZSET   key -> distinct bounded users (or events, unit "event")
--- KEYS[2] users   STRING bounding log: the counted pairs "user\0key\0" in apply order (append only)
--- KEYS[3] offsets HASH   partition -> highest offset applied to this window
--- KEYS[4] meta    HASH   start, end, state (open|closed|released), events_applied, events_bounded, apply_token
--- ARGV: start, end, partition, closed_through, token_before, token, log_bytes_before, last_offset,
---       applied, bounded, log, increment keys (NUL-separated), increment counts (comma-separated),
---       [most log bytes to return in a stale reply; absent or 0 = all]
--- closed_through: the caller's view of the global watermark (the window is late when end <= it).
+-- KEYS[1] counts  ZSET   key -> distinct bounded users of this shard (or events, unit "event")
+-- KEYS[2] users   STRING first segment of the bounding log: counted pairs "user\0key\0" in apply order
+--                 (append only). The log is the concatenation of segments KEYS[2], KEYS[2]..':1', ':2', ...
+--                 each exactly log_segment_bytes long but the last, so no Redis value outgrows that size.
+-- KEYS[3] offsets HASH   partition -> highest offset applied to this window shard
+-- KEYS[4] meta    HASH   start, end, state (open|closed|released), events_applied, events_bounded,
+--                        events_full, apply_token, log_bytes, log_segment_bytes
+-- ARGV[1] the header, JSON (stream_dp.ingest.store.ApplyHeader; "v" = 1):
+--   start, end, partition, closed_through (string; the caller's view of the global watermark, the window is
+--   late when end <= it), token_before, token, log_bytes_before, last_offset, applied, bounded,
+--   most (most log bytes to return in a stale reply; 0 = all), segment_bytes (used when the shard has
+--   none recorded yet), capacity (most log bytes this shard may hold)
+-- ARGV[2] the log record to append; ARGV[3] increment keys (NUL-separated); ARGV[4] their counts (commas)
 --
 -- The plan is valid only for the state it was made on: apply_token names that state, every apply
 -- replaces it, and a plan made on any other state (or on a log of another length) is refused. Replies:
 --   {"ok"}                                   recorded
 --   {"late", applied offset | "-1"}          the window is closed: nothing recorded
---   {"stale", apply_token, from, log[from:from+max], offsets (flat HGETALL), log length}
+--   {"full", log length}                     the shard would pass its capacity: the chunk's events are NOT
+--                                            counted, but its offsets are recorded (a replay skips them,
+--                                            no stuck loop) under the plan's token; events_full counts them
+--   {"stale", apply_token, from, log[from:from+most], offsets (flat HGETALL), log length, segment bytes}
 --                                            the state moved on (another writer, or an outcome the caller
 --                                            never saw): nothing recorded; the caller absorbs what changed
 --                                            (from = log_bytes_before, or 0 if the log is shorter), reading
 --                                            the rest of the log up to "log length" in chunks, and plans again
 local counts, users, offsets, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local partition = ARGV[3]
+local h = cjson.decode(ARGV[1])
+if h.v ~= 1 then
+  return redis.error_reply('apply_window: header version ' .. tostring(h.v) .. ', this script reads 1')
+end
+local partition = tostring(h.partition)
 
 local last = redis.call('HGET', offsets, partition)
 local state = redis.call('HGET', meta, 'state')
-if state == 'closed' or state == 'released' or tonumber(ARGV[2]) <= tonumber(ARGV[4]) then
+if state == 'closed' or state == 'released' or tonumber(h['end']) <= tonumber(h.closed_through) then
   return {'late', last or '-1'}
 end
 
 local token = redis.call('HGET', meta, 'apply_token') or ''
-local len = redis.call('STRLEN', users)
-local from = tonumber(ARGV[7])
-if token ~= ARGV[5] or len ~= from then
-  if len < from then from = 0 end
-  local tail = ''
-  local upto = len
-  local most = tonumber(ARGV[14] or '0') or 0
-  if most > 0 and upto > from + most then upto = from + most end
-  if upto > from then tail = redis.call('GETRANGE', users, from, upto - 1) end
-  return {'stale', token, from, tail, redis.call('HGETALL', offsets), len}
+local len = tonumber(redis.call('HGET', meta, 'log_bytes') or '') or redis.call('STRLEN', users)
+local seg = tonumber(redis.call('HGET', meta, 'log_segment_bytes') or '')
+if not seg then seg = math.max(tonumber(h.segment_bytes), len) end  -- a log written before segments: one segment
+
+local function segment(i)
+  if i == 0 then return users end
+  return users .. ':' .. string.format('%d', i)
 end
-if last and tonumber(ARGV[8]) <= tonumber(last) then
+
+local from = tonumber(h.log_bytes_before)
+if token ~= h.token_before or len ~= from then
+  if len < from then from = 0 end
+  local upto = len
+  local most = tonumber(h.most) or 0
+  if most > 0 and upto > from + most then upto = from + most end
+  local parts, at = {}, from
+  while at < upto do
+    local i = math.floor(at / seg)
+    local stop = math.min(upto, (i + 1) * seg)
+    parts[#parts + 1] = redis.call('GETRANGE', segment(i), at - i * seg, stop - i * seg - 1)
+    at = stop
+  end
+  return {'stale', token, from, table.concat(parts), redis.call('HGETALL', offsets), len, seg}
+end
+if last and tonumber(h.last_offset) <= tonumber(last) then
   -- same token, yet the plan's offsets are already applied: the caller's cache is broken, not stale
-  return redis.error_reply('apply_window: plan up to offset ' .. ARGV[8] .. ' of partition ' .. partition ..
+  return redis.error_reply('apply_window: plan up to offset ' .. h.last_offset .. ' of partition ' .. partition ..
     ' but ' .. last .. ' is already applied under the same apply_token')
+end
+
+local function set_meta()
+  if not state then
+    redis.call('HSET', meta, 'start', h.start, 'end', h['end'], 'state', 'open')
+  end
+  redis.call('HSET', meta, 'apply_token', h.token, 'log_bytes', string.format('%d', len),
+             'log_segment_bytes', string.format('%d', seg))
+end
+
+local log = ARGV[2]
+if len + #log > tonumber(h.capacity) then
+  redis.call('HSET', offsets, partition, h.last_offset)
+  set_meta()
+  redis.call('HINCRBY', meta, 'events_full', tonumber(h.applied) + tonumber(h.bounded))
+  return {'full', len}
 end
 
 -- parse and check everything before the first write: a script that fails half way keeps its writes
 local ks, cs, n, i = {}, {}, 0, 0
-for k in string.gmatch(ARGV[12], '[^%z]+') do
+for k in string.gmatch(ARGV[3], '[^%z]+') do
   n = n + 1
   ks[n] = k
 end
-for c in string.gmatch(ARGV[13], '%d+') do
+for c in string.gmatch(ARGV[4], '%d+') do
   i = i + 1
   cs[i] = c
 end
@@ -61,20 +102,22 @@ if i ~= n then
   return redis.error_reply('apply_window: ' .. n .. ' increment keys but ' .. i .. ' counts')
 end
 
-if ARGV[11] ~= '' then
-  redis.call('APPEND', users, ARGV[11])
+local pos = 1
+while pos <= #log do
+  local s = math.floor(len / seg)
+  local room = (s + 1) * seg - len
+  local piece = string.sub(log, pos, pos + room - 1)
+  redis.call('APPEND', segment(s), piece)
+  len = len + #piece
+  pos = pos + #piece
 end
 for j = 1, n do
   redis.call('ZINCRBY', counts, cs[j], ks[j])
 end
-redis.call('HSET', offsets, partition, ARGV[8])
-if not state then
-  redis.call('HSET', meta, 'start', ARGV[1], 'end', ARGV[2], 'state', 'open', 'apply_token', ARGV[6])
-else
-  redis.call('HSET', meta, 'apply_token', ARGV[6])
-end
-redis.call('HINCRBY', meta, 'events_applied', tonumber(ARGV[9]))
-if ARGV[10] ~= '0' then
-  redis.call('HINCRBY', meta, 'events_bounded', tonumber(ARGV[10]))
+redis.call('HSET', offsets, partition, h.last_offset)
+set_meta()
+redis.call('HINCRBY', meta, 'events_applied', tonumber(h.applied))
+if tonumber(h.bounded) ~= 0 then
+  redis.call('HINCRBY', meta, 'events_bounded', tonumber(h.bounded))
 end
 return {'ok'}
