@@ -18,7 +18,7 @@ import redis
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
 from stream_dp.tables import print_table, table
-from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 

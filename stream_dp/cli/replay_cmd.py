@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 
-from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.replay import (ColumnMapping, Event, Pacer, Progress, ReplayError, read_rows, replay,
                               sort_by_time)
 

@@ -9,10 +9,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion, release_types
-from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
+from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.tail import format_release
 
 

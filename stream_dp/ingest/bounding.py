@@ -1,6 +1,6 @@
 """Contribution bounding per (window, user): the rule, in plain Python.
 
-Privacy unit = user (DESIGN.md §2; Durfee & Rogers 2019 §1.1 assume exactly these sensitivities). Within
+Privacy unit = user (docs/privacy.md §1; Durfee & Rogers 2019 assume exactly these sensitivities: ℓ∞ = 1, ℓ0 = Δ). Within
 one window a user
 
 - counts at most once per key (L∞ = 1): a key's count is the number of distinct users that touched it;

@@ -101,7 +101,7 @@ class ClassDraw:
 def draw_by_count_class(classes: list[CountClass], table: SanitizerTable, generator: np.random.Generator) -> ClassDraw:
     """Which keys are reported and with which token, drawn one count class at a time.
 
-    Algorithm 4 (CGSS21 §3.4) gives every key of count w an independent token from row π_{w,·}: token 0
+    Algorithm 4 of CGSS21 gives every key of count w an independent token from row π_{w,·}: token 0
     (not reported) with probability 1 - π_w, token t ≥ 1 with probability π_{w,t}. Keys of one class are
     exchangeable, so the same joint distribution is drawn as: the number of reported keys of the class,
     M_w ~ Binomial(n_w, π_w); which ones, a uniformly random M_w-subset of the class's ranks; their tokens,

@@ -1,6 +1,6 @@
 """Reading closed windows from Redis (the window contract written by ingest), on the public schedule.
 
-**Which windows** (DESIGN §2b): the release schedule (:mod:`stream_dp.schedule`) -- every window from the
+**Which windows** (docs/privacy.md §1b): the release schedule (:mod:`stream_dp.schedule`) -- every window from the
 recorded schedule start on, in order, once ``end <= watermarks.global`` -- *not* the windows that received
 events. An empty window is released like any other (its counts are simply absent), so whether a window is
 released never depends on whether one user's events exist. The worker keeps a cursor, ``released_through``,

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 import redis
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 pytestmark = pytest.mark.integration

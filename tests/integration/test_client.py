@@ -3,11 +3,9 @@ a consumer group resuming after a restart, and the 10-line consumer of docs/cons
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,6 @@ dev-stack state file and the two metrics ports made private to the test (free po
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal

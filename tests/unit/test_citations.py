@@ -24,21 +24,6 @@ SCANNED_DIRS = ("stream_dp", "bench", "eval", "tests", "docs")
 SUFFIXES = {".py", ".md", ".lua", ".toml", ".sh", ".cfg", ".txt"}
 TOP_LEVEL = ("stream_dp", "tests", "docs", "bench", "eval", "config", "workers", ".ci")
 
-# Another change (sharded windows, issue 17b) is rewriting these files while this check lands; their
-# remaining citations are listed for the merge and fixed there. Remove an entry once its file is clean.
-PENDING_ELSEWHERE = frozenset(
-    {
-        "stream_dp/ingest/applier.py",
-        "stream_dp/ingest/store.py",
-        "stream_dp/ingest/bounding.py",
-        "stream_dp/ingest/runners.py",
-        "stream_dp/release/windows.py",
-        "stream_dp/release/sampling.py",
-        "stream_dp/keys.py",
-    }
-)
-PENDING_GLOBS = ("stream_dp/ingest/lua/*", "tests/integration/test_sharded*.py")
-
 _DESIGN = "DES" + "IGN"
 _SPEC = "ALGOR" + "ITHMS"
 UNSHIPPED_DOC = re.compile(rf"\b(?:{_DESIGN}|{_SPEC})(?:\.md)?\b")
@@ -47,16 +32,12 @@ REPO_PATH = re.compile(
 )
 
 
-def _pending(rel: str) -> bool:
-    return rel in PENDING_ELSEWHERE or any(Path(rel).match(g) for g in PENDING_GLOBS)
-
-
 def scanned_files(root: Path = ROOT) -> list[Path]:
     files: list[Path] = [root / "README.md"]
     for top in SCANNED_DIRS:
         for path in sorted((root / top).rglob("*")):
             rel = path.relative_to(root).as_posix()
-            if path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in rel and not _pending(rel):
+            if path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in rel:
                 files.append(path)
     return files
 

@@ -73,22 +73,26 @@ def test_the_attack_recovers_the_counts_from_old_mains_stored_state() -> None:
 
 
 def test_the_attack_fails_on_what_is_stored_now() -> None:
-    run = AlertsRun(CFG, Window(0, 3600), "p0", None, list(COUNTS), rng=None)  # production: CSPRNG
-    draft, state = run.answer(dict(COUNTS))
-    assert state is not None and state.svt is not None
-    record = draft.to_record()
-    stored = [json.dumps(state.to_dict()), Envelope(record, {"alerts_state_ref": "0:ref"}).dumps()]
-    for text in stored:
-        for needle in ('"rng"', "bit_generator", '"seed"', '"key":', '"counter"'):
-            if needle == '"key":' and text is stored[1]:
-                continue  # the record's items have a public "key" field
-            assert needle not in text, needle
-    assert recover_counts(state.to_dict(), record["items"]) is None
-    # the noisy threshold, the one secret kept, does not give the counts either: gap + T~ is count + noise
-    noisy_threshold = state.svt["noisy_threshold"]
-    guesses = {i["key"]: round(i["gap"] + noisy_threshold) for i in record["items"] if i["above"]}
-    print("now: gaps", [round(i["gap"], 2) for i in record["items"]], "-> naive guesses", guesses)
-    assert guesses != {k: COUNTS[k] for k in guesses}
+    exact, guessed = 0, 0
+    for _ in range(10):  # production noise (CSPRNG): judged over several instances, not one draw
+        run = AlertsRun(CFG, Window(0, 3600), "p0", None, list(COUNTS), rng=None)
+        draft, state = run.answer(dict(COUNTS))
+        assert state is not None and state.svt is not None
+        record = draft.to_record()
+        stored = [json.dumps(state.to_dict()), Envelope(record, {"alerts_state_ref": "0:ref"}).dumps()]
+        for text in stored:
+            for needle in ('"rng"', "bit_generator", '"seed"', '"key":', '"counter"'):
+                if needle == '"key":' and text is stored[1]:
+                    continue  # the record's items have a public "key" field
+                assert needle not in text, needle
+        assert recover_counts(state.to_dict(), record["items"]) is None
+        # the noisy threshold, the one secret kept, does not give the counts either: gap + T~ is count + noise
+        noisy_threshold = state.svt["noisy_threshold"]
+        guesses = {i["key"]: round(i["gap"] + noisy_threshold) for i in record["items"] if i["above"]}
+        guessed += len(guesses)
+        exact += sum(guess == COUNTS[key] for key, guess in guesses.items())
+    print("now: naive guesses exact", exact, "of", guessed)
+    assert guessed >= 10 and exact <= guessed / 2, (exact, guessed)
 
 
 def test_the_svt_state_is_deleted_when_the_instance_closes() -> None:
