@@ -92,6 +92,7 @@ class ApplyHeader:
     end: int
     partition: int
     closed_through: str  # the caller's global watermark ("-inf": none); the window is late when end <= it
+    known_late: bool = False  # the caller already knows the window closed: record nothing, report the offsets
     token_before: str = ""
     token: str = ""
     log_bytes_before: int = 0
@@ -104,9 +105,9 @@ class ApplyHeader:
 
     def encode(self) -> str:
         return json.dumps({"v": 1, "start": str(self.start), "end": str(self.end), "partition": self.partition,
-                           "closed_through": self.closed_through, "token_before": self.token_before,
-                           "token": self.token, "log_bytes_before": self.log_bytes_before,
-                           "last_offset": str(self.last_offset), "applied": self.applied, "bounded": self.bounded,
+                           "closed_through": self.closed_through, "known_late": self.known_late,
+                           "token_before": self.token_before, "token": self.token,
+                           "log_bytes_before": self.log_bytes_before, "last_offset": str(self.last_offset), "applied": self.applied, "bounded": self.bounded,
                            "most": self.most, "segment_bytes": self.segment_bytes, "capacity": self.capacity},
                           separators=(",", ":"))
 
@@ -297,8 +298,8 @@ class WindowStore:
             if ch.closed or (closed_through is not None and ch.start + size <= closed_through):
                 # known late: Redis still tells replayed (duplicate) events from late ones
                 sent.append((i, None))
-                args.append([ApplyHeader(ch.start, ch.start + size, ch.partition,
-                                         "1e308" if ch.closed else closed).encode(), b"", "", ""])
+                args.append([ApplyHeader(ch.start, ch.start + size, ch.partition, closed,
+                                         known_late=ch.closed).encode(), b"", "", ""])
                 continue
             cache = (ch.start, ch.shard)
             bounding = self._bounding.get(cache)

@@ -11,7 +11,8 @@
 --                        events_full, apply_token, log_bytes, log_segment_bytes
 -- ARGV[1] the header, JSON (stream_dp.ingest.store.ApplyHeader; "v" = 1):
 --   start, end, partition, closed_through (string; the caller's view of the global watermark, the window is
---   late when end <= it), token_before, token, log_bytes_before, last_offset, applied, bounded,
+--   late when end <= it), known_late (the caller already knows the window closed), token_before, token,
+--   log_bytes_before, last_offset, applied, bounded,
 --   most (most log bytes to return in a stale reply; 0 = all), segment_bytes (used when the shard has
 --   none recorded yet), capacity (most log bytes this shard may hold)
 -- ARGV[2] the log record to append; ARGV[3] increment keys (NUL-separated); ARGV[4] their counts (commas)
@@ -37,7 +38,7 @@ local partition = tostring(h.partition)
 
 local last = redis.call('HGET', offsets, partition)
 local state = redis.call('HGET', meta, 'state')
-if state == 'closed' or state == 'released' or tonumber(h['end']) <= tonumber(h.closed_through) then
+if h.known_late or state == 'closed' or state == 'released' or tonumber(h['end']) <= tonumber(h.closed_through) then
   return {'late', last or '-1'}
 end
 
