@@ -33,7 +33,9 @@ PREFIX = "sh"
 
 
 def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: int, windows: int, poll: int,
-           redis_url: str | None = None, shards: int = SHARDS):
+           redis_url: str | None = None, shards: int = SHARDS, parts: int = 1):
+    """Topics, events and a config; the events are produced now, all of them, unless ``parts`` > 1: then only
+    the first of ``parts`` consecutive slices is, and the rest is returned for the test to produce."""
     events_topic, releases_topic = topic_name("events"), topic_name("releases")
     create_topic(bootstrap_servers, events_topic, 2)
     # event times jitter by up to ±6 s (make_events): allowed lateness 15 s keeps every event on time, so the
@@ -51,7 +53,10 @@ def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: in
     data["releases.alerts"] = {"watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4}
     data["releases.sample"] = {"scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
     cfg_path = write_toml(tmp_path / "stream-dp.toml", data)
-    produce(bootstrap_servers, events_topic, events)
+    slices = [events[i * len(events) // parts:(i + 1) * len(events) // parts] for i in range(parts)]
+    produce(bootstrap_servers, events_topic, slices[0])
+    if parts > 1:
+        return cfg_path, events, releases_topic, events_topic, slices[1:]
     return cfg_path, events, releases_topic
 
 
@@ -124,8 +129,9 @@ def test_sigkill_of_ingest_and_release_workers_on_the_sharded_cluster(tmp_path, 
     windows = 4
     rnd = random.Random(23)
     with local_cluster(tmp_path / "cluster", masters=3) as cluster:
-        cfg_path, events, releases_topic = _setup(tmp_path, cluster, bootstrap_servers, topic_name, seed=29,
-                                                  n=24_000, windows=windows, poll=150)
+        # the stream arrives in six parts, the next one after each ingest kill: every kill lands mid-stream
+        cfg_path, events, releases_topic, events_topic, rest = _setup(
+            tmp_path, cluster, bootstrap_servers, topic_name, seed=29, n=24_000, windows=windows, poll=150, parts=6)
         client = redis_client(RedisConfig(url=cluster.url, cluster=True))
         keys = Keys(PREFIX, shards=SHARDS)
 
@@ -138,27 +144,26 @@ def test_sigkill_of_ingest_and_release_workers_on_the_sharded_cluster(tmp_path, 
 
         ingest = [start_ingest(cfg_path, tmp_path / f"ingest-{i}.log") for i in range(2)]
         release = start_worker(cfg_path, worker_id="r1", log_path=tmp_path / "release.log", claim_ttl=2.0)
-        ingest_kills = release_kills = 0
+        release_kills = 0
         try:
-            while ingest_kills < 5 or release_kills < 3:
+            for part, ingest_kill in zip(rest, range(1, 6)):
                 before = applied()
-                wait_for(lambda: applied() > before or released() >= windows, timeout=120,
-                         what="ingest progress between kills", procs=[*ingest, release])
-                if ingest_kills < 5 and released() < windows:
-                    i = rnd.randrange(2)
-                    ingest[i].send_signal(signal.SIGKILL)
-                    ingest[i].wait(timeout=10)
-                    ingest[i] = start_ingest(cfg_path, tmp_path / f"ingest-{i}.log")
-                    ingest_kills += 1
-                if release_kills < 3 and (ingest_kills >= 2 * release_kills or released() >= windows):
+                wait_for(lambda: applied() > before, timeout=120, what=f"ingest progress before kill {ingest_kill}",
+                         procs=[*ingest, release])
+                i = rnd.randrange(2)
+                ingest[i].send_signal(signal.SIGKILL)
+                ingest[i].wait(timeout=10)
+                ingest[i] = start_ingest(cfg_path, tmp_path / f"ingest-{i}.log")
+                if ingest_kill % 2:  # kills 1, 3, 5 of ingest are followed by one of the release worker
                     time.sleep(rnd.uniform(0.0, 0.3))  # a random point of the release loop (not a wait)
                     release.send_signal(signal.SIGKILL)
                     release.wait(timeout=10)
                     release = start_worker(cfg_path, worker_id=f"r{release_kills + 2}",
                                            log_path=tmp_path / "release.log", claim_ttl=2.0)
                     release_kills += 1
-            assert ingest_kills == 5 and release_kills == 3
-            wait_for(lambda: released() >= windows, timeout=300, what=f"{windows} windows released after the kills",
+                produce(bootstrap_servers, events_topic, part)
+            assert release_kills == 3
+            wait_for(lambda: released() >= windows, timeout=150, what=f"{windows} windows released after the kills",
                      procs=[*ingest, release])
         finally:
             stop(release)
