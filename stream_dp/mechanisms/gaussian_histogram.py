@@ -108,9 +108,12 @@ def histogram_threshold(*, sigma2: object, delta: float, max_keys_per_user: int)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     p_max = -math.expm1(math.log1p(-delta) / dk) * (1 - _TAIL_MARGIN)  # per-key bound, with margin
 
-    def ok(tau: int) -> bool:
-        return discrete_gaussian_tail(s2, tau - 1) <= p_max
+    return smallest_threshold(lambda tau: discrete_gaussian_tail(s2, tau - 1) <= p_max)
 
+
+def smallest_threshold(ok: Callable[[int], bool]) -> int:
+    """The smallest integer τ ≥ 1 with ``ok(τ)``, for a predicate monotone in τ (false, then true for
+    good): doubling, then bisection."""
     lo, hi = 1, 2
     while not ok(hi):
         lo, hi = hi, hi * 2

@@ -37,7 +37,7 @@ import numpy as np
 from stream_dp.accounting.events import ApproxDpEvent, DpEvent
 from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_fraction, check_positive_int
 from stream_dp.mechanisms.discrete_gaussian import _discrete_laplace, _uniform_below
-from stream_dp.mechanisms.gaussian_histogram import HistogramResult, noisy_threshold_release
+from stream_dp.mechanisms.gaussian_histogram import HistogramResult, noisy_threshold_release, smallest_threshold
 from stream_dp.rng import RngLike, make_rng
 
 MECHANISM = "laplace_histogram"
@@ -139,18 +139,7 @@ def laplace_histogram_threshold(*, scale: Any, delta: float, max_keys_per_user: 
     target = delta / (1 + delta)
     p_max = -math.expm1(math.log1p(-target) / dk) * (1 - _TAIL_MARGIN)
 
-    def ok(tau: int) -> bool:
-        return discrete_laplace_tail(b, tau - 1) <= p_max
-
-    lo, hi = 1, 2
-    while not ok(hi):
-        lo, hi = hi, hi * 2
-    if ok(lo):
-        return lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    return smallest_threshold(lambda tau: discrete_laplace_tail(b, tau - 1) <= p_max)
 
 
 @dataclass(frozen=True)
