@@ -12,6 +12,8 @@ LABELS = {
     "sdp_histogram": "stream-dp histogram (discrete Gaussian + threshold)",
     "sdp_histogram_domain": "stream-dp histogram, public domain",
     "sdp_ldt": "stream-dp limited-domain top-k (k̄ = 2k)",
+    "sdp_histogram_exact": "stream-dp histogram, exact-profile calibration",
+    "sdp_histogram_exact_domain": "stream-dp histogram, exact-profile calibration, public domain",
     "sdp_histogram_laplace": "stream-dp histogram, Laplace noise",
     "sdp_histogram_laplace_domain": "stream-dp histogram, Laplace noise, public domain",
     "sdp_known_domain": "stream-dp known-domain top-k (Gumbel over the domain)",

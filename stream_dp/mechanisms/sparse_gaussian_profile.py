@@ -166,9 +166,10 @@ def exact_threshold(*, sigma2: object, epsilon: float, delta: float, max_keys_pe
 
 # The calibration rule (data-independent: it reads only ε, δ and Δ).
 RELEASE_QUANTILE_Z = 1.2815515655446004  # Φ⁻¹(0.9)
-_GRID_STEP = 1.03  # σ grid: geometric, 3 % apart
-_GRID_LOW, _GRID_HIGH = 0.55, 1.6  # relative to the anchor σ (the zCDP calibration at (ε, δ))
+_GRID_STEP = 1.01  # σ grid above the smallest feasible σ: geometric, 1 % apart
+_LOWEST = 0.5  # the search for the smallest feasible σ starts at this fraction of the zCDP calibration's σ
 _PATIENCE = 4  # stop after this many grid points in a row without a better objective
+_MAX_POINTS = 80
 
 
 @dataclass(frozen=True)
@@ -182,32 +183,49 @@ class ExactCalibration:
     max_keys_per_user: int
 
 
+def _on_grid(sigma: float) -> Fraction:
+    from stream_dp.mechanisms.gaussian_histogram import SIGMA2_GRID
+
+    return Fraction(math.ceil(Fraction(sigma) ** 2 / SIGMA2_GRID)) * SIGMA2_GRID
+
+
 @functools.lru_cache(maxsize=128)
 def calibrate_exact(*, epsilon: float, delta: float, max_keys_per_user: int) -> ExactCalibration:
     """The (σ², τ) pair making one release (ε, δ)-DP by its exact joint profile that minimises the count a
-    key needs to be released with probability 0.9, τ + Φ⁻¹(0.9)·σ: over a geometric grid of σ (3 % apart,
-    0.55× to 1.6× the σ of the zCDP calibration at (ε, δ), σ² rounded up to 1/1000), each σ with its smallest
-    valid τ (:func:`exact_threshold`); stops after 4 grid points in a row without improvement. The rule reads
-    only (ε, δ, Δ): it is public and data-independent.
+    key needs to be released with probability 0.9, τ + Φ⁻¹(0.9)·σ.
+
+    The rule: σ_min, the smallest σ (to 0.1 %, by bisection from half the zCDP calibration's σ at (ε, δ), which
+    is always feasible) whose shared-key term δ_G(Δ, ε) is below δ -- below it no threshold helps; then
+    σ = σ_min·1.01^i, i = 0, 1, …, each with its smallest valid τ (:func:`exact_threshold`), σ² rounded up to
+    1/1000; stop after 4 points in a row without improvement. The rule reads only (ε, δ, Δ): it is public and
+    data-independent.
 
     >>> cal = calibrate_exact(epsilon=1.0, delta=1e-6, max_keys_per_user=5)
     >>> sparse_histogram_delta(sigma2=cal.sigma2, threshold=cal.threshold, max_keys_per_user=5, epsilon=1.0) <= 1e-6
     True
     """
-    from stream_dp.mechanisms.gaussian_histogram import SIGMA2_GRID, rho_for_epsilon
+    from stream_dp.mechanisms.gaussian_histogram import rho_for_epsilon
 
     eps = check_epsilon(epsilon)
     delta = check_delta(delta)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     anchor = math.sqrt(dk / (2 * rho_for_epsilon(eps, delta)))
+
+    def feasible(sigma: float) -> bool:
+        return shared_keys_delta(sigma2=_on_grid(sigma), shifted_keys=dk, epsilon=eps) * (1 + _RELATIVE_MARGIN) < delta
+
+    lo, hi = _LOWEST * anchor, anchor  # invariant: feasible(hi); lo infeasible or the search's floor
+    if feasible(lo):
+        hi = lo
+    while hi - lo > 1e-3 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
     best: tuple[float, Fraction, int] | None = None
     stale = 0
-    ratio = _GRID_LOW
-    while ratio <= _GRID_HIGH:
-        s2 = Fraction(math.ceil(Fraction(anchor * ratio) ** 2 / SIGMA2_GRID)) * SIGMA2_GRID
-        ratio *= _GRID_STEP
+    for i in range(_MAX_POINTS):
+        s2 = _on_grid(hi * _GRID_STEP**i)
         tau = exact_threshold(sigma2=s2, epsilon=eps, delta=delta, max_keys_per_user=dk)
-        if tau is None:
+        if tau is None:  # pragma: no cover - σ ≥ σ_min is feasible (δ_G grows as σ falls)
             continue
         objective = tau + RELEASE_QUANTILE_Z * math.sqrt(float(s2))
         if best is None or objective < best[0]:
@@ -216,6 +234,6 @@ def calibrate_exact(*, epsilon: float, delta: float, max_keys_per_user: int) -> 
             stale += 1
             if stale >= _PATIENCE:
                 break
-    if best is None:  # pragma: no cover - the anchor σ is always feasible (ρ-zCDP converts to (ε, δ))
-        raise ValueError(f"no σ in the grid makes the histogram ({eps}, {delta})-DP for Δ = {dk}")
+    if best is None:  # pragma: no cover - the zCDP σ is always feasible (ρ-zCDP converts to (ε, δ))
+        raise ValueError(f"no σ makes the histogram ({eps}, {delta})-DP for Δ = {dk}")
     return ExactCalibration(sigma2=best[1], threshold=best[2], epsilon=eps, delta=delta, max_keys_per_user=dk)
