@@ -456,7 +456,7 @@ class HistogramConfig:
     noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"
     # gaussian only -- zcdp: σ by the ρ-zCDP conversion at δ′, τ on its own δ (charged as ρ-zCDP);
     # exact: σ and τ together by the thresholded histogram's exact privacy profile at (ε, δ + δ′)
-    # (docs/privacy.md §8c; charged with both guarantees: lower τ and σ for one window)
+    # (docs/privacy.md §8c; both guarantees charged: lower τ and σ for one window, more ε and δ over a period)
     calibration: Annotated[Str, _one_of("zcdp", "exact")] = "zcdp"
     epsilon: Number = 1.0  # ε of one release on its own (gaussian: at δ′ = budget.delta_prime; sets the noise)
     delta: Number = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
