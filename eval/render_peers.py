@@ -114,7 +114,8 @@ the project's accountant (what the ledger charges: approximate zCDP, converted t
 conversion of CKS20 Corollary 13, the one OpenDP uses; docs/privacy.md §3), except the *exact-profile*
 histogram rows (`releases.histogram.calibration = "exact"`): σ and τ together by the thresholded discrete
 Gaussian's exact joint privacy profile at (ε_w, δ_w) (docs/privacy.md §8c), which the ledger charges as the
-(ε, δ) route of their event. Each peer is calibrated by its own library (OpenDP's privacy maps, PipelineDP's strategies and
+(ε, δ) route of their event — per window; over a budget period of several windows that calibration costs
+more ε and δ than the zCDP one (docs/privacy.md §8c), which this per-window comparison does not show. Each peer is calibrated by its own library (OpenDP's privacy maps, PipelineDP's strategies and
 `compute_sigma`). Methods and how each library is called: `eval/peers.py`. "Known domain" means the
 catalogue (the universe) is public: stream-dp may run known-domain top-k or the histogram over the domain,
 PipelineDP may use public partitions; the threshold methods ignore it. The *counterfactual* rows are the
