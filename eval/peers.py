@@ -9,6 +9,11 @@ stream-dp (calibrated by the project's accountant, the rule of :mod:`eval.calibr
 - ``sdp_histogram``: :mod:`stream_dp.mechanisms.gaussian_histogram` -- discrete Gaussian counts, threshold
   τ for δ_τ = δ_w/2, ρ from the zCDP conversion at δ′ = δ_w/2 (what the ledger charges). The Monte-Carlo
   runs draw the noise with the vectorised sampler of the same law (``sample_discrete_gaussian_table``).
+- ``sdp_histogram_exact``: the same release with ``releases.histogram.calibration = "exact"``: σ and τ
+  together by the thresholded histogram's exact privacy profile at (ε_w, δ_w)
+  (:mod:`stream_dp.mechanisms.sparse_gaussian_profile`, docs/privacy.md §8c; what the ledger charges as the
+  basic route of its ``ZCdpAndApproxDpEvent``). ``sdp_histogram_exact_domain``: the same calibration with the
+  universe as public domain (the threshold then unused);
 - ``sdp_histogram_laplace``: the same release with ``releases.histogram.noise = "laplace"``
   (:mod:`stream_dp.mechanisms.laplace_histogram`): discrete Laplace b = Δ/ε_w, τ and the boundary coin for the
   whole δ_w (one (ε, δ) event; Monte-Carlo draws by a difference of geometrics, the same law);
@@ -54,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from stream_dp.mechanisms.discrete_gaussian import sample_discrete_gaussian_table
-from stream_dp.mechanisms.gaussian_histogram import calibration_for_sigma2, rho_for_epsilon
+from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram_exact, calibration_for_sigma2, rho_for_epsilon
 from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
 
 from eval import baselines
@@ -64,7 +69,7 @@ from eval.metrics import Estimate, release_metrics
 from eval.topk import cell_rng, run_ldt
 
 SDP_METHODS = ("sdp_histogram", "sdp_histogram_laplace", "sdp_ldt", "sdp_known_domain", "sdp_histogram_domain",
-               "sdp_histogram_laplace_domain")
+               "sdp_histogram_laplace_domain", "sdp_histogram_exact", "sdp_histogram_exact_domain")
 PEER_METHODS = ("opendp_laplace_threshold", "opendp_gaussian_threshold", "pipelinedp_truncated_geometric",
                 "pipelinedp_laplace_thresholding", "pipelinedp_gaussian_thresholding",
                 "pipelinedp_public_laplace", "pipelinedp_public_gaussian")
@@ -115,19 +120,24 @@ def gaussian_profile_rho(eps: float, delta: float) -> float:
     return lo
 
 
-def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, profile: bool = False) -> Any:
+def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, profile: bool = False,
+                              exact: bool = False) -> Any:
     """σ² and τ at (ε_w, δ_w): δ_w/2 for the threshold, δ_w/2 for the conversion -- the ledger's CKS20
     conversion (what it charges). ``profile``: σ from the exact Gaussian privacy profile instead, as if the
     ledger could account one window's single Gaussian release by its profile -- a counterfactual (the
-    continuous Gaussian's profile, the discrete Gaussian's is not computed), not what the ledger charges."""
+    continuous Gaussian's profile, the threshold still on its own δ_w/2), not what the ledger charges.
+    ``exact``: the ``calibration = "exact"`` release -- σ and τ together by the exact joint profile at
+    (ε_w, δ_w), which the ledger does charge."""
+    if exact:
+        return calibrate_histogram_exact(epsilon=epsilon_w, delta=delta_w, max_keys_per_user=dk)
     rho = gaussian_profile_rho(epsilon_w, delta_w / 2) if profile else rho_for_epsilon(epsilon_w, delta_w / 2)
     return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=delta_w / 2, max_keys_per_user=dk)
 
 
 def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator, *,
-                  domain: bool = False, profile: bool = False) -> Release:
+                  domain: bool = False, profile: bool = False, exact: bool = False) -> Release:
     """The histogram release; ``domain``: the whole universe is a public domain (released without τ)."""
-    cal = sdp_histogram_calibration(eps, delta, dk, profile=profile)
+    cal = sdp_histogram_calibration(eps, delta, dk, profile=profile, exact=exact)
     counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
     values = np.empty((runs, len(counts)))
     for lo in range(0, runs, baselines.CHUNK):  # bounded memory: CHUNK runs at a time
@@ -431,6 +441,8 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
     shared: dict[str, tuple[Release, float]] = {
         "sdp_histogram": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist"))),
         "sdp_histogram_laplace": _timed(lambda: sdp_histogram_laplace(hist, dk, eps, delta, runs, rng("hist-lap"))),
+        "sdp_histogram_exact": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-exact"),
+                                                            exact=True)),
         "counterfactual_histogram_gaussian_profile": _timed(
             lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-profile"), profile=True))}
     if peers:
@@ -468,6 +480,9 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
                                                                          rng("dom", profile), domain=True,
                                                                          profile=profile))
                 rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
+            rel, sec = _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("dom-exact"), domain=True,
+                                                    exact=True))
+            rows += _rows(name, dk, eps, delta, True, "sdp_histogram_exact_domain", rel, hist, ks, sec)
             rel, sec = _timed(lambda: sdp_histogram_laplace(hist, dk, eps, delta, runs, rng("dom-lap"), domain=True))
             rows += _rows(name, dk, eps, delta, True, "sdp_histogram_laplace_domain", rel, hist, ks, sec)
         if known and peers:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TABLE_MODULE = ROOT / "stream_dp" / "release" / "release_choice_table.py"
 EVALUATION = ROOT / "docs" / "evaluation"
 SDP_TYPES = ("sdp_histogram", "sdp_histogram_laplace", "sdp_histogram_domain", "sdp_histogram_laplace_domain",
-             "sdp_known_domain", "sdp_ldt")
+             "sdp_histogram_exact", "sdp_histogram_exact_domain", "sdp_known_domain", "sdp_ldt")
 
 
 def evaluated_cells(rows: Sequence[dict[str, Any]], users: dict[str, int]) -> list[dict[str, Any]]:

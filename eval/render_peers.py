@@ -12,6 +12,8 @@ LABELS = {
     "sdp_histogram": "stream-dp histogram (discrete Gaussian + threshold)",
     "sdp_histogram_domain": "stream-dp histogram, public domain",
     "sdp_ldt": "stream-dp limited-domain top-k (k̄ = 2k)",
+    "sdp_histogram_exact": "stream-dp histogram, exact-profile calibration",
+    "sdp_histogram_exact_domain": "stream-dp histogram, exact-profile calibration, public domain",
     "sdp_histogram_laplace": "stream-dp histogram, Laplace noise",
     "sdp_histogram_laplace_domain": "stream-dp histogram, Laplace noise, public domain",
     "sdp_known_domain": "stream-dp known-domain top-k (Gumbel over the domain)",
@@ -109,13 +111,19 @@ def section_peers(out: Path) -> str:
 
 Same bounded histogram per window, same (ε_w, δ_w = 1e-6) per window. stream-dp's methods are calibrated by
 the project's accountant (what the ledger charges: approximate zCDP, converted to (ε, δ) with the optimal
-conversion of CKS20 Corollary 13, the one OpenDP uses; docs/privacy.md §3); each peer by its own library (OpenDP's privacy maps, PipelineDP's strategies and
+conversion of CKS20 Corollary 13, the one OpenDP uses; docs/privacy.md §3), except the *exact-profile*
+histogram rows (`releases.histogram.calibration = "exact"`): σ and τ together by the thresholded discrete
+Gaussian's exact joint privacy profile at (ε_w, δ_w) (docs/privacy.md §8c), which the ledger charges as the
+(ε, δ) route of their event — per window; over a budget period of several windows that calibration costs
+more ε and δ than the zCDP one (docs/privacy.md §8c), which this per-window comparison does not show. Each peer is calibrated by its own library (OpenDP's privacy maps, PipelineDP's strategies and
 `compute_sigma`). Methods and how each library is called: `eval/peers.py`. "Known domain" means the
 catalogue (the universe) is public: stream-dp may run known-domain top-k or the histogram over the domain,
 PipelineDP may use public partitions; the threshold methods ignore it. The *counterfactual* rows are the
 same histogram with σ from the exact privacy profile of one Gaussian mechanism (Balle & Wang 2018, the
 analytic Gaussian PipelineDP calibrates with) — what a ledger that accounted a window's single Gaussian
-release by its profile, not by ρ, would buy; not what the ledger charges; excluded from the verdicts.
+release by its profile, not by ρ, would buy (the threshold still on its own δ_w/2); not what the ledger
+charges; excluded from the verdicts. The exact-profile rows, which the ledger does charge, go further (the
+noise's and the threshold's δ are not added), so the counterfactual rows are kept only for comparison.
 Peers are calibrated by their own privacy maps, as documented; note that OpenDP's threshold measurements
 state the δ of a key present in only one neighbour as if its count were 0 (Laplace: P[noise ≥ τ] where a
 count-1 key is kept when noise ≥ τ − 1 — `tests/unit/test_eval_peers.py` measures it), so at small scales

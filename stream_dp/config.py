@@ -454,6 +454,10 @@ class HistogramConfig:
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
     noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"
+    # gaussian only -- zcdp: σ by the ρ-zCDP conversion at δ′, τ on its own δ (charged as ρ-zCDP);
+    # exact: σ and τ together by the thresholded histogram's exact privacy profile at (ε, δ + δ′)
+    # (docs/privacy.md §8c; both guarantees charged: lower τ and σ for one window, more ε and δ over a period)
+    calibration: Annotated[Str, _one_of("zcdp", "exact")] = "zcdp"
     epsilon: Number = 1.0  # ε of one release on its own (gaussian: at δ′ = budget.delta_prime; sets the noise)
     delta: Number = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
     max_keys: Count = 1000  # at most this many keys per release (the largest noisy counts above threshold)
@@ -466,7 +470,9 @@ class HistogramConfig:
         if self.enabled:
             _check(self, [(_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)"),
                           (self.max_keys >= 1, "max_keys", ">= 1"),
-                          (_probability(self.confidence), "confidence", "in (0, 1)")])
+                          (_probability(self.confidence), "confidence", "in (0, 1)"),
+                          (self.calibration == "zcdp" or self.noise == "gaussian", "calibration",
+                           '"zcdp" with noise = "laplace" (the exact profile is the Gaussian\'s)')])
         return self
 
 

@@ -13,6 +13,7 @@ from stream_dp.accounting.events import (
     DpEvent,
     PureDpEvent,
     RangeBoundedEvent,
+    ZCdpAndApproxDpEvent,
     ZCdpEvent,
     event_from_dict,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "PureDpEvent",
     "RangeBoundedEvent",
     "Spent",
+    "ZCdpAndApproxDpEvent",
     "ZCdpEvent",
     "check_budget_covers",
     "compose",

@@ -200,8 +200,43 @@ class ZCdpEvent(DpEvent):
         return replace(self, count=self.count * _check_count(n))
 
 
+@dataclass(frozen=True)
+class ZCdpAndApproxDpEvent(DpEvent):
+    """``count`` runs of a mechanism with TWO valid guarantees: (ρ, ``zcdp_delta``)-approximate zCDP and
+    (ε, δ)-DP (e.g. the histogram calibrated by its exact joint privacy profile, docs/privacy.md §8c: its
+    Gaussian counts are ρ-zCDP up to the threshold's δ, and its exact profile gives (ε, δ) for one run).
+
+    The zCDP map is the zCDP pair, the basic map the (ε, δ) pair: each route of the accounting (the ledger's
+    cap takes the smaller valid ε of the two routes, with the larger of the two δs) uses the guarantee that
+    is its own, so one release is charged its exact (ε, δ) while long horizons keep zCDP composition.
+    """
+
+    kind: ClassVar[str] = "zcdp_and_approx_dp"
+    rho: float
+    zcdp_delta: float
+    epsilon: float
+    delta: float
+    count: int = 1
+    mechanism: str = ""
+    release_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _normalise(self, rho=_check_epsilon("rho", self.rho), zcdp_delta=_check_delta("zcdp_delta", self.zcdp_delta),
+                   epsilon=_check_epsilon("epsilon", self.epsilon), delta=_check_delta("delta", self.delta),
+                   count=_check_count(self.count))
+
+    def zcdp(self) -> tuple[float, float]:
+        return self.count * self.rho, self.count * self.zcdp_delta
+
+    def basic(self) -> tuple[float, float]:
+        return self.count * self.epsilon, self.count * self.delta
+
+    def repeated(self, n: int) -> "ZCdpAndApproxDpEvent":
+        return replace(self, count=self.count * _check_count(n))
+
+
 EVENT_TYPES: dict[str, type[DpEvent]] = {
-    cls.kind: cls for cls in (PureDpEvent, RangeBoundedEvent, ApproxDpEvent, ZCdpEvent)
+    cls.kind: cls for cls in (PureDpEvent, RangeBoundedEvent, ApproxDpEvent, ZCdpEvent, ZCdpAndApproxDpEvent)
 }
 
 

@@ -32,7 +32,7 @@ from fractions import Fraction
 import numpy as np
 
 from stream_dp.accounting.composition import loose_zcdp_to_epsilon, zcdp_to_epsilon  # noqa: F401 (doctests)
-from stream_dp.accounting.events import DpEvent, ZCdpEvent
+from stream_dp.accounting.events import DpEvent, ZCdpAndApproxDpEvent, ZCdpEvent
 from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, tie_key
 from stream_dp.mechanisms.discrete_gaussian import (
     as_sigma2,
@@ -57,12 +57,23 @@ class HistogramCalibration:
     threshold: int
     threshold_delta: float  # the bound δ the threshold was solved for
     max_keys_per_user: int
+    # calibrated by the exact joint privacy profile (calibrate_histogram_exact): the (ε, δ) it guarantees
+    exact_epsilon: float | None = None
+    exact_delta: float | None = None
 
     @property
     def rho(self) -> float:
         return self.max_keys_per_user / (2 * float(self.sigma2))
 
+    @property
+    def calibration(self) -> str:
+        """``"exact"`` (by the joint privacy profile) or ``"zcdp"`` (σ by the ρ conversion, τ on its own δ)."""
+        return "zcdp" if self.exact_epsilon is None else "exact"
+
     def events(self) -> tuple[DpEvent, ...]:
+        if self.exact_epsilon is not None and self.exact_delta is not None:
+            return (ZCdpAndApproxDpEvent(rho=self.rho, zcdp_delta=self.threshold_delta, epsilon=self.exact_epsilon,
+                                         delta=self.exact_delta, mechanism=MECHANISM),)
         return gaussian_histogram_events(sigma2=self.sigma2, delta=self.threshold_delta,
                                          max_keys_per_user=self.max_keys_per_user)
 
@@ -184,6 +195,30 @@ def calibration_for_sigma2(*, sigma2: float | Fraction, threshold_delta: float, 
     tau = histogram_threshold(sigma2=s2, delta=threshold_delta, max_keys_per_user=dk)
     return HistogramCalibration(sigma2=s2, threshold=tau, threshold_delta=float(threshold_delta),
                                 max_keys_per_user=dk)
+
+
+def calibrate_histogram_exact(*, epsilon: float, delta: float, max_keys_per_user: int) -> HistogramCalibration:
+    """Parameters making one release (ε, δ)-DP by the exact joint privacy profile of the thresholded discrete
+    Gaussian (docs/privacy.md §8c; :func:`~stream_dp.mechanisms.sparse_gaussian_profile.calibrate_exact`: the
+    σ, τ pair minimising τ + Φ⁻¹(0.9)·σ). Its events carry both guarantees
+    (:class:`~stream_dp.accounting.events.ZCdpAndApproxDpEvent`): the exact (ε, δ), and (ρ = Δ/(2σ²),
+    δ_τ)-approximate zCDP with δ_τ = :func:`selection_delta` (≤ δ: the profile's j = Δ term is at least δ_τ).
+
+    >>> cal = calibrate_histogram_exact(epsilon=1.0, delta=1e-6, max_keys_per_user=5)
+    >>> cal.calibration, cal.threshold < calibrate_histogram(epsilon=1.0, threshold_delta=5e-7,
+    ...     conversion_delta=5e-7, max_keys_per_user=5).threshold
+    ('exact', True)
+    """
+    from stream_dp.mechanisms.sparse_gaussian_profile import calibrate_exact
+
+    exact = calibrate_exact(epsilon=epsilon, delta=delta, max_keys_per_user=max_keys_per_user)
+    # float tail sums are accurate to ~1e-15 relative: a 1e-8 margin keeps δ_τ an upper bound; it never
+    # exceeds δ (exactly true of the real δ_τ, so the min is sound)
+    tau_delta = min(exact.delta, selection_delta(sigma2=exact.sigma2, threshold=exact.threshold,
+                                                 max_keys_per_user=exact.max_keys_per_user) * (1 + 1e-8))
+    return HistogramCalibration(sigma2=exact.sigma2, threshold=exact.threshold, threshold_delta=tau_delta,
+                                max_keys_per_user=exact.max_keys_per_user, exact_epsilon=exact.epsilon,
+                                exact_delta=exact.delta)
 
 
 def gaussian_histogram_events(*, sigma2: object, delta: float, max_keys_per_user: int) -> tuple[DpEvent, ...]:

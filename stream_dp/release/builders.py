@@ -315,13 +315,16 @@ class HistogramBuilder:
     mechanism: str = "gaussian_histogram"
 
     def calibration(self) -> Any:
-        from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
+        from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram, calibrate_histogram_exact
         from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
 
         h = self.cfg.releases.histogram
         if h.noise == "laplace":
             return calibrate_laplace_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
                                                max_keys_per_user=self.cfg.contribution.max_keys_per_user)
+        if h.calibration == "exact":  # the same single-release (ε, δ + δ′) as the zcdp calibration states
+            return calibrate_histogram_exact(epsilon=h.epsilon, delta=h.delta + self.cfg.budget.delta_prime,
+                                             max_keys_per_user=self.cfg.contribution.max_keys_per_user)
         return calibrate_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
                                    conversion_delta=self.cfg.budget.delta_prime,
                                    max_keys_per_user=self.cfg.contribution.max_keys_per_user)
@@ -330,7 +333,8 @@ class HistogramBuilder:
         h = self.cfg.releases.histogram
         cal = self.calibration()
         noise = ({"noise": "discrete_laplace", "scale": str(cal.scale)} if h.noise == "laplace" else
-                 {"noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho})
+                 {"noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho,
+                  **({"calibration": "exact"} if cal.calibration == "exact" else {})})
         return {"epsilon": h.epsilon, "delta": h.delta, "delta_prime": self.cfg.budget.delta_prime,
                 "max_keys": h.max_keys, "confidence": h.confidence,
                 "max_keys_per_user": self.cfg.contribution.max_keys_per_user,

@@ -28,6 +28,11 @@ METHODS: dict[str, tuple[str, str]] = {
                                      'releases.histogram.noise = "laplace" with releases.histogram.domain / domain_file'),
     "sdp_histogram_domain": ("histogram over the domain",
                              "releases.histogram.enabled = true with releases.histogram.domain / domain_file"),
+    "sdp_histogram_exact": ("histogram, exact-profile calibration",
+                            'releases.histogram.enabled = true, releases.histogram.calibration = "exact"'),
+    "sdp_histogram_exact_domain": ("histogram, exact-profile calibration, over the domain",
+                                   'releases.histogram.calibration = "exact" with releases.histogram.domain / '
+                                   'domain_file'),
     "sdp_known_domain": ("topk over the domain",
                          "releases.topk.domain / domain_file (full-domain Gumbel top-k, LDT only for discovery)"),
     "sdp_ldt": ("topk", "releases.topk (limited-domain top-k), the default"),

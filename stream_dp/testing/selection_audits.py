@@ -149,6 +149,26 @@ def histogram_counts(*, broken: bool = False, trials: int = 20_000, rng: int = 6
                          event=events, multi_label=True, confidence=confidence, rng=rng)
 
 
+def exact_histogram_threshold(*, broken: bool = False, trials: int = 20_000, rng: int = 9,
+                              confidence: float = 0.999) -> AuditResult:
+    """The histogram calibrated by its exact joint profile (docs/privacy.md §8c), Δ = 2, claim (ε, δ) = (1, 0.05)
+    -> σ² = 3.595, τ = 6. Neighbours: one user on a shared key "s" (5 vs 6) and a new key "n" (0 vs 1) -- the
+    mixed case j = 1 the joint profile is about. Events: which keys are released, with "s"'s noisy count
+    bucketed. Real: passes. Broken: the calibration with the new keys left out of the profile (j = 0 only),
+    where no τ is needed and τ = 1 ("any present key") -> "n" is released with probability ≈ 0.6, flagged."""
+    from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram_exact
+
+    real = calibrate_histogram_exact(epsilon=1.0, delta=0.05, max_keys_per_user=2)
+    cal = HistogramCalibration(real.sigma2, 1, real.threshold_delta, 2, real.exact_epsilon,
+                               real.exact_delta) if broken else real
+
+    def mechanism(counts, generator):
+        rows = gaussian_histogram(counts, calibration=cal, max_keys=5, rng=generator).rows
+        return tuple((row.key, min(max(row.count, 0), 12) // 2 if row.key == "s" else None) for row in rows)
+    return audit_privacy(mechanism, {"s": 5}, {"s": 6, "n": 1}, epsilon=1.0, delta=0.05, trials=trials,
+                         confidence=confidence, rng=rng)
+
+
 def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> AuditResult:
     if offset is None:
         return run()
@@ -215,6 +235,7 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "em_with_gap": em_gap,
     "gaussian_histogram threshold (δ)": histogram_threshold_delta,
     "gaussian_histogram counts (ε)": histogram_counts,
+    "gaussian_histogram exact profile (ε, δ)": exact_histogram_threshold,
     "laplace_histogram threshold (δ)": laplace_histogram_threshold_delta,
     "laplace_histogram counts (ε)": laplace_histogram_counts,
 }

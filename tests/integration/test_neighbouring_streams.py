@@ -181,12 +181,15 @@ def test_audit_of_the_whole_pipeline_real_within_epsilon_broken_flagged(redis_cl
     assert len({o for o in _audit_views(boundary, cfg, redis_client, 40, seed=14)[0]}) > 1
 
 
+@pytest.mark.parametrize("calibration", ["zcdp", "exact"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario) -> None:
-    """The histogram release (issue 18) on every neighbouring pair: same windows, statuses and charges; an
-    empty window is a released (charged) empty histogram."""
+def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario,
+                                                                   calibration: str) -> None:
+    """The histogram release (issue 18) on every neighbouring pair, with either calibration (§8, §8c): same
+    windows, statuses and charges (the calibration is public config); an empty window is a released (charged)
+    empty histogram."""
     cfg = harness_cfg(topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
-                      histogram={"enabled": True, "epsilon": 1.0, "delta": 1e-6})
+                      histogram={"enabled": True, "epsilon": 1.0, "delta": 1e-6, "calibration": calibration})
     assert compare(scenario, cfg, redis_client, rng=5) == [], scenario.name
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=6,
                           partitions=scenario.partitions)

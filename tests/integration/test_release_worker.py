@@ -565,6 +565,40 @@ def test_histogram_with_laplace_noise_charges_pure_epsilon_and_its_threshold_del
     assert spent.basic_epsilon == 2.0 and spent.basic_delta == 1e-7
 
 
+def test_histogram_with_the_exact_calibration_charges_both_guarantees(redis_client) -> None:
+    """releases.histogram.calibration = "exact": σ and τ by the exact joint profile at (ε, δ + δ′), one
+    ZCdpAndApproxDpEvent (both guarantees); the ledger takes the smaller ε of its two routes -- the exact ε for
+    one window -- and the record names the calibration."""
+    from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
+    from stream_dp.mechanisms.sparse_gaussian_profile import sparse_histogram_delta
+
+    cfg = make_cfg(topk={"enabled": False},
+                   histogram={"enabled": True, "calibration": "exact", "epsilon": 2.0, "delta": 1e-7, "max_keys": 10})
+    keys = Keys("t")
+    counts = {**{f"hot{j}": float(500 + 100 * j) for j in range(3)}, "rare": 1.0}
+    write_window(redis_client, keys, 0, SIZE, counts)
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    assert drain(worker) == 1
+    (rec,) = pub.records
+    validate_record(rec)
+    params = rec["mechanism"]["parameters"]
+    assert rec["mechanism"]["name"] == "gaussian_histogram" and params["calibration"] == "exact"
+    assert [it["key"] for it in rec["items"]] == ["hot2", "hot1", "hot0"]
+    sigma2, tau, total = Fraction(params["sigma2"]), params["threshold"], 1e-7 + cfg.budget.delta_prime
+    assert sparse_histogram_delta(sigma2=sigma2, threshold=tau, max_keys_per_user=5, epsilon=2.0) <= total
+    zcdp = calibrate_histogram(epsilon=2.0, threshold_delta=1e-7, conversion_delta=cfg.budget.delta_prime,
+                               max_keys_per_user=5)
+    assert sigma2 < zcdp.sigma2 and tau < zcdp.threshold  # less noise, lower threshold, same (ε, δ + δ′)
+    (event,) = events_of(rec)
+    assert event.kind == "zcdp_and_approx_dp" and (event.epsilon, event.delta) == (2.0, total)
+    assert event.rho == pytest.approx(5 / (2 * float(sigma2))) and event.zcdp_delta <= total
+    spent = ledger.remaining(rec["budget"]["scope"]).spent
+    assert (spent.basic_epsilon, spent.basic_delta, spent.rho) == (2.0, total, event.rho)
+    assert spent.epsilon(cfg.budget.delta_prime) == 2.0  # the cap rule's smaller ε: the exact one
+    assert rec["budget"]["epsilon_spent"] == pytest.approx(2.0)
+
+
 def test_topk_with_a_known_domain_tracks_it_and_discovers_keys_outside_it(redis_client, tmp_path) -> None:
     domain_file = tmp_path / "catalogue.txt"
     domain_file.write_text("d3\n\nd4\n")

@@ -41,6 +41,7 @@ STRING_VALUES = {
     "contribution.unit": "event",
     "releases.alerts.noise": "laplace",
     "releases.histogram.noise": "laplace",
+    "releases.histogram.calibration": "exact",
     "releases.sample.scheme": "ppswor",
     "releases.watch_topk.noise": "exponential",
     "windows.start": "2026-11-03T00:00:00Z",
@@ -183,6 +184,13 @@ def test_disabled_release_types_and_their_off_range_settings():
         config_from_mapping({"releases": {"argmax": {"enabled": True, "epsilon": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.watch_topk\.noise "):
         config_from_mapping({"releases": {"watch_topk": {"enabled": True, "noise": "gaussian"}}}, environ={})
+
+
+def test_histogram_exact_calibration_is_gaussian_only():
+    config_from_mapping({"releases": {"histogram": {"enabled": True, "calibration": "exact"}}}, environ={})
+    with pytest.raises(ConfigError, match=r"^releases\.histogram\.calibration .*noise = \"laplace\""):
+        config_from_mapping({"releases": {"histogram": {"enabled": True, "noise": "laplace",
+                                                        "calibration": "exact"}}}, environ={})
 
 
 def test_unknown_settings_are_named_with_their_section_and_variable():

@@ -17,6 +17,7 @@ from stream_dp.accounting.events import (
     DpEvent,
     PureDpEvent,
     RangeBoundedEvent,
+    ZCdpAndApproxDpEvent,
     ZCdpEvent,
     event_from_dict,
 )
@@ -27,6 +28,7 @@ EXAMPLES: dict[type[DpEvent], DpEvent] = {
     RangeBoundedEvent: RangeBoundedEvent(0.1, count=4, delta=1e-7, mechanism="limited_domain_topk"),
     ApproxDpEvent: ApproxDpEvent(0.5, 1e-6, count=3, mechanism="private_weighted_sample"),
     ZCdpEvent: ZCdpEvent(0.02, 1e-8, count=2, mechanism="gaussian"),
+    ZCdpAndApproxDpEvent: ZCdpAndApproxDpEvent(0.02, 1e-8, 1.0, 1e-7, count=2, mechanism="gaussian_histogram"),
 }
 BAD_PARAMS: dict[type[DpEvent], list[dict]] = {
     PureDpEvent: [dict(epsilon=0), dict(epsilon=-1), dict(epsilon=math.inf), dict(epsilon=math.nan),
@@ -37,6 +39,12 @@ BAD_PARAMS: dict[type[DpEvent], list[dict]] = {
     ApproxDpEvent: [dict(epsilon=1, delta=1.0), dict(epsilon=1, delta=-0.1), dict(epsilon=-1, delta=0.1),
                     dict(epsilon=1, delta=0.1, count=0)],
     ZCdpEvent: [dict(rho=0), dict(rho=-1), dict(rho=math.inf), dict(rho=0.1, delta=1.5), dict(rho=0.1, count=0)],
+    ZCdpAndApproxDpEvent: [dict(rho=0, zcdp_delta=0, epsilon=1, delta=0), dict(rho=0.1, zcdp_delta=1, epsilon=1, delta=0),
+                           dict(rho=0.1, zcdp_delta=0, epsilon=0, delta=0),
+                           dict(rho=0.1, zcdp_delta=0, epsilon=math.inf, delta=0),
+                           dict(rho=0.1, zcdp_delta=0, epsilon=1, delta=-1e-9),
+                           dict(rho=0.1, zcdp_delta=0, epsilon=1, delta=0, count=0),
+                           dict(rho=0.1, zcdp_delta=math.nan, epsilon=1, delta=0)],
 }
 
 
@@ -56,7 +64,7 @@ def test_n_copies_compose_like_repeated(cls, n):
     assert _close(compose([event] * n), compose([event.repeated(n)]))
 
 
-@pytest.mark.parametrize("cls", [PureDpEvent, ApproxDpEvent, ZCdpEvent], ids=lambda c: c.kind)
+@pytest.mark.parametrize("cls", [PureDpEvent, ApproxDpEvent, ZCdpEvent, ZCdpAndApproxDpEvent], ids=lambda c: c.kind)
 @pytest.mark.parametrize("n", [2, 7, 50])
 def test_count_n_equals_n_copies_for_repetition_counts(cls, n):
     one = dataclasses.replace(EXAMPLES[cls], count=1)
@@ -125,6 +133,7 @@ def test_repeated_rejects_bad_n_and_delta_overflow():
     (RangeBoundedEvent(0.4, count=5, delta=1e-7), 5 * 0.02, 1e-7, 2.0, 1e-7),
     (ApproxDpEvent(1.0, 1e-6, count=2), 1.0, 2e-6, 2.0, 2e-6),
     (ZCdpEvent(0.1, 1e-9, count=3), 0.30000000000000004, 3e-9, math.inf, 3e-9),
+    (ZCdpAndApproxDpEvent(0.1, 1e-9, 1.0, 1e-7, count=3), 0.30000000000000004, 3e-9, 3.0, 3e-7),
 ])
 def test_privacy_maps_pin_decision_1(event, rho, delta, beps, bdelta):
     """docs/privacy.md §2: ε-BR → ε²/8, pure ε → ε²/2, (ε, δ) → ε²/2 with δ, zCDP as is."""

@@ -27,7 +27,14 @@ import numpy as np
 import pytest
 
 from stream_dp.accounting.composition import compose
-from stream_dp.accounting.events import ApproxDpEvent, DpEvent, PureDpEvent, RangeBoundedEvent, ZCdpEvent
+from stream_dp.accounting.events import (
+    ApproxDpEvent,
+    DpEvent,
+    PureDpEvent,
+    RangeBoundedEvent,
+    ZCdpAndApproxDpEvent,
+    ZCdpEvent,
+)
 from stream_dp.config import RELEASE_TYPES, Config, config_from_mapping
 from stream_dp.mechanisms import LimitedDomainTopk
 from stream_dp.release.alerts import AlertsRun
@@ -151,6 +158,28 @@ def _histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, 
     return (ZCdpEvent(dk / (2 * float(sigma2)), delta=h.delta, mechanism="gaussian_histogram"),)
 
 
+def _exact_histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
+    from fractions import Fraction
+
+    from stream_dp.mechanisms.gaussian_histogram import selection_delta
+    from stream_dp.mechanisms.sparse_gaussian_profile import calibrate_exact, sparse_histogram_delta
+
+    h = cfg.releases.histogram
+    dk = cfg.contribution.max_keys_per_user
+    total = h.delta + cfg.budget.delta_prime  # the exact calibration's single-release δ
+    if d is not None:
+        sigma2, tau = Fraction(d.parameters["sigma2"]), d.parameters["threshold"]
+        assert d.parameters["calibration"] == "exact"
+    else:
+        exact = calibrate_exact(epsilon=h.epsilon, delta=total, max_keys_per_user=dk)
+        sigma2, tau = exact.sigma2, exact.threshold
+    # the published (σ², τ) really are (ε, δ + δ′)-DP by the exact profile
+    assert sparse_histogram_delta(sigma2=sigma2, threshold=tau, max_keys_per_user=dk, epsilon=h.epsilon) <= total
+    # the zCDP route's δ: the threshold's δ_τ with a 1e-8 relative float margin, never above δ (δ_τ ≤ δ exactly)
+    tau_delta = min(total, selection_delta(sigma2=sigma2, threshold=tau, max_keys_per_user=dk) * (1 + 1e-8))
+    return (ZCdpAndApproxDpEvent(dk / (2 * float(sigma2)), tau_delta, h.epsilon, total, mechanism="gaussian_histogram"),)
+
+
 def _laplace_histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
     from fractions import Fraction
 
@@ -181,7 +210,11 @@ CASES: dict[str, Case] = {
     "watch_topk": Case("watch_topk", {"watch_topk": {"enabled": True, "k": 3, "epsilon": 0.5}}, "| `watch_topk`",
                        _watch_map, _watch_map),
     "histogram": Case("histogram", {"histogram": {"enabled": True, "epsilon": 1.0, "delta": DELTA, "max_keys": 20}},
-                      "| `histogram` (gaussian", _histogram_map, _histogram_map),
+                      "| `histogram` (gaussian, zcdp", _histogram_map, _histogram_map),
+    "histogram_exact": Case(
+        "histogram", {"histogram": {"enabled": True, "calibration": "exact", "epsilon": 1.0, "delta": DELTA,
+                                    "max_keys": 20}},
+        "| `histogram` (gaussian, exact", _exact_histogram_map, _exact_histogram_map),
     "histogram_laplace": Case(
         "histogram", {"histogram": {"enabled": True, "noise": "laplace", "epsilon": 1.0, "delta": DELTA,
                                     "max_keys": 20}},
