@@ -112,9 +112,36 @@ def bare_consume(bootstrap: str, topic: str, events: int, max_poll_records: int)
     return {"events": seen, "rate": (seen - first[1]) / (end - first[0]), "bytes": nbytes}
 
 
-def run_bare(bootstrap: str, topic: str, events: int, max_poll_records: int) -> dict[str, Any]:
+def bare_consume_confluent(bootstrap: str, topic: str, events: int, max_poll_records: int) -> dict[str, Any]:
+    """The same bare loop on confluent-kafka (librdkafka: fetching and record decoding in C)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-confluent-{os.getpid()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
+    consumer.subscribe([topic])
+    seen = 0
+    nbytes = 0
+    first: tuple[float, int] | None = None
+    while seen < events:
+        batch = consumer.consume(num_messages=max_poll_records, timeout=0.5)
+        for msg in batch:
+            if msg.error() is None:
+                nbytes += len(msg.value())
+                seen += 1
+        if batch and first is None:
+            first = (time.perf_counter(), seen)
+    end = time.perf_counter()
+    consumer.close()
+    assert first is not None
+    return {"events": seen, "rate": (seen - first[1]) / (end - first[0]), "bytes": nbytes}
+
+
+def run_bare(bootstrap: str, topic: str, events: int, max_poll_records: int, client: str = "kafka-python"
+             ) -> dict[str, Any]:
+    """A bare loop in its own process: ``client`` "kafka-python" or "confluent"."""
     proc = subprocess.Popen([sys.executable, "-m", "bench.bench_ingest", "--bare-child", bootstrap, topic,
-                             str(events), str(max_poll_records)], cwd=REPO, stdout=subprocess.PIPE)
+                             str(events), str(max_poll_records), client], cwd=REPO, stdout=subprocess.PIPE)
     out, _ = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"bare consumer exited with {proc.returncode}")
@@ -197,7 +224,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll_records: int,
                workdir: Path, *, group: str, sample_interval: float, shards: int = 1,
-               cluster: bool = False) -> dict[str, Any]:
+               cluster: bool = False, kafka_client: str = "kafka-python") -> dict[str, Any]:
     port = free_port()
     cfg = workdir / "ingest.toml"
     cfg.write_text(f"""
@@ -213,6 +240,8 @@ cluster = {"true" if cluster else "false"}
 [windows]
 size_seconds = 3600
 shards = {shards}
+[ingest]
+kafka_client = "{kafka_client}"
 [metrics]
 port = {port}
 host = "127.0.0.1"
@@ -267,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--bare-child":
         bootstrap, topic, events, mpr = argv[1], argv[2], int(argv[3]), int(argv[4])
-        result = bare_consume(bootstrap, topic, events, mpr)
+        client = argv[5] if len(argv) > 5 else "kafka-python"
+        consume = bare_consume_confluent if client == "confluent" else bare_consume
+        result = consume(bootstrap, topic, events, mpr)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         result["rss_bytes"] = _peak_rss(os.getpid())
         result["cpu_seconds"] = usage.ru_utime + usage.ru_stime

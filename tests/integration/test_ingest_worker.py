@@ -8,6 +8,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from stream_dp.config import config_from_mapping
+from stream_dp.ingest.consumers import KAFKA_CLIENTS
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 
@@ -15,6 +16,9 @@ from ingest_helpers import (Running, config_mapping, create_topic, ground_truth,
                             wait_for)
 
 pytestmark = pytest.mark.integration
+
+#: every test here runs on both consumer backends (``ingest.kafka_client``)
+both_clients = pytest.mark.parametrize("client", KAFKA_CLIENTS)
 
 SIZE = 600
 MAX_KEYS = 3
@@ -33,9 +37,10 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
         c.close()
 
 
+@both_clients
 @pytest.mark.parametrize("unit", ["user", "event"])
 def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers, redis_client, redis_url,
-                                                               topic_name, unit):
+                                                               topic_name, unit, client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 4)
     events = make_events(11, 20_000, users=1500, keys=200, windows=5, size=SIZE)
@@ -44,7 +49,8 @@ def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers
     assert len(truth) == 5
     group = topic_name("group")
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=group, size=SIZE,
-                                             max_keys=MAX_KEYS, contribution={"unit": unit}), environ={})
+                                             max_keys=MAX_KEYS, contribution={"unit": unit},
+                                             ingest={"kafka_client": client}), environ={})
     store = _store(redis_client, cfg)
     with Running(cfg) as run:
         wait_for(lambda: run.metric("events_consumed_total") >= len(events) and
@@ -62,8 +68,9 @@ def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers
     assert run.metric("up") == 0  # after the stop
 
 
+@both_clients
 def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_servers, redis_client, redis_url,
-                                                                   topic_name):
+                                                                   topic_name, client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 1)
     good = {"user": "u", "key": "k", "ts": 1_800_000_000}
@@ -73,7 +80,7 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
            json.dumps({"user": "liar", "key": "k", "ts": 1_800_000_000 + 365 * 86400}).encode()]  # a year ahead
     produce(bootstrap_servers, topic, [json.dumps(good).encode(), *bad], raw=True, record_time=1_800_000_000)
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
-                                             max_keys=MAX_KEYS), environ={})
+                                             max_keys=MAX_KEYS, ingest={"kafka_client": client}), environ={})
     with Running(cfg) as run:
         wait_for(lambda: run.metric("dead_letters_produced_total") == len(bad), timeout=60, what="dead letters")
     assert run.error is None
@@ -91,12 +98,15 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
     assert _store(redis_client, cfg).counts(1_800_000_000 // SIZE * SIZE) == {"k": 1}
 
 
-def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers, redis_client, redis_url, topic_name):
+@both_clients
+def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers, redis_client, redis_url, topic_name,
+                                                              client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 2)
     t0 = 1_800_000_000 // SIZE * SIZE
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
-                                             max_keys=MAX_KEYS, lateness=30, idle=2.0), environ={})
+                                             max_keys=MAX_KEYS, lateness=30, idle=2.0,
+                                             ingest={"kafka_client": client}), environ={})
     store = _store(redis_client, cfg)
     early = [{"user": f"u{i}", "key": "a", "ts": t0 + i} for i in range(20)]
     later = [{"user": f"u{i}", "key": "b", "ts": t0 + 3 * SIZE + i} for i in range(20)]
