@@ -224,7 +224,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll_records: int,
                workdir: Path, *, group: str, sample_interval: float, shards: int = 1,
-               cluster: bool = False, kafka_client: str = "kafka-python") -> dict[str, Any]:
+               cluster: bool = False, kafka_client: str = "confluent") -> dict[str, Any]:
     port = free_port()
     cfg = workdir / "ingest.toml"
     cfg.write_text(f"""
