@@ -11,7 +11,13 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from prometheus_client import CollectorRegistry
+
 from stream_dp.config import ConfigError, config_from_mapping
+from stream_dp.connections import kafka_producer
+from stream_dp.ingest.commits import OffsetCommits, RebalanceListener
+from stream_dp.ingest.dead_letters import DeadLetterWriter
+from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.consumers import (ConfluentConsumer, KafkaPythonRecords, confluent_settings, ingest_consumer,
                                         records_of)
 
@@ -90,3 +96,62 @@ def test_the_client_setting_is_checked_and_named(bootstrap_servers):
     settings = confluent_settings(cfg, group_id="g")
     assert settings["enable.auto.commit"] is False and settings["enable.auto.offset.store"] is False
     assert settings["group.id"] == "g" and settings["auto.offset.reset"] == "earliest"
+
+
+class _Loop:
+    """The loop side of a handover (:class:`~stream_dp.ingest.commits.Handover`): ``applied`` offsets are
+    applied in Redis and not committed yet; records what the listener told it."""
+
+    def __init__(self, commits: OffsetCommits, applied: dict[TopicPartition, int]) -> None:
+        self.commits = commits
+        self.applied = applied
+        self.events: list[tuple[str, set[TopicPartition]]] = []
+
+    def prepare_handover(self, revoked: set[TopicPartition]):  # noqa: ANN201 - Offsets
+        self.events.append(("prepare", revoked))
+        self.commits.applied({tp: off - 1 for tp, off in self.applied.items() if tp in revoked})
+        return self.commits.pending_offsets()
+
+    def hand_over(self, revoked: set[TopicPartition]) -> None:
+        self.events.append(("hand_over", revoked))
+        self.commits.hand_over(revoked)
+
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.events.append(("assigned", assigned))
+
+
+def test_confluent_revoke_commits_what_was_applied_before_the_partitions_go(bootstrap_servers, topic_name):
+    """librdkafka runs the revoke inside ``consume()``: the offsets the loop applied but had not committed
+    are committed (synchronously) before the partitions go — here on a second member joining the group."""
+    topic, group = topic_name("events"), topic_name("group")
+    create_topic(bootstrap_servers, topic, 2)
+    _produce(bootstrap_servers, topic)
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    registry = CollectorRegistry()
+    producer = kafka_producer(cfg)
+    first = ConfluentConsumer(confluent_settings(cfg, group_id=group), max_poll_records=100)
+    commits = OffsetCommits(first, topic, IngestMetrics(registry),
+                            DeadLetterWriter(producer, f"{topic}-dlq", IngestMetrics(CollectorRegistry()),
+                                             max_request_bytes=1 << 20, timeout_seconds=10))
+    applied = {TopicPartition(topic, 0): 4, TopicPartition(topic, 1): 1}  # next offsets to apply
+    loop = _Loop(commits, applied)
+    first.subscribe([topic], listener=RebalanceListener(loop))
+    second = ConfluentConsumer(confluent_settings(cfg, group_id=group), max_poll_records=100)
+    try:
+        wait_for(lambda: first.poll(timeout_ms=100) is not None and len(first.assignment()) == 2, timeout=60,
+                 what="the first member owning both partitions")
+        second.subscribe([topic])
+        # both members poll (the group waits for each to rejoin) until the first has handed a partition over
+        wait_for(lambda: (first.poll(timeout_ms=50), second.poll(timeout_ms=50)) and len(first.assignment()) == 1,
+                 timeout=60, what="a rebalance moving one partition to the second member")
+        revoked = next(tps for what, tps in loop.events if what == "hand_over")
+        reader = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False)
+        committed = {tp: reader.committed(tp) for tp in revoked}
+        reader.close()
+        assert committed == {tp: applied[tp] for tp in revoked}, "the revoke path must commit what was applied"
+        assert [what for what, _ in loop.events][:3] == ["assigned", "prepare", "hand_over"]
+        assert registry.get_sample_value("stream_dp_ingest_commits_failed_total") == 0
+    finally:
+        first.close()
+        second.close()
+        producer.close()
