@@ -160,6 +160,9 @@ class ConfluentConsumer:
 
         self.max_poll_records = max_poll_records
         self._assigned: set[TopicPartition] = set()
+        # where consumption of an owned partition starts (its committed offset, or the low watermark when
+        # the group has none: auto.offset.reset = earliest), for :meth:`position` before a record arrived
+        self._start: dict[TopicPartition, int | None] = {}
         self._commits: list[_CommitInFlight] = []
         self._listener: RevokeListener | None = None
         self._fatal: str | None = None
@@ -175,8 +178,26 @@ class ConfluentConsumer:
     def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
         assigned = {TopicPartition(p.topic, p.partition) for p in partitions}
         self._assigned |= assigned
+        self._learn_starts(partitions)
         if self._listener is not None and assigned:
             self._listener.assigned(assigned)
+
+    def _learn_starts(self, partitions: list[Any]) -> None:
+        """The committed offsets of newly assigned partitions (one round trip per rebalance): librdkafka
+        knows a partition's position only once a record of it was consumed, and an owned partition that
+        receives nothing must still count as caught up (or it would hold the global watermark back)."""
+        from confluent_kafka import KafkaException
+
+        if not partitions:
+            return
+        try:
+            committed = self._consumer.committed(partitions, timeout=10)
+        except KafkaException as exc:
+            log.warning("could not read the committed offsets of %s (%s); their lag is unknown until a record "
+                        "arrives", sorted(p.partition for p in partitions), exc)
+            return
+        for p in committed:
+            self._start[TopicPartition(p.topic, p.partition)] = p.offset if p.offset >= 0 else None
 
     def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
         revoked = {TopicPartition(p.topic, p.partition) for p in partitions}
@@ -185,6 +206,8 @@ class ConfluentConsumer:
                 self._listener.revoke(revoked, self.commit)
         finally:
             self._assigned -= revoked
+            for tp in revoked:
+                self._start.pop(tp, None)
 
     def _on_lost(self, _consumer: Any, partitions: list[Any]) -> None:
         lost = {TopicPartition(p.topic, p.partition) for p in partitions}
@@ -194,6 +217,8 @@ class ConfluentConsumer:
                 self._listener.revoke(lost, None)  # no commit: the new owner replays (skipped in Redis)
         finally:
             self._assigned -= lost
+            for tp in lost:
+                self._start.pop(tp, None)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
@@ -261,13 +286,28 @@ class ConfluentConsumer:
             self._consumer.seek(CKPartition(tp.topic, tp.partition, offset))
         except Exception as exc:  # noqa: BLE001 - the loop logs a partition it could not rewind
             _raise_as_kafka_error(exc, f"seeking {tp.topic}[{tp.partition}] to {offset}")
+        self._start[tp] = offset
 
     def position(self, tp: TopicPartition, timeout_ms: int = 0) -> int | None:  # noqa: ARG002 - local: never waits
-        """The next offset to consume of ``tp``, if known (librdkafka knows it once a record was consumed)."""
+        """The next offset to consume of ``tp``, if known: librdkafka's once a record was consumed; before
+        that, the committed offset read at assignment, or the low watermark of the last fetch when the
+        group has none (consumption starts at the earliest record)."""
         from confluent_kafka import TopicPartition as CKPartition
 
-        (p,) = self._consumer.position([CKPartition(tp.topic, tp.partition)])
-        return p.offset if p.offset >= 0 else None
+        ck = CKPartition(tp.topic, tp.partition)
+        (p,) = self._consumer.position([ck])
+        if p.offset >= 0:
+            return p.offset
+        if tp not in self._start:
+            return None  # the committed offsets could not be read
+        start = self._start[tp]
+        if start is None:
+            try:
+                low, _high = self._consumer.get_watermark_offsets(ck, cached=True)
+            except Exception:  # noqa: BLE001 - not fetched yet: unknown
+                return None
+            start = low if low >= 0 else None
+        return start
 
     def highwater(self, tp: TopicPartition) -> int | None:
         from confluent_kafka import TopicPartition as CKPartition
@@ -307,20 +347,23 @@ class ConfluentConsumer:
 
     def _on_commit(self, err: Any, partitions: Iterable[Any]) -> None:
         """librdkafka's answer to a commit (synchronous ones too: those match no request and are ignored)."""
-        answered = {(p.topic, p.partition): p.offset for p in partitions}
-        for i, pending in enumerate(self._commits):
-            if {(tp.topic, tp.partition): m.offset for tp, m in pending.offsets.items()} == answered:
-                del self._commits[i]
-                pending.is_done = True
-                if pending.callback is not None:
-                    outcome: Any = None
-                    if err is not None:
-                        try:
-                            _raise_as_kafka_error(Exception(err), "committing offsets")
-                        except KafkaError as exc:
-                            outcome = exc
-                    pending.callback(pending.offsets, outcome)
-                return
+        answered = {(p.topic, p.partition): p.offset for p in partitions or ()}
+        match = next((i for i, pending in enumerate(self._commits)
+                      if {(tp.topic, tp.partition): m.offset for tp, m in pending.offsets.items()} == answered), None)
+        if match is None and err is not None and not answered and self._commits:
+            match = 0  # a failure that names no partition: the oldest request (never left waiting forever)
+        if match is None:
+            return
+        pending = self._commits.pop(match)
+        pending.is_done = True
+        if pending.callback is not None:
+            outcome: Any = None
+            if err is not None:
+                try:
+                    _raise_as_kafka_error(Exception(err), "committing offsets")
+                except KafkaError as exc:
+                    outcome = exc
+            pending.callback(pending.offsets, outcome)
 
     def _on_error(self, err: Any) -> None:
         if err.fatal():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from stream_dp.config import config_from_mapping
 from stream_dp.ingest.consumers import KAFKA_CLIENTS
@@ -121,3 +121,41 @@ def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers,
     assert store.counts(t0) == {"a": 20}
     assert store.counts(t0 + 3 * SIZE) == {"b": 20}
     assert run.metric("watermark_seconds") == store.global_watermark()
+
+
+def _send(bootstrap: str, topic: str, partition: int, events: list[dict]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for ev in events:
+        producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode(), partition=partition,
+                      timestamp_ms=int(ev["ts"] * 1000))
+    producer.flush()
+    producer.close()
+
+
+@both_clients
+def test_an_owned_partition_that_receives_nothing_does_not_hold_the_watermark_back(
+        bootstrap_servers, redis_client, redis_url, topic_name, client):
+    """Events on partition 0 only: partition 1, owned and quiet, must count as caught up (its position is
+    known though none of its records was consumed: the earliest offset of an empty partition, then the
+    committed offset after a restart), so it turns idle and the global watermark follows partition 0."""
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 2)
+    t0 = 1_800_000_000 // SIZE * SIZE
+    cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
+                                             max_keys=MAX_KEYS, lateness=30, idle=2.0,
+                                             ingest={"kafka_client": client}), environ={})
+    store = _store(redis_client, cfg)
+    with Running(cfg) as run:
+        _send(bootstrap_servers, topic, 0, [{"user": f"u{i}", "key": "a", "ts": t0 + i} for i in range(20)])
+        # partition 1 has never had a record
+        wait_for(lambda: (store.global_watermark() or 0) >= t0 + 19 - 30, timeout=60, what="watermark, empty p1")
+        _send(bootstrap_servers, topic, 1, [{"user": "p1", "key": "b", "ts": t0 + SIZE}])
+        _send(bootstrap_servers, topic, 0, [{"user": f"v{i}", "key": "b", "ts": t0 + SIZE + i} for i in range(20)])
+        wait_for(lambda: run.metric("events_consumed_total") == 41, timeout=60, what="both partitions consumed")
+    # a new worker: partition 1's committed offset is its high-water mark, and nothing new arrives on it
+    with Running(cfg) as run:
+        _send(bootstrap_servers, topic, 0, [{"user": f"w{i}", "key": "c", "ts": t0 + 3 * SIZE + i} for i in range(20)])
+        wait_for(lambda: (store.global_watermark() or 0) >= t0 + 3 * SIZE + 19 - 30, timeout=60,
+                 what="watermark after the restart, quiet p1")
+        assert run.metric("events_consumed_total") == 20
+    assert store.meta(t0)["state"] == "closed" and store.meta(t0 + SIZE)["state"] == "closed"
