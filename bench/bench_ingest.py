@@ -1,4 +1,4 @@
-"""Ingest throughput vs a bare kafka-python consume loop on the same topic, in the same run.
+"""Ingest throughput vs bare kafka-python and confluent-kafka consume loops on the same topic, in the same run.
 
 The embedded dev stack (Tansu + redis-server) gets one topic of ``--events`` JSON events (default 10⁶)
 from ``--users`` users (default 10⁵), Zipf(``--zipf-a``) keys over ``--keys`` distinct keys, event times
@@ -6,9 +6,11 @@ spread over ``--windows`` one-hour windows, keyed by user over ``--partitions`` 
 own process and its own consumer group, one after the other:
 
 1. **bare**: a kafka-python ``KafkaConsumer`` poll loop that touches every record's value (no decoding,
-   no commits) — the ceiling of any consumer written with kafka-python;
+   no commits) — the ceiling of any consumer written with kafka-python (the goal's baseline) — and the
+   same loop on confluent-kafka's ``Consumer`` (librdkafka: fetch and record decoding in C), right after;
 2. **ingest**: ``python -m workers.ingest`` (the real worker — the loop process and its applier process:
-   decode, validate, window, bound, apply in Redis with Lua, advance the watermark, commit);
+   decode, validate, window, bound, apply in Redis with Lua, advance the watermark, commit), its consumer
+   on ``--kafka-client`` (default ``confluent``, the config default);
 3. **bare** again (the machine is shared and noisy: the baseline is the mean of the two bare runs).
 
 Rates exclude the group join. The bare loop times itself from the end of its first poll to its last event.
@@ -17,7 +19,7 @@ The worker is sampled through its /metrics (events applied, bounded, late, dupli
 second its rate was about 5 % lower; Prometheus itself scrapes every 15 s or so) and its rate is measured
 between the first sample after the first batch and the last sample before the end; the "done" counters
 move a batch (≤ ``--max-poll-records``) at a time, under 1 % of a run of 10⁶ events. Reported:
-events/s of each, the ratio ingest / bare (target ≥ 0.8), CPU seconds of each process (the worker's loop
+events/s of each, the ratios ingest / bare kafka-python (goal ≥ 0.95) and ingest / bare confluent, CPU seconds of each process (the worker's loop
 and applier separately, and redis-server's), peak RSS (VmHWM, read from /proc before the process exits),
 and Redis memory per million events (``used_memory`` after − before: counts, bounding state, offsets).
 
@@ -112,9 +114,36 @@ def bare_consume(bootstrap: str, topic: str, events: int, max_poll_records: int)
     return {"events": seen, "rate": (seen - first[1]) / (end - first[0]), "bytes": nbytes}
 
 
-def run_bare(bootstrap: str, topic: str, events: int, max_poll_records: int) -> dict[str, Any]:
+def bare_consume_confluent(bootstrap: str, topic: str, events: int, max_poll_records: int) -> dict[str, Any]:
+    """The same bare loop on confluent-kafka (librdkafka: fetching and record decoding in C)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-confluent-{os.getpid()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
+    consumer.subscribe([topic])
+    seen = 0
+    nbytes = 0
+    first: tuple[float, int] | None = None
+    while seen < events:
+        batch = consumer.consume(num_messages=max_poll_records, timeout=0.5)
+        for msg in batch:
+            if msg.error() is None:
+                nbytes += len(msg.value())
+                seen += 1
+        if batch and first is None:
+            first = (time.perf_counter(), seen)
+    end = time.perf_counter()
+    consumer.close()
+    assert first is not None
+    return {"events": seen, "rate": (seen - first[1]) / (end - first[0]), "bytes": nbytes}
+
+
+def run_bare(bootstrap: str, topic: str, events: int, max_poll_records: int, client: str = "kafka-python"
+             ) -> dict[str, Any]:
+    """A bare loop in its own process: ``client`` "kafka-python" or "confluent"."""
     proc = subprocess.Popen([sys.executable, "-m", "bench.bench_ingest", "--bare-child", bootstrap, topic,
-                             str(events), str(max_poll_records)], cwd=REPO, stdout=subprocess.PIPE)
+                             str(events), str(max_poll_records), client], cwd=REPO, stdout=subprocess.PIPE)
     out, _ = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"bare consumer exited with {proc.returncode}")
@@ -197,7 +226,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll_records: int,
                workdir: Path, *, group: str, sample_interval: float, shards: int = 1,
-               cluster: bool = False) -> dict[str, Any]:
+               cluster: bool = False, kafka_client: str = "confluent") -> dict[str, Any]:
     port = free_port()
     cfg = workdir / "ingest.toml"
     cfg.write_text(f"""
@@ -213,6 +242,8 @@ cluster = {"true" if cluster else "false"}
 [windows]
 size_seconds = 3600
 shards = {shards}
+[ingest]
+kafka_client = "{kafka_client}"
 [metrics]
 port = {port}
 host = "127.0.0.1"
@@ -267,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--bare-child":
         bootstrap, topic, events, mpr = argv[1], argv[2], int(argv[3]), int(argv[4])
-        result = bare_consume(bootstrap, topic, events, mpr)
+        client = argv[5] if len(argv) > 5 else "kafka-python"
+        consume = bare_consume_confluent if client == "confluent" else bare_consume
+        result = consume(bootstrap, topic, events, mpr)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         result["rss_bytes"] = _peak_rss(os.getpid())
         result["cpu_seconds"] = usage.ru_utime + usage.ru_stime
@@ -287,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds between progress scrapes of the worker's /metrics (each costs the worker "
                         "CPU: 4 scrapes/s took about 5%% off its rate)")
     p.add_argument("--shards", type=int, default=1, help="windows.shards: shards per window")
+    p.add_argument("--kafka-client", default="confluent", choices=("confluent", "kafka-python"),
+                   help="ingest.kafka_client of the ingest worker")
     p.add_argument("--cluster-masters", type=int, default=0,
                    help="run Redis as a local cluster of this many masters (0: the dev stack's one redis-server)")
     args = p.parse_args(argv)
@@ -305,29 +340,36 @@ def main(argv: list[str] | None = None) -> int:
                          zipf_a=args.zipf_a, windows=args.windows, partitions=args.partitions, seed=args.seed)
         print(f"produced {args.events} events in {t_prod:.1f}s", file=sys.stderr)
         mem0 = target.used_memory()
-        bares, ingests, redis_cpu, master_cpu = [], [], [], []
-        for i in range(args.rounds):
+        bares, bares_ck, ingests, redis_cpu, master_cpu = [], [], [], [], []
+
+        def bare_pair() -> None:  # both bare loops, one right after the other
             bares.append(run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records))
-            print(f"bare: {bares[-1]['rate']:.0f} events/s", file=sys.stderr)
+            bares_ck.append(run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records, "confluent"))
+            print(f"bare kafka-python: {bares[-1]['rate']:.0f} events/s, bare confluent: {bares_ck[-1]['rate']:.0f}",
+                  file=sys.stderr)
+
+        for i in range(args.rounds):
+            bare_pair()
             if i > 0:  # a fresh Redis state per round (the memory figure is taken after round 1)
                 target.flush()
             cpu0 = target.cpu()
             ingests.append(run_ingest(stack.bootstrap_servers, target.url, topic, args.events,
                                       args.max_poll_records, Path(tmp), group=f"ingest-bench-{i}",
                                       sample_interval=args.sample_interval, shards=args.shards,
-                                      cluster=target.cluster))
+                                      cluster=target.cluster, kafka_client=args.kafka_client))
             per_master = [after - before for after, before in zip(target.cpu(), cpu0)]
             master_cpu.append(per_master)
             redis_cpu.append(sum(per_master))
             print(f"ingest: {ingests[-1]['rate']:.0f} events/s", file=sys.stderr)
             if i == 0:
                 mem1 = target.used_memory()
-        bares.append(run_bare(stack.bootstrap_servers, topic, args.events, args.max_poll_records))
-        print(f"bare: {bares[-1]['rate']:.0f} events/s", file=sys.stderr)
+        bare_pair()
         target.close()
     m = ingests[0]["metrics"]
     ratios = [ing["rate"] / ((bares[i]["rate"] + bares[i + 1]["rate"]) / 2) for i, ing in enumerate(ingests)]
+    ratios_ck = [ing["rate"] / ((bares_ck[i]["rate"] + bares_ck[i + 1]["rate"]) / 2) for i, ing in enumerate(ingests)]
     cpu_bare = statistics.median(b["cpu_seconds"] for b in bares)
+    cpu_bare_ck = statistics.median(b["cpu_seconds"] for b in bares_ck)
     cpu_loop = statistics.median(ing["cpu"].get("worker", 0.0) for ing in ingests)
     cpu_applier = statistics.median(ing["cpu"].get("applier", 0.0) for ing in ingests)
     cpu_ingest = cpu_loop + cpu_applier
@@ -346,11 +388,13 @@ def main(argv: list[str] | None = None) -> int:
          " / ".join(f"{x:.1f}" for x in master_cpu[0]) + f" ({max(master_cpu[0]):.1f} / "
          f"{statistics.mean(master_cpu[0]):.1f})"),
         ("bare kafka-python loop, events/s (each run)", fmt(b["rate"] for b in bares)),
-        ("ingest worker, events/s (each run)", fmt(i["rate"] for i in ingests)),
-        ("**ratio ingest / bare** (wall clock, vs the mean of the bare runs around it)",
-         "**" + " / ".join(f"{x:.2f}" for x in ratios) + "** (target ≥ 0.8)"),
-        ("CPU seconds per 10⁶ events: bare / worker loop + applier / redis-server for ingest",
-         f"{per_m(cpu_bare)} / {per_m(cpu_loop)} + {per_m(cpu_applier)} / {per_m(cpu_redis)}"),
+        ("bare confluent-kafka loop, events/s (each run)", fmt(b["rate"] for b in bares_ck)),
+        (f"ingest worker ({args.kafka_client}), events/s (each run)", fmt(i["rate"] for i in ingests)),
+        ("**ratio ingest / bare kafka-python** (wall clock, vs the mean of the bare runs around it)",
+         "**" + " / ".join(f"{x:.2f}" for x in ratios) + "** (goal ≥ 0.95)"),
+        ("ratio ingest / bare confluent-kafka (the same way)", " / ".join(f"{x:.2f}" for x in ratios_ck)),
+        ("CPU seconds per 10⁶ events: bare kafka-python / bare confluent / worker loop + applier / redis-server",
+         f"{per_m(cpu_bare)} / {per_m(cpu_bare_ck)} / {per_m(cpu_loop)} + {per_m(cpu_applier)} / {per_m(cpu_redis)}"),
         ("ratio by CPU: bare / worker loop; bare / (loop + applier + redis-server)",
          f"{cpu_bare / cpu_loop:.2f}; {cpu_bare / (cpu_ingest + cpu_redis):.2f}"),
         ("peak RSS: worker loop + applier / bare loop",
@@ -371,8 +415,11 @@ def main(argv: list[str] | None = None) -> int:
         "redis_cpu_max_over_mean": max(master_cpu[0]) / max(statistics.mean(master_cpu[0]), 1e-9),
         "redis_bytes_per_counted_pair": (mem1 - mem0) / max(applied, 1),
         "rounds": args.rounds, "bare_events_per_s": [b["rate"] for b in bares],
+        "bare_confluent_events_per_s": [b["rate"] for b in bares_ck], "kafka_client": args.kafka_client,
         "ingest_events_per_s": [i["rate"] for i in ingests], "ratio_ingest_over_bare": ratios,
-        "cpu_s_per_1e6": {"bare": cpu_bare / args.events * 1e6, "worker_loop": cpu_loop / args.events * 1e6,
+        "ratio_ingest_over_bare_confluent": ratios_ck,
+        "cpu_s_per_1e6": {"bare": cpu_bare / args.events * 1e6, "bare_confluent": cpu_bare_ck / args.events * 1e6,
+                          "worker_loop": cpu_loop / args.events * 1e6,
                           "applier": cpu_applier / args.events * 1e6, "redis": cpu_redis / args.events * 1e6},
         "peak_rss_bytes": {"worker_loop": ingests[0]["rss"].get("worker", 0),
                            "applier": ingests[0]["rss"].get("applier", 0),

@@ -1,4 +1,4 @@
-"""Ingest side by side: Quix Streams vs a bare kafka-python loop vs stream-dp ingest, same topic, same run.
+"""Ingest side by side: Quix Streams vs bare kafka-python / confluent-kafka loops vs stream-dp ingest, same topic.
 
 One topic on the embedded dev stack (Tansu + redis-server) gets ``--events`` JSON events (default 10⁶) from
 ``--users`` users, Zipf keys, event times over ``--windows`` one-hour windows, keyed by user over
@@ -12,15 +12,18 @@ its own process and consumer group, each reading the whole topic:
   by the counted key), a stateful ``filter`` that keeps the first event of each (window, user) per key
   (RocksDB state), then ``tumbling_window(1 h).count().final()``. ``processing_guarantee`` is
   ``"at-least-once"`` or ``"exactly-once"`` (Kafka transactions). It does not bound contributions (L0).
-- **bare**: a kafka-python poll loop that only touches each record (no decoding, no commits);
+- **bare kafka-python**: a kafka-python poll loop that only touches each record (no decoding, no commits) —
+  the goal's baseline; **bare confluent**: the same loop on confluent-kafka (librdkafka, record decoding in
+  C; what Quix Streams and stream-dp's default ingest consumer run on), shown next to it;
 - **ingest**: the real ingest worker (``python -m workers.ingest``: decode, validate, window, bound per user,
-  apply exactly once in Redis, watermark, commit).
+  apply exactly once in Redis, watermark, commit), its consumer on ``--kafka-client`` (default
+  ``confluent``, the config default).
 
 Rates exclude start-up: Quix and the bare loop time themselves from their first input record to the last
 (Quix: the last repartitioned record through the distinct filter), ingest is sampled through /metrics as in
 bench_ingest. Reported per run: events/s, CPU seconds per 10⁶ events (the process and its threads/children;
 ingest: loop + applier, and redis-server separately; the broker's CPU during each run is shown too, as Quix
-also produces repartition and changelog records), peak RSS, and the ratios ingest / quix and ingest / bare.
+also produces repartition and changelog records), peak RSS, and the ratios ingest / quix, ingest / bare kafka-python and ingest / bare confluent.
 
     python -m bench.bench_vs_quix                       # 10⁶ events, 1 round (~5 min)
     python -m bench.bench_vs_quix --rounds 3            # more rounds, every run reported
@@ -131,13 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--max-poll-records", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--guarantees", default="at-least-once,exactly-once")
+    p.add_argument("--guarantees", default="at-least-once,exactly-once",
+                   help="Quix Streams processing guarantees to run (empty: skip Quix)")
+    p.add_argument("--kafka-client", default="confluent", choices=("confluent", "kafka-python"),
+                   help="ingest.kafka_client of the ingest worker")
     p.add_argument("--sample-interval", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     guarantees = [g for g in args.guarantees.split(",") if g]
 
-    runs: dict[str, list[dict[str, Any]]] = {"bare": [], "ingest": [], **{f"quix {g}": [] for g in guarantees}}
+    runs: dict[str, list[dict[str, Any]]] = {"bare": [], "bare confluent": [], "ingest": [],
+                                             **{f"quix {g}": [] for g in guarantees}}
     with DevStack() as stack, tempfile.TemporaryDirectory(prefix="bench-vs-quix-") as tmp:
         t = produce(stack.bootstrap_servers, TOPIC, events=args.events, users=args.users, keys=args.keys,
                     zipf_a=args.zipf_a, windows=args.windows, partitions=args.partitions, seed=args.seed,
@@ -152,14 +159,20 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(res)
             print(f"{name}: {res['rate']:,.0f} events/s", file=sys.stderr, flush=True)
 
-        for i in range(args.rounds):
+        def bare_pair() -> None:
             timed("bare", lambda: run_bare(stack.bootstrap_servers, TOPIC, args.events, args.max_poll_records))
+            timed("bare confluent", lambda: run_bare(stack.bootstrap_servers, TOPIC, args.events,
+                                                     args.max_poll_records, "confluent"))
+
+        for i in range(args.rounds):
+            bare_pair()
             r.flushdb()
             cpu0 = _redis_cpu(r)
 
             def ingest() -> dict[str, Any]:
                 res = run_ingest(stack.bootstrap_servers, stack.redis_url, TOPIC, args.events, args.max_poll_records,
-                                 Path(tmp), group=f"ingest-{i}", sample_interval=args.sample_interval)
+                                 Path(tmp), group=f"ingest-{i}", sample_interval=args.sample_interval,
+                                 kafka_client=args.kafka_client)
                 res["redis_cpu_seconds"] = _redis_cpu(r) - cpu0
                 res.pop("metrics", None)
                 return res
@@ -168,22 +181,26 @@ def main(argv: list[str] | None = None) -> int:
             for g in guarantees:
                 timed(f"quix {g}", lambda g=g: run_quix(stack.bootstrap_servers, TOPIC, args.events, g, Path(tmp),
                                                          group=f"quix-{g}-{i}"))
-        timed("bare", lambda: run_bare(stack.bootstrap_servers, TOPIC, args.events, args.max_poll_records))
+        bare_pair()
         r.close()
 
     per_m = 1e6 / args.events
     rate = {n: [x["rate"] for x in v] for n, v in runs.items()}
     cpu = {
         "bare": [x["cpu_seconds"] * per_m for x in runs["bare"]],
+        "bare confluent": [x["cpu_seconds"] * per_m for x in runs["bare confluent"]],
         "ingest": [(x["cpu"].get("worker", 0.0) + x["cpu"].get("applier", 0.0)) * per_m for x in runs["ingest"]],
         **{f"quix {g}": [x["cpu_seconds"] * per_m for x in runs[f"quix {g}"]] for g in guarantees},
     }
     rss = {
         "bare": max(x["rss_bytes"] for x in runs["bare"]),
+        "bare confluent": max(x["rss_bytes"] for x in runs["bare confluent"]),
         "ingest": max(x["rss"].get("worker", 0) + x["rss"].get("applier", 0) for x in runs["ingest"]),
         **{f"quix {g}": max(x["rss_bytes"] for x in runs[f"quix {g}"]) for g in guarantees},
     }
     ingest_over_bare = [ing / ((rate["bare"][i] + rate["bare"][i + 1]) / 2) for i, ing in enumerate(rate["ingest"])]
+    ingest_over_ck = [ing / ((rate["bare confluent"][i] + rate["bare confluent"][i + 1]) / 2)
+                      for i, ing in enumerate(rate["ingest"])]
     ingest_over_quix = {g: [ing / q for ing, q in zip(rate["ingest"], rate[f"quix {g}"])] for g in guarantees}
 
     print(f"\n### Ingest side by side: {args.events:,} events, {args.users:,} users, Zipf a={args.zipf_a} over "
@@ -199,14 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         broker = " / ".join(f"{x['broker_cpu_seconds'] * per_m:.1f}" for x in runs[n])
         print(f"| {n} | {rates} | {cpus}{extra} | {broker} | {rss[n] / 2**20:.0f} MiB |")
     print()
-    print(f"ratio ingest / bare (each round, vs the mean of the bare runs around it): "
-          f"{' / '.join(f'{x:.2f}' for x in ingest_over_bare)}  (goal ≥ 0.95)")
+    print(f"ratio ingest ({args.kafka_client}) / bare kafka-python (each round, vs the mean of the bare runs around "
+          f"it): {' / '.join(f'{x:.2f}' for x in ingest_over_bare)}  (goal ≥ 0.95)")
+    print(f"ratio ingest ({args.kafka_client}) / bare confluent (the same way): "
+          f"{' / '.join(f'{x:.2f}' for x in ingest_over_ck)}")
     for g in guarantees:
         print(f"ratio ingest / quix {g} (each round): {' / '.join(f'{x:.1f}' for x in ingest_over_quix[g])}  (goal ≥ 5)")
     emit({
         "bench": "vs_quix", "events": args.events, "users": args.users, "partitions": args.partitions,
         "rounds": args.rounds, "events_per_s": rate, "cpu_s_per_1e6": cpu, "peak_rss_bytes": rss,
-        "ratio_ingest_over_bare": ingest_over_bare,
+        "kafka_client": args.kafka_client, "ratio_ingest_over_bare": ingest_over_bare,
+        "ratio_ingest_over_bare_confluent": ingest_over_ck,
         "ratio_ingest_over_quix": {g: v for g, v in ingest_over_quix.items()},
         "median_ratio_ingest_over_quix": {g: statistics.median(v) for g, v in ingest_over_quix.items()},
     })

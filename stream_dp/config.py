@@ -293,6 +293,9 @@ class IngestConfig:
                                                           ">= 16384 (room for a bounded dead letter)")] = 1048576
     bounding_cache_max_users: AtLeastOne = 2_000_000  # users cached for contribution bounding, all windows (~230 B each)
     catch_up_chunk_bytes: AtLeastOne = 4 << 20  # most bounding-log bytes per read when a cache catches up with Redis
+    # the ingest consumer's Kafka client (stream_dp/ingest/consumers.py): "confluent" (librdkafka, fetching and
+    # record decoding in C: about a quarter of kafka-python's CPU per event, bench/README.md) or "kafka-python"
+    kafka_client: Annotated[Str, _one_of("kafka-python", "confluent")] = "confluent"
 
     @model_validator(mode="after")
     def _rules(self) -> IngestConfig:

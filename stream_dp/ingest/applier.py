@@ -211,6 +211,7 @@ class BatchApplier:
         chunks: dict[int, list[tuple[int, str, str]]] = {}
         max_rt = float("-inf")
         last_start: int | None = None
+        last_lo, last_hi = 0.0, float("-inf")  # [last_start, last_start + size) as floats: empty until the first
         chunk: list[tuple[int, str, str]] = []
         for i, off, ts_ms, value in zip(range(lo, hi), pr.offsets[lo:hi], pr.timestamps[lo:hi], pr.values[lo:hi]):
             if type(ts_ms) is not int or ts_ms < 0:
@@ -233,12 +234,14 @@ class BatchApplier:
             if not (rt - delay <= ts <= rt + skew):
                 rejects.append((p, i, "event_time_out_of_range"))
                 continue
-            start = window_start(ts, size)
-            if start != last_start:
-                chunk = chunks.get(start)  # type: ignore[assignment]
-                if chunk is None:
-                    chunk = chunks[start] = []
-                last_start = start
+            if not (last_lo <= ts < last_hi):  # events mostly come in time order: most stay in the last window
+                start = window_start(ts, size)
+                if start != last_start:
+                    chunk = chunks.get(start)  # type: ignore[assignment]
+                    if chunk is None:
+                        chunk = chunks[start] = []
+                    last_start = start
+                    last_lo, last_hi = float(start), float(start + size)
             chunk.append((off, user, key))
         if max_rt > float("-inf"):
             self.clock.observe(p, max_rt)

@@ -21,6 +21,7 @@ next offset to apply (Tansu under-reports ``end_offsets``, so the fetch's high-w
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kafka import TopicPartition
@@ -155,8 +156,13 @@ class Handover(Protocol):
 
 
 class RebalanceListener(AsyncConsumerRebalanceListener):
-    """kafka-python (3.x) calls these on its IO thread while the loop waits inside ``poll()``. A blocking
-    consumer call is refused there, so the handover commit is sent and awaited on that thread's loop."""
+    """The rebalance handover, on both consumer backends (:mod:`~stream_dp.ingest.consumers`).
+
+    kafka-python (3.x) calls the ``on_partitions_*`` coroutines on its IO thread while the loop waits inside
+    ``poll()``; a blocking consumer call is refused there, so the handover commit is sent and awaited on that
+    thread's loop. confluent-kafka calls :meth:`revoke` / :meth:`assigned` inside ``consume()`` on the loop's
+    thread, with a synchronous commit. Either way: the batches in flight are applied, then their offsets
+    committed, then the partitions are forgotten."""
 
     def __init__(self, loop: Handover) -> None:
         self.loop = loop
@@ -175,3 +181,19 @@ class RebalanceListener(AsyncConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self.loop.on_assigned({tp for tp in assigned})
+
+    def revoke(self, revoked: set[TopicPartition], commit: Callable[[Offsets], None] | None) -> None:
+        """The handover with a blocking ``commit`` (None: the partitions are already lost, commit nothing)."""
+        loop, commits = self.loop, self.loop.commits
+        offsets = loop.prepare_handover(revoked)
+        if offsets and commit is not None:
+            try:
+                commit(offsets)
+            except Exception as exc:  # noqa: BLE001 - a lost commit only means a replay the offset records skip
+                commits.commit_failed(exc)
+            else:
+                commits.committed(offsets, None)
+        loop.hand_over(revoked)
+
+    def assigned(self, assigned: set[TopicPartition]) -> None:
+        self.loop.on_assigned(assigned)

@@ -9,16 +9,18 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from stream_dp.config import Config
-from stream_dp.connections import ensure_topics, kafka_consumer, kafka_producer
+from stream_dp.connections import ensure_topics, kafka_producer
+from stream_dp.ingest.consumers import ingest_consumer
 from stream_dp.ingest.runners import ProcessRunner
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.worker import IngestWorker
 
 
 def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
-    """The worker with clients built from ``cfg`` (consumer in the ingest group, DLQ producer, Redis)."""
+    """The worker with clients built from ``cfg`` (consumer in the ingest group on the ``ingest.kafka_client``
+    backend, DLQ producer, Redis)."""
     ensure_topics(cfg.kafka, {cfg.kafka.dead_letter_topic: 1})
-    consumer = kafka_consumer(cfg.kafka, group_id=cfg.kafka.ingest_group_id)
+    consumer = ingest_consumer(cfg.kafka, cfg.ingest.kafka_client)
     producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000),
                               max_request_size=cfg.ingest.dead_letter_max_request_bytes)
     return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),

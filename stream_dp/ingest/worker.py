@@ -46,6 +46,7 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
+from stream_dp.ingest.consumers import records_of
 from stream_dp.ingest.runners import ThreadRunner
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
@@ -113,6 +114,7 @@ class IngestWorker:
         self.cfg = cfg
         self.topic = cfg.kafka.events_topic
         self.consumer = consumer
+        self.records = records_of(consumer)  # how to read what its poll returns (kafka-python or confluent)
         self.producer = producer
         self.metrics = metrics
         self.runner = runner
@@ -254,9 +256,9 @@ class IngestWorker:
         last: dict[TopicPartition, int] = {}
         for tp, recs in records.items():
             if recs:
-                parts.append(PartitionRecords(tp.partition, [r.offset for r in recs], [r.timestamp for r in recs],
-                                              [r.value for r in recs]))
-                first[tp], last[tp] = recs[0].offset, recs[-1].offset
+                offsets, stamps, values = self.records.columns(recs)
+                parts.append(PartitionRecords(tp.partition, offsets, stamps, values))
+                first[tp], last[tp] = offsets[0], offsets[-1]
         b = _Batch(t0=t0, request=self._request(parts, {p.partition for p in parts}, lags), records=records,
                    n=sum(len(p.offsets) for p in parts), first_offsets=first, last_offsets=last)
         self.metrics.consumed.inc(b.n)
@@ -326,8 +328,8 @@ class IngestWorker:
         by_partition = {tp.partition: recs for tp, recs in b.records.items()}
         out = []
         for p, i, reason in rejects:
-            rec = by_partition[p][i]
-            out.append(Rejected(rec.topic, rec.partition, rec.offset, rec.key, rec.value, reason))
+            topic, partition, offset, key, value = self.records.fields(by_partition[p][i])
+            out.append(Rejected(topic, partition, offset, key, value, reason))
         return out
 
     # --- watermark -------------------------------------------------------------------------------

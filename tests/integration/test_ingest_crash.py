@@ -23,6 +23,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from ingest_helpers import (config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
                             start_worker, stop_worker, wait_for, write_toml)
+from stream_dp.ingest.consumers import KAFKA_CLIENTS
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 
@@ -31,6 +32,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = 600
 MAX_KEYS = 3
 PARTITIONS = 4
+
+#: the guarantees below hold on both consumer backends (``ingest.kafka_client``)
+both_clients = pytest.mark.parametrize("client", KAFKA_CLIENTS)
 
 
 def _committed(bootstrap: str, group: str, topic: str) -> int:
@@ -45,12 +49,13 @@ def _applied(client, store: WindowStore) -> int:
     return sum(int(client.hget(store.keys.window_meta(s), "events_applied") or 0) for s in store.windows())
 
 
-def _setup(bootstrap, redis_url, topic_name, tmp_path, *, n, seed, **cfg_kw):
+def _setup(bootstrap, redis_url, topic_name, tmp_path, *, n, seed, client="kafka-python", **cfg_kw):
     topic = topic_name("events")
     create_topic(bootstrap, topic, PARTITIONS)
     events = make_events(seed, n, users=2000, keys=300, windows=4, size=SIZE)
     produce(bootstrap, topic, events)
     group = topic_name("group")
+    cfg_kw.setdefault("ingest", {})["kafka_client"] = client
     data = config_mapping(bootstrap, redis_url, topic, group=group, size=SIZE, max_keys=MAX_KEYS, **cfg_kw)
     return topic, group, events, write_toml(tmp_path / "ingest.toml", data)
 
@@ -65,12 +70,13 @@ def _finish(bootstrap, group, topic, events, cfg_file, tmp_path, procs=()):
     assert codes == [0] * len(procs), "graceful stop must exit 0"
 
 
+@both_clients
 @pytest.mark.timeout(150)  # a runaway guard, not a timing assertion (the suite's default is 300 s)
 def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_servers, redis_client, redis_url,
-                                                                   topic_name, tmp_path):
+                                                                   topic_name, tmp_path, client):
     n = 120_000  # enough that ten runs of the (fast) worker end before the replay does
     topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=n, seed=5,
-                                            kafka={"max_poll_records": 100, "session_timeout_ms": 2000,
+                                            client=client, kafka={"max_poll_records": 100, "session_timeout_ms": 2000,
                                                    "heartbeat_interval_ms": 400})
     store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
     rnd = random.Random(99)
@@ -98,13 +104,15 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
     assert "already applied" in logs
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize(("workers", "client"), [(2, "kafka-python"), (3, "kafka-python"), (2, "confluent"),
+                                                 (3, "confluent")])
 def test_workers_in_one_group_share_partitions_and_counts_stay_exact(bootstrap_servers, redis_client, redis_url,
-                                                                     topic_name, tmp_path, workers):
+                                                                     topic_name, tmp_path, workers, client):
     # lateness covers the producers' event-time jitter (±SIZE/10): no event may be late, even while
     # partitions move between workers; windows still close as the shared watermark passes them
     topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=30_000,
-                                            seed=workers, lateness=SIZE // 4, kafka={"max_poll_records": 500})
+                                            seed=workers, lateness=SIZE // 4, client=client,
+                                            kafka={"max_poll_records": 500})
     store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
     procs = []
     for i in range(workers):
@@ -125,13 +133,14 @@ def test_workers_in_one_group_share_partitions_and_counts_stay_exact(bootstrap_s
     assert all(s + SIZE <= wm for s in closed)
 
 
+@both_clients
 def test_a_worker_joining_mid_stream_takes_over_without_a_replay(bootstrap_servers, redis_client, redis_url,
-                                                                topic_name, tmp_path):
+                                                                topic_name, tmp_path, client):
     """The worker that hands partitions over finishes its batch in flight and commits before the group
     moves on, so the new owner starts exactly where it stopped: no event is read twice."""
     # small batches keep the first worker busy long enough for the second to join mid-stream
     topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=40_000, seed=11,
-                                            lateness=SIZE // 4, kafka={"max_poll_records": 20})
+                                            lateness=SIZE // 4, client=client, kafka={"max_poll_records": 20})
     store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
     first = start_worker(cfg_file, tmp_path / "first.log")
     procs = [first]
@@ -150,14 +159,15 @@ def test_a_worker_joining_mid_stream_takes_over_without_a_replay(bootstrap_serve
     assert "already applied" not in first_log + second_log, "a handover must not replay applied events"
 
 
-def _through_an_outage(own_stack, topic_name, tmp_path, *, seed: int, max_poll_records: int, outage) -> str:
+def _through_an_outage(own_stack, topic_name, tmp_path, *, seed: int, max_poll_records: int, outage,
+                       client: str = "kafka-python") -> str:
     """Run a worker on its own stack, call ``outage(proc, applied)`` once it made progress, wait until
     every event is committed, stop it; counts must equal the ground truth. Returns the worker's log."""
     import redis
 
     bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
     topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=40_000, seed=seed,
-                                            kafka={"max_poll_records": max_poll_records})
+                                            client=client, kafka={"max_poll_records": max_poll_records})
     client = redis.Redis.from_url(redis_url)
     store = WindowStore(client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
     proc = start_worker(cfg_file, tmp_path / "worker.log")
@@ -175,7 +185,8 @@ def _through_an_outage(own_stack, topic_name, tmp_path, *, seed: int, max_poll_r
     return (tmp_path / "worker.log").read_text()
 
 
-def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_name, tmp_path):
+@both_clients
+def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_name, tmp_path, client):
     def outage(proc, _applied_now) -> None:
         own_stack.redis.stop()
         wait_for(lambda: "redis unavailable" in (tmp_path / "worker.log").read_text(), timeout=30,
@@ -183,7 +194,7 @@ def test_redis_outage_worker_reconnects_and_counts_stay_exact(own_stack, topic_n
         assert proc.poll() is None, "the worker must survive the outage"
         own_stack.redis.start()
 
-    _through_an_outage(own_stack, topic_name, tmp_path, seed=8, max_poll_records=300, outage=outage)
+    _through_an_outage(own_stack, topic_name, tmp_path, seed=8, max_poll_records=300, outage=outage, client=client)
 
 
 def test_redis_outage_retry_delays_grow_to_the_cap(own_stack, topic_name, tmp_path):
@@ -209,7 +220,8 @@ def test_redis_outage_retry_delays_grow_to_the_cap(own_stack, topic_name, tmp_pa
     assert "Kafka" not in "".join(line for line in log_text.splitlines() if "retried in" in line)
 
 
-def test_broker_hung_mid_stream_worker_survives_and_counts_stay_exact(own_stack, topic_name, tmp_path):
+@both_clients
+def test_broker_hung_mid_stream_worker_survives_and_counts_stay_exact(own_stack, topic_name, tmp_path, client):
     """SIGSTOP the broker for longer than the group's session timeout while the worker consumes, then
     SIGCONT: the worker must neither crash nor lose or double count (the group may rebalance on resume)."""
 
@@ -223,16 +235,18 @@ def test_broker_hung_mid_stream_worker_survives_and_counts_stay_exact(own_stack,
         finally:
             os.kill(own_stack.broker.pid, signal.SIGCONT)
 
-    log = _through_an_outage(own_stack, topic_name, tmp_path, seed=12, max_poll_records=20, outage=outage)
+    log = _through_an_outage(own_stack, topic_name, tmp_path, seed=12, max_poll_records=20, outage=outage,
+                             client=client)
     # batches of 20 finish far faster than the broker answers commits: they must wait for the unanswered
     # one and go together, not pile up until the connection refuses them
     assert "offset commit failed" not in log
 
 
+@both_clients
 def test_applier_process_killed_worker_exits_non_zero_and_a_restart_finishes_exactly(
-        bootstrap_servers, redis_client, redis_url, topic_name, tmp_path):
+        bootstrap_servers, redis_client, redis_url, topic_name, tmp_path, client):
     topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=20_000,
-                                            seed=9, kafka={"max_poll_records": 200})
+                                            seed=9, client=client, kafka={"max_poll_records": 200})
     store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
     proc = start_worker(cfg_file, tmp_path / "applier.log")
     try:

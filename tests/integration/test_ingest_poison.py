@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from stream_dp.config import config_from_mapping
 from stream_dp.connections import kafka_producer
+from stream_dp.ingest.consumers import KAFKA_CLIENTS
 from stream_dp.ingest.dead_letters import PREFIX_BYTES, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WindowStore
@@ -46,8 +47,9 @@ def _dead_letters(bootstrap: str, topic: str) -> list:
         dlq.close()
 
 
+@pytest.mark.parametrize("client", KAFKA_CLIENTS)
 def test_near_mib_and_5mb_records_are_dead_lettered_once_in_bounded_form(bootstrap_servers, redis_client,
-                                                                         redis_url, topic_name):
+                                                                         redis_url, topic_name, client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 1)
     near = b"{" + b"x" * (NEAR_MIB - 1)  # not JSON: bad_json, and its dead letter exceeds 1 MiB with headers
@@ -56,7 +58,7 @@ def test_near_mib_and_5mb_records_are_dead_lettered_once_in_bounded_form(bootstr
     good = [json.dumps({"user": f"u{i}", "key": "k", "ts": T0 + i}).encode() for i in range(3)]
     _produce_raw(bootstrap_servers, topic, [good[0], near, small_bad, huge, good[1], good[2]])
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
-                                             max_keys=3), environ={})
+                                             max_keys=3, ingest={"kafka_client": client}), environ={})
     store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=SIZE, unit="user",
                         max_keys_per_user=3)
     with Running(cfg) as run:

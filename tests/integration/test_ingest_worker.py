@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from stream_dp.config import config_from_mapping
+from stream_dp.ingest.consumers import KAFKA_CLIENTS
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 
@@ -15,6 +16,9 @@ from ingest_helpers import (Running, config_mapping, create_topic, ground_truth,
                             wait_for)
 
 pytestmark = pytest.mark.integration
+
+#: every test here runs on both consumer backends (``ingest.kafka_client``)
+both_clients = pytest.mark.parametrize("client", KAFKA_CLIENTS)
 
 SIZE = 600
 MAX_KEYS = 3
@@ -33,9 +37,10 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
         c.close()
 
 
+@both_clients
 @pytest.mark.parametrize("unit", ["user", "event"])
 def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers, redis_client, redis_url,
-                                                               topic_name, unit):
+                                                               topic_name, unit, client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 4)
     events = make_events(11, 20_000, users=1500, keys=200, windows=5, size=SIZE)
@@ -44,7 +49,8 @@ def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers
     assert len(truth) == 5
     group = topic_name("group")
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=group, size=SIZE,
-                                             max_keys=MAX_KEYS, contribution={"unit": unit}), environ={})
+                                             max_keys=MAX_KEYS, contribution={"unit": unit},
+                                             ingest={"kafka_client": client}), environ={})
     store = _store(redis_client, cfg)
     with Running(cfg) as run:
         wait_for(lambda: run.metric("events_consumed_total") >= len(events) and
@@ -62,8 +68,9 @@ def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers
     assert run.metric("up") == 0  # after the stop
 
 
+@both_clients
 def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_servers, redis_client, redis_url,
-                                                                   topic_name):
+                                                                   topic_name, client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 1)
     good = {"user": "u", "key": "k", "ts": 1_800_000_000}
@@ -73,7 +80,7 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
            json.dumps({"user": "liar", "key": "k", "ts": 1_800_000_000 + 365 * 86400}).encode()]  # a year ahead
     produce(bootstrap_servers, topic, [json.dumps(good).encode(), *bad], raw=True, record_time=1_800_000_000)
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
-                                             max_keys=MAX_KEYS), environ={})
+                                             max_keys=MAX_KEYS, ingest={"kafka_client": client}), environ={})
     with Running(cfg) as run:
         wait_for(lambda: run.metric("dead_letters_produced_total") == len(bad), timeout=60, what="dead letters")
     assert run.error is None
@@ -91,12 +98,15 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
     assert _store(redis_client, cfg).counts(1_800_000_000 // SIZE * SIZE) == {"k": 1}
 
 
-def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers, redis_client, redis_url, topic_name):
+@both_clients
+def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers, redis_client, redis_url, topic_name,
+                                                              client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 2)
     t0 = 1_800_000_000 // SIZE * SIZE
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
-                                             max_keys=MAX_KEYS, lateness=30, idle=2.0), environ={})
+                                             max_keys=MAX_KEYS, lateness=30, idle=2.0,
+                                             ingest={"kafka_client": client}), environ={})
     store = _store(redis_client, cfg)
     early = [{"user": f"u{i}", "key": "a", "ts": t0 + i} for i in range(20)]
     later = [{"user": f"u{i}", "key": "b", "ts": t0 + 3 * SIZE + i} for i in range(20)]
@@ -111,3 +121,41 @@ def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers,
     assert store.counts(t0) == {"a": 20}
     assert store.counts(t0 + 3 * SIZE) == {"b": 20}
     assert run.metric("watermark_seconds") == store.global_watermark()
+
+
+def _send(bootstrap: str, topic: str, partition: int, events: list[dict]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for ev in events:
+        producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode(), partition=partition,
+                      timestamp_ms=int(ev["ts"] * 1000))
+    producer.flush()
+    producer.close()
+
+
+@both_clients
+def test_an_owned_partition_that_receives_nothing_does_not_hold_the_watermark_back(
+        bootstrap_servers, redis_client, redis_url, topic_name, client):
+    """Events on partition 0 only: partition 1, owned and quiet, must count as caught up (its position is
+    known though none of its records was consumed: the earliest offset of an empty partition, then the
+    committed offset after a restart), so it turns idle and the global watermark follows partition 0."""
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 2)
+    t0 = 1_800_000_000 // SIZE * SIZE
+    cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
+                                             max_keys=MAX_KEYS, lateness=30, idle=2.0,
+                                             ingest={"kafka_client": client}), environ={})
+    store = _store(redis_client, cfg)
+    with Running(cfg) as run:
+        _send(bootstrap_servers, topic, 0, [{"user": f"u{i}", "key": "a", "ts": t0 + i} for i in range(20)])
+        # partition 1 has never had a record
+        wait_for(lambda: (store.global_watermark() or 0) >= t0 + 19 - 30, timeout=60, what="watermark, empty p1")
+        _send(bootstrap_servers, topic, 1, [{"user": "p1", "key": "b", "ts": t0 + SIZE}])
+        _send(bootstrap_servers, topic, 0, [{"user": f"v{i}", "key": "b", "ts": t0 + SIZE + i} for i in range(20)])
+        wait_for(lambda: run.metric("events_consumed_total") == 41, timeout=60, what="both partitions consumed")
+    # a new worker: partition 1's committed offset is its high-water mark, and nothing new arrives on it
+    with Running(cfg) as run:
+        _send(bootstrap_servers, topic, 0, [{"user": f"w{i}", "key": "c", "ts": t0 + 3 * SIZE + i} for i in range(20)])
+        wait_for(lambda: (store.global_watermark() or 0) >= t0 + 3 * SIZE + 19 - 30, timeout=60,
+                 what="watermark after the restart, quiet p1")
+        assert run.metric("events_consumed_total") == 20
+    assert store.meta(t0)["state"] == "closed" and store.meta(t0 + SIZE)["state"] == "closed"

@@ -1,0 +1,157 @@
+"""Both ingest consumer backends read the same records the same way, against the real broker.
+
+The loop hands the decoder a record's offset, timestamp and value (:func:`~stream_dp.ingest.consumers.columns`)
+and a dead letter's topic, partition, offset, key and value (``fields``): confluent-kafka's messages must
+give exactly what kafka-python's records give, null keys and values and record timestamps included
+(confluent reports a timestamp as ``(type, ms)``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from prometheus_client import CollectorRegistry
+
+from stream_dp.config import ConfigError, config_from_mapping
+from stream_dp.connections import kafka_producer
+from stream_dp.ingest.commits import OffsetCommits, RebalanceListener
+from stream_dp.ingest.dead_letters import DeadLetterWriter
+from stream_dp.ingest.metrics import IngestMetrics
+from stream_dp.ingest.consumers import (ConfluentConsumer, KafkaPythonRecords, confluent_settings, ingest_consumer,
+                                        records_of)
+
+from ingest_helpers import create_topic, wait_for
+
+pytestmark = pytest.mark.integration
+
+RECORDS = [  # (key, value, timestamp ms or None: the producer's clock)
+    (b"user-1", b'{"user": "user-1", "key": "a", "ts": 1800000000.5}', 1_800_000_000_500),
+    (None, b'{"user": "user-2", "key": "b"}', 1_800_000_001_000),
+    (b"user-3", None, 1_800_000_002_000),  # a tombstone: a null value
+    (b"user-4", b"\xff\xfe not json", 0),
+    (b"user-5", b"{}", None),
+]
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for key, value, ts in RECORDS:
+        producer.send(topic, key=key, value=value, partition=0, timestamp_ms=ts)
+    producer.send(topic, key=b"other", value=b"{}", partition=1, timestamp_ms=1_800_000_003_000)
+    producer.flush()
+    producer.close()
+
+
+def _read_all(poll, n: int) -> dict:
+    got: dict = {}
+
+    def more() -> bool:
+        for tp, recs in poll().items():
+            got.setdefault(tp, []).extend(recs)
+        return sum(len(v) for v in got.values()) >= n
+
+    wait_for(more, timeout=60, interval=0.01, what=f"{n} records")
+    return got
+
+
+def test_confluent_and_kafka_python_records_map_identically(bootstrap_servers, topic_name):
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 2)
+    _produce(bootstrap_servers, topic)
+    n = len(RECORDS) + 1
+    kp = KafkaConsumer(bootstrap_servers=bootstrap_servers, auto_offset_reset="earliest", enable_auto_commit=False)
+    kp.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])  # the reference side: no group join
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    ck = ConfluentConsumer(confluent_settings(cfg, group_id=topic_name("ck")), max_poll_records=100)
+    ck.subscribe([topic])
+    try:
+        by_kp = _read_all(lambda: kp.poll(timeout_ms=200), n)
+        by_ck = _read_all(lambda: ck.poll(timeout_ms=200), n)
+        assert set(by_ck) == set(by_kp) and len(by_ck) == 2  # kafka-python TopicPartition keys on both
+        kp_read, ck_read = KafkaPythonRecords(), records_of(ck)
+        assert ck_read is ck
+        for tp in by_kp:
+            assert ck_read.columns(by_ck[tp]) == kp_read.columns(by_kp[tp])
+            assert [ck_read.fields(m) for m in by_ck[tp]] == [kp_read.fields(r) for r in by_kp[tp]]
+        p0 = next(tp for tp in by_ck if tp.partition == 0)
+        offsets, stamps, values = ck_read.columns(by_ck[p0])
+        assert offsets == [0, 1, 2, 3, 4]
+        assert values == [v for _k, v, _t in RECORDS]
+        assert stamps[:4] == [t for _k, _v, t in RECORDS][:4]
+        assert isinstance(stamps[4], int) and stamps[4] > 0  # stamped by the producer's clock
+        assert ck.highwater(p0) == 5 and ck.position(p0) == 5
+        assert ck.partitions_for_topic(topic) == {0, 1}
+    finally:
+        kp.close()
+        ck.close()
+
+
+def test_the_client_setting_is_checked_and_named(bootstrap_servers):
+    with pytest.raises(ConfigError, match="ingest.kafka_client"):
+        config_from_mapping({"ingest": {"kafka_client": "librdkafka"}}, environ={})
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    with pytest.raises(ValueError, match="ingest.kafka_client"):
+        ingest_consumer(cfg, "librdkafka")
+    settings = confluent_settings(cfg, group_id="g")
+    assert settings["enable.auto.commit"] is False and settings["enable.auto.offset.store"] is False
+    assert settings["group.id"] == "g" and settings["auto.offset.reset"] == "earliest"
+
+
+class _Loop:
+    """The loop side of a handover (:class:`~stream_dp.ingest.commits.Handover`): ``applied`` offsets are
+    applied in Redis and not committed yet; records what the listener told it."""
+
+    def __init__(self, commits: OffsetCommits, applied: dict[TopicPartition, int]) -> None:
+        self.commits = commits
+        self.applied = applied
+        self.events: list[tuple[str, set[TopicPartition]]] = []
+
+    def prepare_handover(self, revoked: set[TopicPartition]):  # noqa: ANN201 - Offsets
+        self.events.append(("prepare", revoked))
+        self.commits.applied({tp: off - 1 for tp, off in self.applied.items() if tp in revoked})
+        return self.commits.pending_offsets()
+
+    def hand_over(self, revoked: set[TopicPartition]) -> None:
+        self.events.append(("hand_over", revoked))
+        self.commits.hand_over(revoked)
+
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.events.append(("assigned", assigned))
+
+
+def test_confluent_revoke_commits_what_was_applied_before_the_partitions_go(bootstrap_servers, topic_name):
+    """librdkafka runs the revoke inside ``consume()``: the offsets the loop applied but had not committed
+    are committed (synchronously) before the partitions go — here on a second member joining the group."""
+    topic, group = topic_name("events"), topic_name("group")
+    create_topic(bootstrap_servers, topic, 2)
+    _produce(bootstrap_servers, topic)
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    registry = CollectorRegistry()
+    producer = kafka_producer(cfg)
+    first = ConfluentConsumer(confluent_settings(cfg, group_id=group), max_poll_records=100)
+    commits = OffsetCommits(first, topic, IngestMetrics(registry),
+                            DeadLetterWriter(producer, f"{topic}-dlq", IngestMetrics(CollectorRegistry()),
+                                             max_request_bytes=1 << 20, timeout_seconds=10))
+    applied = {TopicPartition(topic, 0): 4, TopicPartition(topic, 1): 1}  # next offsets to apply
+    loop = _Loop(commits, applied)
+    first.subscribe([topic], listener=RebalanceListener(loop))
+    second = ConfluentConsumer(confluent_settings(cfg, group_id=group), max_poll_records=100)
+    try:
+        wait_for(lambda: first.poll(timeout_ms=100) is not None and len(first.assignment()) == 2, timeout=60,
+                 what="the first member owning both partitions")
+        second.subscribe([topic])
+        # both members poll (the group waits for each to rejoin) until the first has handed a partition over
+        wait_for(lambda: (first.poll(timeout_ms=50), second.poll(timeout_ms=50)) and len(first.assignment()) == 1,
+                 timeout=60, what="a rebalance moving one partition to the second member")
+        revoked = next(tps for what, tps in loop.events if what == "hand_over")
+        reader = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False)
+        committed = {tp: reader.committed(tp) for tp in revoked}
+        reader.close()
+        assert committed == {tp: applied[tp] for tp in revoked}, "the revoke path must commit what was applied"
+        assert [what for what, _ in loop.events][:3] == ["assigned", "prepare", "hand_over"]
+        assert registry.get_sample_value("stream_dp_ingest_commits_failed_total") == 0
+    finally:
+        first.close()
+        second.close()
+        producer.close()
