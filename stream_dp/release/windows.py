@@ -45,6 +45,7 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
+from stream_dp.node_batches import run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 
@@ -192,8 +193,10 @@ return 1
 """
 
 _ADVANCE_CURSOR = """
--- KEYS[1]: released_through cursor ; KEYS[2]: released index ; ARGV: schedule start, window size, max steps
+-- KEYS[1]: released_through cursor ; KEYS[2]: released index ; ARGV: schedule start, window size, max steps,
+-- and optionally the start of a window to record as released first (ZADD, idempotent).
 -- Moves the cursor over every consecutive released window after it. Returns the cursor (or false).
+if ARGV[4] then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[4]) end
 local size = tonumber(ARGV[2])
 local cur = tonumber(redis.call('GET', KEYS[1]) or '')
 local nxt = cur and (cur + size) or tonumber(ARGV[1])
@@ -243,10 +246,12 @@ class WindowReader:
         """Scheduled windows with ``end <= watermark.global`` not yet released, oldest first (at most
         ``limit``): from the ``released_through`` cursor on, skipping windows already released out of order
         (e.g. after a crash between the released mark and the cursor's move)."""
-        wm = self.global_watermark()
-        if wm is None:
+        marks, cursor_key = self.keys.watermarks(), self.keys.release_index("released_through")
+        raw_wm, raw = run_batched(self.r, [(marks, lambda pipe: pipe.hget(marks, "global")),
+                                           (cursor_key, lambda pipe: pipe.get(cursor_key))])  # one round trip
+        if raw_wm is None:
             return []
-        raw = self.r.get(self.keys.release_index("released_through"))
+        wm = float(raw_wm)
         cursor = None if raw is None else int(raw)
         out: list[Window] = []
         while len(out) < limit:
@@ -257,6 +262,20 @@ class WindowReader:
             out.extend(self.window(s) for s, done in zip(starts, released) if done is None)
             cursor = starts[-1]
         return out[:limit]
+
+    def release_state(self, window: Window) -> tuple[bool, float | None]:
+        """:meth:`is_released` and :meth:`closed_at` in one batch of reads (one round trip on a single
+        Redis, one per master on a cluster). Called under the window's claim: the released mark is fenced
+        by that claim, so it cannot change while the caller holds it."""
+        k = self.keys
+        released_index, meta, marker = k.release_index("released"), k.window_meta(window.start), k.window_released(window.start)
+        items = [(released_index, lambda pipe: pipe.zscore(released_index, str(window.start))),
+                 (meta, lambda pipe: pipe.hmget(meta, ["state", "closed_at"]))]
+        if k.shards > 1:
+            items.append((marker, lambda pipe: pipe.exists(marker)))
+        in_index, (state, closed), *rest = run_batched(self.r, items)
+        released = in_index is not None or state == b"released" or bool(rest and rest[0])
+        return released, None if closed is None else float(closed)
 
     def closed_at(self, window: Window) -> float | None:
         """When ingest closed the window, if it recorded it (meta ``closed_at``), else None."""
@@ -429,10 +448,10 @@ class WindowReader:
                 self._release_shard(keys=[k.window_meta(window.start, shard), k.window_counts(window.start, shard),
                                           k.window_users(window.start, shard), k.window_offsets(window.start, shard)],
                                     args=[int(retention_seconds)])
-        # The worker's own index lives in another slot; adding to it after the fenced step is idempotent.
-        self.r.zadd(k.release_index("released"), {str(window.start): window.start})
+        # The worker's own index lives in another slot; adding to it after the fenced step is idempotent
+        # (the cursor script records the window, then moves the cursor: one round trip).
         self._cursor(keys=[k.release_index("released_through"), k.release_index("released")],
-                     args=[self.schedule.start, self.size, 1000])
+                     args=[self.schedule.start, self.size, 1000, window.start])
         # Then drop the window from ingest's index of windows: it is closed (end <= global watermark), so
         # ingest never needs it again, and the index stays as small as the windows still open or pending.
         # A crash before this line leaves it listed but marked released, which closable() skips.

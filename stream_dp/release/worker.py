@@ -46,6 +46,8 @@ from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
 
+UNREAD = object()  # release_type(stored=...): the caller did not read the stored release
+
 
 def default_scope_for(cfg: Config) -> Callable[[float], str]:
     from stream_dp.accounting.ledger import scope_for
@@ -114,12 +116,12 @@ class ReleaseWorker:
         try:
             # checked under the claim: the previous holder may have released it since `closable()` ran
             with self.metrics.phase("redis"):
-                done = self.reader.is_released(window)
+                done, closed_at = self.reader.release_state(window)
                 if done:  # finish what a crash after the fenced released mark left undone (idempotent)
                     self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
             if done:
                 return None
-            self.release_window(window, claim)
+            self.release_window(window, claim, closed_at=closed_at)
         except ClaimLost:
             self.metrics.errors.labels("claim_lost").inc()
             log.warning("lost the claim on window %s while releasing it; another worker continues", window.label)
@@ -151,12 +153,17 @@ class ReleaseWorker:
             log.info("published %d stored release(s) left unpublished by an earlier run", n)
         return n
 
-    def release_window(self, window: Window, claim: Claim) -> None:
+    def release_window(self, window: Window, claim: Claim, *, closed_at: float | None = None) -> None:
+        """Release every enabled type of ``window`` under ``claim``, then mark it released (fenced).
+        ``closed_at``: when ingest closed it (read with the released check; else when this worker first saw
+        the window closable), for the latency metric."""
         scope = self.scope_for(window.start)
-        watch = self.watchlist.for_window(window) if ("alerts" in self.types or "watch_topk" in self.types) else []
+        with self.metrics.phase("redis"):
+            watch = self.watchlist.for_window(window) if ("alerts" in self.types or "watch_topk" in self.types) else []
+        stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
         for rtype in self.types:
-            self.claims.renew(claim)
-            committed = self.release_type(window, rtype, scope, watch)
+            self.claims.renew_if_due(claim)
+            committed = self.release_type(window, rtype, scope, watch, stored=stored[release_id(window, rtype)])
             self.outbox.publish(committed)
             self._after_commit(rtype, window, committed)
         self.outbox.crashpoints.reached("before_release_window")
@@ -166,22 +173,20 @@ class ReleaseWorker:
         if not ok:
             raise ClaimLost(f"claim on window {window.label} lost before marking it released")
         self.metrics.windows_released.inc()
-        closed = self.reader_closed_at(window)
+        first_seen = self._first_seen.pop(window.start, None)
+        closed = closed_at if closed_at is not None else (first_seen if first_seen is not None else time.time())
         self.metrics.latency.observe(max(0.0, time.time() - closed))
         self.metrics.windows_pending.dec()
         log.info("window %s released (%s)", window.label, ", ".join(self.types))
 
-    def reader_closed_at(self, window: Window) -> float:
-        """When the window closed: ingest's ``closed_at`` if recorded, else when this worker first saw it."""
-        at = self.reader.closed_at(window)
-        return at if at is not None else self._first_seen.pop(window.start, time.time())
-
     # --- one release -----------------------------------------------------------------------------
-    def release_type(self, window: Window, rtype: str, scope: str, watch: list[str]) -> Committed:
-        """The committed (stored) release of ``rtype`` for ``window``: the stored one, or a new one."""
+    def release_type(self, window: Window, rtype: str, scope: str, watch: list[str], *,
+                     stored: Committed | None | object = UNREAD) -> Committed:
+        """The committed (stored) release of ``rtype`` for ``window``: the stored one, or a new one.
+        ``stored``: the stored release (None: none) when the caller read it already, else it is read here."""
         rid = release_id(window, rtype)
-        existing = self.outbox.stored(scope, rid)
-        if existing is not None:
+        existing = self.outbox.stored(scope, rid) if stored is UNREAD else stored
+        if isinstance(existing, Committed):
             return existing
         if rtype == "alerts":
             return self._release_alerts(window, scope, rid, watch)
