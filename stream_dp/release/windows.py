@@ -45,7 +45,7 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
-from stream_dp.node_batches import run_batched
+from stream_dp.node_batches import Reads, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 
@@ -131,17 +131,18 @@ return cjson.encode(out)
 """
 
 _MEMBERS_AT = """
--- KEYS[1]: window counts ; ARGV: ranks (ZRANGE order). Returns JSON [member, score, ...], one pair per
--- rank ('' and '-1' for a rank past the end, which the caller reports as a changed window).
+-- KEYS[1]: window counts ; ARGV: runs of consecutive ranks (ZRANGE order) as first, last, first, last, ...
+-- Returns JSON [member, score, ...], one pair per rank ('' and '-1' for a rank past the end, which the
+-- caller reports as a changed window). A run costs one ZRANGE: the fully reported classes of a sample are
+-- long runs.
 local out = {}
-for i = 1, #ARGV do
-  local r = redis.call('ZRANGE', KEYS[1], ARGV[i], ARGV[i], 'WITHSCORES')
-  if #r == 0 then
+for i = 1, #ARGV, 2 do
+  local first, last = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local r = redis.call('ZRANGE', KEYS[1], first, last, 'WITHSCORES')
+  for j = 1, #r do out[#out + 1] = r[j] end
+  for _ = #r / 2 + 1, last - first + 1 do
     out[#out + 1] = ''
     out[#out + 1] = '-1'
-  else
-    out[#out + 1] = r[1]
-    out[#out + 1] = r[2]
   end
 end
 if #out == 0 then return '[]' end
@@ -267,15 +268,24 @@ class WindowReader:
         """:meth:`is_released` and :meth:`closed_at` in one batch of reads (one round trip on a single
         Redis, one per master on a cluster). Called under the window's claim: the released mark is fenced
         by that claim, so it cannot change while the caller holds it."""
+        reads = self.release_state_reads(window)
+        return reads.parse(run_batched(self.r, reads.items))
+
+    def release_state_reads(self, window: Window) -> Reads:
+        """The reads of :meth:`release_state`, to send in a batch with others (:func:`run_reads`)."""
         k = self.keys
         released_index, meta, marker = k.release_index("released"), k.window_meta(window.start), k.window_released(window.start)
         items = [(released_index, lambda pipe: pipe.zscore(released_index, str(window.start))),
                  (meta, lambda pipe: pipe.hmget(meta, ["state", "closed_at"]))]
         if k.shards > 1:
             items.append((marker, lambda pipe: pipe.exists(marker)))
-        in_index, (state, closed), *rest = run_batched(self.r, items)
-        released = in_index is not None or state == b"released" or bool(rest and rest[0])
-        return released, None if closed is None else float(closed)
+
+        def parse(replies: list) -> tuple[bool, float | None]:
+            in_index, (state, closed), *rest = replies
+            released = in_index is not None or state == b"released" or bool(rest and rest[0])
+            return released, None if closed is None else float(closed)
+
+        return Reads(items, parse)
 
     def closed_at(self, window: Window) -> float | None:
         """When ingest closed the window, if it recorded it (meta ``closed_at``), else None."""
@@ -403,11 +413,16 @@ class WindowReader:
             return [merged.keys[i] for i in at.tolist()]
         name = self.keys.window_counts(window.start)
         keys: list[str] = []
-        rank_list = [int(r) for r in ranks]
-        for s in range(0, len(rank_list), chunk):
-            flat = json.loads(self._members_at(keys=[name], args=rank_list[s:s + chunk]))
+        at = np.asarray(ranks, dtype=np.int64)
+        for s in range(0, len(at), chunk):
+            part = at[s:s + chunk]
+            # runs of consecutive ranks, in the order asked: one (first, last) pair each
+            starts = np.flatnonzero(np.concatenate(([True], np.diff(part) != 1)))
+            ends = np.concatenate((starts[1:], [len(part)])) - 1
+            runs = np.column_stack((part[starts], part[ends])).ravel().tolist()
+            flat = json.loads(self._members_at(keys=[name], args=runs))
             got = np.array(flat[1::2], dtype=np.float64)
-            if len(got) != len(rank_list[s:s + chunk]) or np.any(got != want[s:s + chunk]):
+            if len(got) != len(part) or np.any(got != want[s:s + chunk]):
                 raise RuntimeError(f"window {window.label} changed while it was being sampled "
                                    "(a closed window must not change)")
             keys.extend(flat[0::2])
@@ -450,12 +465,20 @@ class WindowReader:
                                     args=[int(retention_seconds)])
         # The worker's own index lives in another slot; adding to it after the fenced step is idempotent
         # (the cursor script records the window, then moves the cursor: one round trip).
-        self._cursor(keys=[k.release_index("released_through"), k.release_index("released")],
-                     args=[self.schedule.start, self.size, 1000, window.start])
         # Then drop the window from ingest's index of windows: it is closed (end <= global watermark), so
         # ingest never needs it again, and the index stays as small as the windows still open or pending.
-        # A crash before this line leaves it listed but marked released, which closable() skips.
-        self.r.zrem(k.windows_index(), str(window.start))
+        # A crash before that leaves it listed but marked released, which closable() skips. Both steps are
+        # idempotent and independent: sent as one batch (the script by its SHA; loaded first if Redis lacks it).
+        cursor_keys = [k.release_index("released_through"), k.release_index("released")]
+        cursor_args = [self.schedule.start, self.size, 1000, window.start]
+        windows_index = k.windows_index()
+        try:
+            run_batched(self.r, [
+                (cursor_keys[0], lambda pipe: pipe.evalsha(self._cursor.sha, len(cursor_keys), *cursor_keys, *cursor_args)),
+                (windows_index, lambda pipe: pipe.zrem(windows_index, str(window.start)))])
+        except redis.exceptions.NoScriptError:  # a restarted or flushed Redis: the script call loads it
+            self._cursor(keys=cursor_keys, args=cursor_args)
+            self.r.zrem(windows_index, str(window.start))
 
     def is_released(self, window: Window) -> bool:
         """Released: in the worker's index, or its meta says so (a crash between the two steps)."""

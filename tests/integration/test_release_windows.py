@@ -126,6 +126,11 @@ def test_count_histogram_and_members_at_read_only_what_sampling_needs(redis_clie
         reader.members_at(w, np.array([0]), np.array([want[0] + 1]))
     with pytest.raises(RuntimeError, match="changed while it was being sampled"):
         reader.members_at(w, np.array([3000]), np.array([1.0]))
+    # runs of consecutive ranks are read with one ZRANGE each: in the order asked, across chunk borders
+    runs = np.array([10, 11, 12, 13, 40, 7, 8, 2997, 2998, 2999, 500, 501])
+    assert reader.members_at(w, runs, np.array([counts[order[r]] for r in runs]), chunk=5) == [order[r] for r in runs]
+    with pytest.raises(RuntimeError, match="changed while it was being sampled"):  # a run past the end
+        reader.members_at(w, np.array([2998, 2999, 3000]), np.array([counts[order[2998]], counts[order[2999]], 1.0]))
     # the Redis-backed sample is the in-memory one with the same seed (the same classes and ranks)
     params = dict(scheme="pps", tau=0.05, epsilon=1.0, delta=1e-3, max_keys_per_user=1, rng=9)
     from_redis = sample_count_classes(count_classes(hist), lambda r, c: reader.members_at(w, r, c), **params)
