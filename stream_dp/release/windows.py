@@ -113,13 +113,15 @@ return cjson.encode(out)
 
 _COUNT_HISTOGRAM = """
 -- KEYS[1]: window counts ; ARGV[1]: exclusive lower bound ('-inf' to start, else '(' .. score),
--- ARGV[2]: most distinct scores to return. Returns JSON [score, n, score, n, ...], ascending score:
--- each step finds the next distinct score (ZRANGEBYSCORE ... LIMIT 0 1) and counts its members (ZCOUNT),
--- both O(log n), so the walk never touches the members themselves.
+-- ARGV[2]: most distinct scores to return, ARGV[3]: highest score to walk to (inclusive; default '+inf').
+-- Returns JSON [score, n, score, n, ...], ascending score: each step finds the next distinct score
+-- (ZRANGEBYSCORE ... LIMIT 0 1) and counts its members (ZCOUNT), both O(log n), so the walk never touches
+-- the members themselves.
 local out = {}
 local lo = ARGV[1]
+local hi = ARGV[3] or '+inf'
 for i = 1, tonumber(ARGV[2]) do
-  local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, 1)
   if #nxt == 0 then break end
   local s = nxt[2]
   out[#out + 1] = s
@@ -211,6 +213,27 @@ return cur and string.format('%d', cur) or false
 """
 
 
+@dataclass
+class _TopOfWindow:
+    """The top of one (unsharded) window as top-k read it: members and counts, best first (``ZREVRANGE``
+    order, the exact reverse of ``ZRANGE`` order). ``complete``: it is the whole window. ``size``: the
+    window's number of keys, known once its histogram is read.
+
+    The sample of the same window reuses it: every key with a count above the top's lowest count is in it,
+    so those count classes need no walk in Redis and their keys no read (a closed window never changes)."""
+
+    start: int
+    members: list[str]
+    scores: np.ndarray
+    complete: bool
+    size: int | None = None
+
+    def classes_above(self, lowest: float) -> list[tuple[float, int]]:
+        """``(count, keys)`` for the counts above ``lowest`` in the top, ascending."""
+        values, sizes = np.unique(self.scores[self.scores > lowest], return_counts=True)
+        return [(float(v), int(n)) for v, n in zip(values.tolist(), sizes.tolist())]
+
+
 class WindowReader:
     """Read-only view of ingest's windows, plus the release worker's "released" mark."""
 
@@ -227,11 +250,13 @@ class WindowReader:
         self._mark_fence = client.register_script(_MARK_RELEASED_FENCE)
         self._release_shard = client.register_script(_RELEASE_ONE_SHARD)
         self._merged: tuple[int, WindowCounts, np.ndarray] | None = None  # (start, by count, distinct counts)
+        # the top of one unsharded window as read for top-k, reused by the sample (_TopOfWindow)
+        self._top: _TopOfWindow | None = None
         self._chunk = client.register_script(_READ_CHUNK)
         self._cursor = client.register_script(_ADVANCE_CURSOR)
         self._histogram = client.register_script(_COUNT_HISTOGRAM)
         self._scores = client.register_script(_SCORES)
-        self._top = client.register_script(_TOP)
+        self._top_script = client.register_script(_TOP)
         self._members_at = client.register_script(_MEMBERS_AT)
 
     # --- which windows ---------------------------------------------------------------------------
@@ -307,8 +332,11 @@ class WindowReader:
         return top
 
     def _ranks_desc(self, window: Window, shard: int, first: int, last: int) -> dict[str, float]:
-        flat = json.loads(self._top(keys=[self.keys.window_counts(window.start, shard)], args=[last, first]))
-        return dict(zip(flat[0::2], map(float, flat[1::2])))
+        flat = json.loads(self._top_script(keys=[self.keys.window_counts(window.start, shard)], args=[last, first]))
+        members, scores = flat[0::2], np.array(flat[1::2], dtype=np.float64)
+        if self.keys.shards == 1 and first == 0:  # the window's top: kept for the sample of this window
+            self._top = _TopOfWindow(window.start, members, scores, complete=len(members) < last + 1)
+        return dict(zip(members, scores.tolist()))
 
     def counts_of(self, window: Window, watched: list[str]) -> dict[str, float]:
         """Counts of the given public keys (0 for a key with no events), summed over the shards."""
@@ -387,14 +415,23 @@ class WindowReader:
             values, sizes = np.unique(merged.counts, return_counts=True)
             return [(float(v), int(n)) for v, n in zip(values.tolist(), sizes.tolist())]
         name = self.keys.window_counts(window.start)
+        top = self._top if self._top is not None and self._top.start == window.start else None
         out: list[tuple[float, int]] = []
-        lower = "-inf"
-        while True:
-            flat = json.loads(self._histogram(keys=[name], args=[lower, chunk]))
+        if top is not None and top.complete:  # the top read was the whole window
+            out = top.classes_above(-np.inf)
+            top.size = sum(n for _, n in out)
+            return out
+        lower, upper = "-inf", ("+inf" if top is None else repr(float(top.scores[-1])))
+        while True:  # the distinct counts up to the top's lowest one, walked in Redis
+            flat = json.loads(self._histogram(keys=[name], args=[lower, chunk, upper]))
             out.extend((float(s), int(n)) for s, n in zip(flat[0::2], flat[1::2]))
             if len(flat) < 2 * chunk:
-                return out
+                break
             lower = "(" + flat[-2]
+        if top is not None:  # above it, every key of every count is in the top: classes counted from it
+            out.extend(top.classes_above(float(top.scores[-1])))
+            top.size = sum(n for _, n in out)
+        return out
 
     def members_at(self, window: Window, ranks: np.ndarray, counts: np.ndarray, *,
                    chunk: int = RANKS_CHUNK) -> list[str]:
@@ -412,8 +449,27 @@ class WindowReader:
                                    "(a closed window must not change)")
             return [merged.keys[i] for i in at.tolist()]
         name = self.keys.window_counts(window.start)
-        keys: list[str] = []
         at = np.asarray(ranks, dtype=np.int64)
+        top = self._top if self._top is not None and self._top.start == window.start else None
+        if top is not None and top.size is not None and len(at):
+            # ranks within the top read (ascending rank r is top position size - 1 - r) need no round trip
+            pos = top.size - 1 - at
+            known = (pos >= 0) & (pos < len(top.members))
+            if known.any():
+                if np.any(top.scores[pos[known]] != want[known]):
+                    raise RuntimeError(f"window {window.label} changed while it was being sampled "
+                                       "(a closed window must not change)")
+                out = np.empty(len(at), dtype=object)
+                out[known] = [top.members[i] for i in pos[known].tolist()]
+                rest = np.flatnonzero(~known)
+                if len(rest):
+                    out[rest] = self._members_at_ranks(window, name, at[rest], want[rest], chunk)
+                return out.tolist()
+        return self._members_at_ranks(window, name, at, want, chunk)
+
+    def _members_at_ranks(self, window: Window, name: str, at: np.ndarray, want: np.ndarray,
+                          chunk: int) -> list[str]:
+        keys: list[str] = []
         for s in range(0, len(at), chunk):
             part = at[s:s + chunk]
             # runs of consecutive ranks, in the order asked: one (first, last) pair each
@@ -448,6 +504,8 @@ class WindowReader:
                                   args=[token, int(retention_seconds)])
         if self._merged is not None and self._merged[0] == window.start:
             self._merged = None
+        if self._top is not None and self._top.start == window.start:
+            self._top = None
         if not ok:
             return False
         self.finish_released(window, retention_seconds=retention_seconds)
