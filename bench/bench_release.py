@@ -116,33 +116,11 @@ class TimedPublisher(Publisher):
         self.trace: RoundTrips | None = None
 
     def publish(self, record: dict[str, Any]) -> None:
-        if hasattr(Publisher, "send"):  # the worker sends, then waits: timed in send()
-            super().publish(record)
-            return
         t = time.perf_counter()
-        super().publish(record)  # code before Publisher.send: the acknowledgement is awaited here
+        super().publish(record)
         self.acked[record["release_id"]] = time.perf_counter()
         if self.trace is not None:
             self.trace.steps.append((f"kafka produce {record['type']}", self.acked[record["release_id"]] - t))
-
-    def send(self, record: dict[str, Any]) -> Any:
-        """When the broker acknowledged the record (a callback of the producer's future, on its sender
-        thread): the time the record became visible, however late the worker waits for it."""
-        t = time.perf_counter()
-        sending = super().send(record)  # type: ignore[misc]
-        rid = record["release_id"]
-        sending.future.add_callback(lambda _meta: self.acked.__setitem__(rid, time.perf_counter()))
-        if self.trace is not None:
-            self.trace.steps.append((f"kafka send {record['type']}", time.perf_counter() - t))
-            real_wait = sending.wait
-
-            def wait() -> None:
-                t = time.perf_counter()
-                real_wait()
-                self.trace.steps.append((f"kafka wait for the ack of {record['type']}", time.perf_counter() - t))
-
-            sending.wait = wait
-        return sending
 
 
 def zipf_counts(n: int, a: float, top: float) -> np.ndarray:
@@ -210,8 +188,7 @@ def measure(args: argparse.Namespace) -> None:
               f"{args.shards} shard(s) (loaded in {time.perf_counter() - t:.1f}s)")
 
         ensure_topics(cfg.kafka, {"releases": 1})
-        # the release service's producer (stream_dp/release/service.py)
-        producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5, linger_ms=0)
+        producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all")
         publisher = TimedPublisher(producer, "releases")
         registry = CollectorRegistry()
         metrics = ReleaseMetrics(registry)

@@ -11,8 +11,7 @@ Delivery semantics of a release (no re-roll: docs/privacy.md §4, "Charged befor
    back the charge of a published release; not confirmed in time → a transient error, nothing is sent, the
    worker retries (and publishes the *stored* record, or -- if the failover lost it unseen -- releases anew);
 3. **publish** -- the record is produced to the releases topic keyed by release id, by an idempotent
-   producer with ``acks=all``, and the send is awaited (the worker may prepare -- reserve, run, store -- its
-   window's next release meanwhile: :meth:`Outbox.begin_publish` / :meth:`Outbox.finish_publish`);
+   producer with ``acks=all``, and the send is awaited;
 4. **mark published** in the ledger.
 
 A crash between 1 and 4 leaves a stored-but-unpublished release: the worker publishes every one of them
@@ -50,47 +49,19 @@ class Publisher:
         self.timeout = timeout
 
     def publish(self, record: dict[str, Any]) -> None:
-        """Send one record and wait for the broker's acknowledgement (raises on failure)."""
-        self.send(record).wait()
+        """Send one record and wait for the broker's acknowledgement (raises on failure).
 
-    def send(self, record: dict[str, Any]) -> "Sending":
-        """Hand one record to the producer; :meth:`Sending.wait` waits for the broker's acknowledgement.
-
-        A producer that lingers (``linger_ms`` > 0) is flushed at once, which waits for the acknowledgement
-        here: a release is one record, so lingering is pure latency. The release worker's producer does not
-        linger (``linger_ms = 0``, :mod:`stream_dp.release.service`): the record goes out at once and the
-        worker prepares the next release while the broker acknowledges this one.
+        ``flush`` hands the record to the sender at once instead of after the producer's ``linger_ms``:
+        a release is one record whose acknowledgement is awaited right away, so lingering is pure latency.
         """
         future = self.producer.send(self.topic, key=record["release_id"].encode(), value=encode(record))
         flush = getattr(self.producer, "flush", None)  # stand-ins without a send buffer have none
-        lingers = getattr(self.producer, "config", {}).get("linger_ms", 1)
-        if flush is not None and lingers:
+        if flush is not None:
             flush(timeout=self.timeout)
-        return Sending(future, self.timeout)
+        future.get(timeout=self.timeout)
 
     def close(self) -> None:
         self.producer.close()
-
-
-@dataclass
-class Sending:
-    """A record handed to the producer: ``wait`` returns once the broker acknowledged it (raises if not)."""
-
-    future: Any
-    timeout: float = SEND_TIMEOUT_SECONDS
-
-    def wait(self) -> None:
-        if self.future is not None:
-            self.future.get(timeout=self.timeout)
-
-
-@dataclass
-class InFlight:
-    """A stored release being published (:meth:`Outbox.begin_publish`): confirmed, sent, not yet acknowledged."""
-
-    committed: Committed
-    record: dict[str, Any]
-    sending: Sending
 
 
 @dataclass
@@ -182,34 +153,17 @@ class Outbox:
     # --- steps 2 and 3 ---------------------------------------------------------------------------
     def publish(self, committed: Committed) -> dict[str, Any]:
         """Publish the stored record (plus the ledger's budget block) and mark it published."""
-        return self.finish_publish(self.begin_publish(committed))
-
-    def begin_publish(self, committed: Committed) -> InFlight:
-        """Steps 2 and 3 up to the send: confirm the charge on the replicas, then hand the stored record
-        (plus the ledger's budget block) to the producer. Finish with :meth:`finish_publish`; until then the
-        release is stored and unpublished, exactly as after a crash (it is published again, identically)."""
         record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self.ledger.cap))
         with self.metrics.phase("ledger"):
             self.ledger.confirm(committed.scope, committed.release_id)  # published ⇒ charge replicated
         with self.metrics.phase("kafka"):
-            send = getattr(self.publisher, "send", None)
-            if send is None:  # a publisher that only publishes synchronously
-                self.publisher.publish(record)
-                sending = Sending(None)
-            else:
-                sending = send(record)
-        return InFlight(committed, record, sending)
-
-    def finish_publish(self, flight: InFlight) -> dict[str, Any]:
-        """Wait for the broker's acknowledgement, then mark the release published (step 4)."""
-        with self.metrics.phase("kafka"):
-            flight.sending.wait()
+            self.publisher.publish(record)
         self.crashpoints.reached("after_publish")
         with self.metrics.phase("ledger"):
-            self.ledger.mark_published(flight.committed.scope, flight.committed.release_id)
+            self.ledger.mark_published(committed.scope, committed.release_id)
         self.crashpoints.reached("after_mark")
-        self._count(flight.record, fresh=flight.committed.fresh)
-        return flight.record
+        self._count(record, fresh=committed.fresh)
+        return record
 
     def _count(self, record: dict[str, Any], *, fresh: bool) -> None:
         m = self.metrics

@@ -58,8 +58,7 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
                     lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget), replication=replication)
     ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
-    # linger_ms 0: a release is one record, sent at once (the worker prepares the next one meanwhile)
-    producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5, linger_ms=0)
+    producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5)
     publisher = Publisher(producer, cfg.kafka.releases_topic)
     outbox = Outbox(ledger, publisher, metrics, crashpoints=crashpoints)
     worker = ReleaseWorker(cfg, client, ledger, outbox, metrics, worker_id=worker_id or default_worker_id(),

@@ -12,9 +12,7 @@ One pass (:meth:`ReleaseWorker.run_once`):
    small ``budget_exhausted`` status record instead (the mechanism does not run); else read what the
    mechanism needs, run it, and settle the actual cost together with the record (one atomic ledger step).
    Then publish, mark published (:mod:`stream_dp.release.outbox`) and apply the type's after-commit step
-   (top-k: add its released keys to the watchlist; alerts: move the SVT state forward). The broker's
-   acknowledgement of one type is awaited while the next type is prepared (stored before it is sent);
-   the window's first reads (released check, watchlist, alerts state) go in one batch;
+   (top-k: add its released keys to the watchlist; alerts: move the SVT state forward);
 4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
 
 :meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start it publishes every
@@ -41,7 +39,7 @@ from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
 from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
-from stream_dp.release.outbox import Committed, InFlight, Outbox
+from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.rng import make_rng
@@ -179,17 +177,11 @@ class ReleaseWorker:
                 watch = run_reads(self._client, self._watchlist_reads(window))[0]
         self._alerts_state = alerts_state
         stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
-        # Each release is stored (charged) before it is sent; while the broker acknowledges one, the next is
-        # prepared. Its mark-published and after-commit step follow the acknowledgement, before the next send.
-        sent: tuple[str, InFlight] | None = None
         for rtype in self.types:
             self.claims.renew_if_due(claim)
             committed = self.release_type(window, rtype, scope, watch, stored=stored[release_id(window, rtype)])
-            if sent is not None:
-                self._published(window, *sent)
-            sent = (rtype, self.outbox.begin_publish(committed))
-        if sent is not None:
-            self._published(window, *sent)
+            self.outbox.publish(committed)
+            self._after_commit(rtype, window, committed)
         self.outbox.crashpoints.reached("before_release_window")
         with self.metrics.phase("redis"):
             ok = self.reader.mark_released(window, claim_key=claim.key, token=claim.token,
@@ -265,11 +257,6 @@ class ReleaseWorker:
         with self.metrics.phase("redis"):
             ref = self.alerts_store.stage(state)
         return Envelope(draft.to_record(), {"alerts_state_ref": ref})
-
-    def _published(self, window: Window, rtype: str, flight: InFlight) -> None:
-        """Finish publishing ``flight`` (acknowledged, marked published), then the type's after-commit step."""
-        self.outbox.finish_publish(flight)
-        self._after_commit(rtype, window, flight.committed)
 
     def _after_commit(self, rtype: str, window: Window, committed: Committed) -> None:
         """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired)."""
