@@ -15,6 +15,9 @@ the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka pr
 the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait: what the release publisher does). The last
 stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
+``--trace`` lists the Redis round trips (one per command sent alone, one per pipeline) and produces of the
+last window's release, in order, with their times; every run reports the median round trips per window.
+
 ``--shards S`` stores each window in S shards (``windows.shards``), each key's count split over them at
 random (multinomially: a key's users fall into every shard), so the worker merges the shards exactly.
 
