@@ -15,6 +15,9 @@ the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka pr
 the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait: what the release publisher does). The last
 stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
+``--trace`` lists the Redis round trips (one per command sent alone, one per pipeline) and produces of the
+last window's release, in order, with their times; every run reports the median round trips per window.
+
 ``--shards S`` stores each window in S shards (``windows.shards``), each key's count split over them at
 random (multinomially: a key's users fall into every shard), so the worker merges the shards exactly.
 
@@ -51,6 +54,61 @@ SIZE = 3600
 TEMPLATE = "bench:template"
 
 
+class RoundTrips:
+    """Counts and times the worker's Redis round trips (one per command sent alone, one per pipeline) and
+    its produces, in order, so one window's release can be listed step by step (``--trace``)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, float]] = []
+        self._real: dict[str, Any] = {}
+
+    def install(self) -> None:
+        from redis.client import Pipeline
+
+        real_cmd, real_pipe = redis.Redis.execute_command, Pipeline.execute
+        self._real = {"cmd": real_cmd, "pipe": real_pipe}
+        steps = self.steps
+
+        def execute_command(client: Any, *args: Any, **options: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return real_cmd(client, *args, **options)
+            finally:
+                steps.append((_command_name(args), time.perf_counter() - t))
+
+        def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            names = "+".join(_command_name(c[0]) for c in pipe.command_stack)
+            t = time.perf_counter()
+            try:
+                return real_pipe(pipe, *args, **kwargs)
+            finally:
+                steps.append((f"pipeline[{names}]", time.perf_counter() - t))
+
+        redis.Redis.execute_command = execute_command  # type: ignore[method-assign]
+        Pipeline.execute = execute  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        from redis.client import Pipeline
+
+        if self._real:
+            redis.Redis.execute_command = self._real["cmd"]  # type: ignore[method-assign]
+            Pipeline.execute = self._real["pipe"]  # type: ignore[method-assign]
+
+    def redis_count(self) -> int:
+        return sum(1 for name, _ in self.steps if not name.startswith("kafka"))
+
+
+def _command_name(args: Any) -> str:
+    name = (args[0].decode() if isinstance(args[0], bytes) else str(args[0])).upper()
+    if name in ("EVALSHA", "EVAL") and len(args) > 3 and int(args[2]) > 0:  # a script: name it by its first key
+        key = args[3].decode() if isinstance(args[3], bytes) else str(args[3])
+        return f"{name} {key.split('}')[-1].lstrip(':') or key}"
+    if len(args) > 1:
+        key = args[1].decode() if isinstance(args[1], bytes) else str(args[1])
+        return f"{name} {key}"
+    return name
+
+
 class TimedPublisher(Publisher):
     """Remembers when each record was acknowledged."""
 
@@ -58,9 +116,14 @@ class TimedPublisher(Publisher):
         super().__init__(*args, **kwargs)
         self.acked: dict[str, float] = {}
 
+        self.trace: RoundTrips | None = None
+
     def publish(self, record: dict[str, Any]) -> None:
+        t = time.perf_counter()
         super().publish(record)
         self.acked[record["release_id"]] = time.perf_counter()
+        if self.trace is not None:
+            self.trace.steps.append((f"kafka produce {record['type']}", self.acked[record["release_id"]] - t))
 
 
 def zipf_counts(n: int, a: float, top: float) -> np.ndarray:
@@ -160,13 +223,24 @@ def measure(args: argparse.Namespace) -> None:
         per_type: dict[str, list[float]] = {t: [] for t in worker.types}
         phase_totals = {p: 0.0 for p in PHASES}
         items = {t: [] for t in worker.types}
+        trips = RoundTrips()
+        publisher.trace = trips
+        round_trips: list[int] = []
+        last_steps: list[tuple[str, float]] = []
         for w in range(1, args.windows + 1):
             start = w * SIZE
             open_window(client, keys, start)
             before = {p: metrics.phase_seconds.labels(p)._value.get() for p in PHASES}
             t0 = time.perf_counter()
             set_watermark(client, keys, start + SIZE)  # the window closes now
-            released = worker.run_once()
+            trips.steps.clear()
+            trips.install()
+            try:
+                released = worker.run_once()
+            finally:
+                trips.uninstall()
+            round_trips.append(trips.redis_count())
+            last_steps = list(trips.steps)
             assert released is not None and released.start == start, "the window was not released"
             done = max(publisher.acked[f"{start}-{start + SIZE}.{t}"] for t in worker.types)
             latencies.append(done - t0)
@@ -181,6 +255,10 @@ def measure(args: argparse.Namespace) -> None:
         publisher.close()
         client.close()
 
+    if args.trace:
+        print(f"\nRedis round trips and produces of the last window's release, in order ({round_trips[-1]} round trips):")
+        for i, (name, dt) in enumerate(last_steps, 1):
+            print(f"  {i:2d}. {name:<70s} {dt * 1e3:7.2f} ms")
     total = sum(latencies)
     other = total - sum(phase_totals.values())
     warm = latencies[1:] if len(latencies) > 1 else latencies
@@ -203,6 +281,7 @@ def measure(args: argparse.Namespace) -> None:
         print(f"| {p} | {phase_totals[p]:.2f} | {phase_totals[p] / total:.0%} |")
     print(f"| other (record building, JSON, claims) | {other:.2f} | {other / total:.0%} |")
     print()
+    print(f"Redis round trips per window (median): {int(statistics.median(round_trips))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
         "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load,
@@ -214,6 +293,7 @@ def measure(args: argparse.Namespace) -> None:
         "baseline_full_read_s": read_ms / 1e3, "baseline_produce_s": produce_ms / 1e3,
         "ratio_p50_to_full_read": pct(latencies, 50) * 1e3 / read_ms,
         "phase_share": {p: phase_totals[p] / total for p in PHASES} | {"other": other / total},
+        "redis_round_trips_median": int(statistics.median(round_trips)),
         "items_median": {t: int(statistics.median(v)) for t, v in items.items()},
     })
 
@@ -229,6 +309,7 @@ def main() -> None:
     p.add_argument("--top", type=float, default=100_000.0, help="count of the most frequent key")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--load", type=int, default=0, help="busy-looping processes to run beside it (CPU burner)")
+    p.add_argument("--trace", action="store_true", help="list the last window's round trips and produces in order")
     p.add_argument("--shards", type=int, default=1, help="windows.shards: each window stored in this many shards")
     run(p.parse_args())
 

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-__all__ = ["SlotMoved", "is_cluster", "node_client", "refresh_slots", "run_batched"]
+__all__ = ["Reads", "SlotMoved", "is_cluster", "node_client", "refresh_slots", "run_batched", "run_reads"]
 
 #: Replies meaning "the key's master is changing" (failover, resharding, loading): retry later.
 FAILOVER_ERRORS = (redis.exceptions.AskError, redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
@@ -97,3 +97,24 @@ def run_batched(client: Any, items: Sequence[tuple[str, Callable[[Pipeline], Non
     if first_error is not None:
         raise first_error
     return [reply for per_item in replies for reply in per_item]
+
+
+class Reads:
+    """Independent reads of one module, to be sent together with other modules' (:func:`run_reads`): the
+    ``(key, queue)`` items (one command each) and ``parse``, which turns their replies into the result."""
+
+    def __init__(self, items: Sequence[tuple[str, Callable[[Pipeline], None]]],
+                 parse: Callable[[list[Any]], Any]) -> None:
+        self.items = list(items)
+        self.parse = parse
+
+
+def run_reads(client: Any, *reads: Reads) -> list[Any]:
+    """Send every read of ``reads`` in one :func:`run_batched` (one round trip on a single Redis, one per
+    master on a cluster) and return each ``parse``'s result, in order. Only for reads: no order among them."""
+    replies = run_batched(client, [item for r in reads for item in r.items]) if any(r.items for r in reads) else []
+    out, pos = [], 0
+    for r in reads:
+        out.append(r.parse(replies[pos:pos + len(r.items)]))
+        pos += len(r.items)
+    return out

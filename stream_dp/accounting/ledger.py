@@ -218,6 +218,11 @@ class Ledger:
         self.replication = replication
         self._scripts = {op: redis_client.register_script(_script_text(op))
                          for op in ("charge", "reserve", "settle", "cancel")}
+        # Scopes this process knows to be in the scope index durably enough to skip re-adding them before
+        # each script (one round trip per operation): after its SADD when no replica is required, else only
+        # once confirm() has WAITed on the index's master (a failover may lose an unreplicated SADD, and then
+        # the next operation must add the scope again). Scopes are never removed from the index.
+        self._indexed: set[str] = set()
 
     # --- key helpers ------------------------------------------------------------------------------
     def _scope_keys(self, scope: str) -> list[str]:
@@ -244,7 +249,10 @@ class Ledger:
 
     def _run(self, op: str, scope: str, args: list[str]) -> tuple[bool, dict[str, Any], str | None]:
         keys = self._scope_keys(scope)
-        self.redis.sadd(self._index_key(), scope)  # before the script: an indexed scope may be empty, never lost
+        if scope not in self._indexed:
+            self.redis.sadd(self._index_key(), scope)  # before the script: an indexed scope may be empty, never lost
+            if not self.replication.replicas:
+                self._indexed.add(scope)
         out = self._scripts[op](keys=keys, args=args)
         duplicate, result, payload = out
         return bool(int(duplicate)), json.loads(_decode(result)), None if payload is None else _decode(payload)
@@ -396,11 +404,22 @@ class Ledger:
         for fence in fences:
             write_then_wait(self.redis, fence, policy.replicas, policy.timeout_ms,
                             lambda pipe, fence=fence: pipe.set(fence, release_id))
+        # every SADD of these scopes made so far is now on the replicas: later operations may skip it
+        self._indexed.add(scope)
+        if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
+            self._indexed.add(LIFETIME_SCOPE)
 
     def stored(self, scope: str, release_id: str) -> str | None:
         """The payload stored with release ``release_id`` (None if never charged with one)."""
         value = self.redis.hget(self.keys.ledger(scope, "outbox"), release_id)
         return None if value is None else _decode(value)
+
+    def stored_many(self, scope: str, release_ids: Sequence[str]) -> dict[str, str | None]:
+        """:meth:`stored` of several release ids of one scope in one round trip (``HMGET``)."""
+        if not release_ids:
+            return {}
+        values = self.redis.hmget(self.keys.ledger(scope, "outbox"), list(release_ids))
+        return {rid: None if v is None else _decode(v) for rid, v in zip(release_ids, values)}
 
     def mark_published(self, scope: str, release_id: str) -> None:
         """Record that the stored release was published (removes it from :meth:`unpublished`)."""

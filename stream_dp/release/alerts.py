@@ -49,6 +49,7 @@ import redis
 
 from stream_dp.config import AlertsConfig
 from stream_dp.keys import Keys
+from stream_dp.node_batches import Reads, run_batched
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
 from stream_dp.replication import ReplicationPolicy, write_then_wait
@@ -84,6 +85,10 @@ return 1
 """
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class Watchlist:
     """Config keys ∪ keys released by ``topk`` in earlier windows (``Keys.release_index("watchlist")``)."""
 
@@ -100,12 +105,24 @@ class Watchlist:
 
     def for_window(self, window: Window) -> list[str]:
         """The watchlist of ``window``: config keys, then keys released by top-k in windows before it."""
-        keys = list(self.config_keys)
+        reads = self.for_window_reads(window)
+        return reads.parse(run_batched(self.r, reads.items) if reads.items else [])
+
+    def for_window_reads(self, window: Window) -> Reads:
+        """The read of :meth:`for_window` (none without released keys), to batch with others (:func:`run_reads`)."""
+        items = []
         if self.include_released:
-            earlier = self.r.zrangebyscore(self.name, "-inf", f"({window.start}", withscores=True)
-            ordered = sorted(((score, k.decode()) for k, score in earlier))
-            keys.extend(k for _, k in ordered)
-        return list(dict.fromkeys(keys))
+            items.append((self.name, lambda pipe: pipe.zrangebyscore(self.name, "-inf", f"({window.start}",
+                                                                     withscores=True)))
+
+        def parse(replies: list) -> list[str]:
+            keys = list(self.config_keys)
+            if replies:
+                ordered = sorted(((float(score), _text(k)) for k, score in replies[0]))
+                keys.extend(k for _, k in ordered)
+            return list(dict.fromkeys(keys))
+
+        return Reads(items, parse)
 
 
 def rotate(keys: list[str], window: Window) -> list[str]:
@@ -160,7 +177,14 @@ class AlertsStore:
     def load(self) -> InstanceState | None:
         """The stored state. A state written by a version before issue 16 carries the generator state
         (``svt.rng``), from which past noise can be recomputed: it is closed and overwritten at once."""
-        raw = self.r.hget(self.key, "state")
+        return self.from_stored(self.r.hget(self.key, "state"))
+
+    def load_reads(self) -> Reads:
+        """The read of :meth:`load`, to batch with others (:func:`run_reads`); parse with :meth:`from_stored`."""
+        return Reads([(self.key, lambda pipe: pipe.hget(self.key, "state"))], lambda replies: replies[0])
+
+    def from_stored(self, raw: bytes | str | None) -> InstanceState | None:
+        """:meth:`load`'s result from the stored field (closing a legacy state that carries ``svt.rng``)."""
         if raw is None:
             return None
         state = InstanceState.from_dict(json.loads(raw))

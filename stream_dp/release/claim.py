@@ -6,7 +6,9 @@ Several release workers may run (failover; README, Operations). Before releasing
   later claim always carries a larger token than an earlier one;
 - the claim is ``SET <window claim> <token> NX PX <ttl>``: at most one holder at a time, and a dead holder's
   claim expires after ``ttl``;
-- the holder renews it (``PEXPIRE`` only if the value is still its token) between steps, and every
+- the holder renews it (``PEXPIRE`` only if the value is still its token) between steps -- once a third of
+  the TTL has passed since it last set or renewed it (:meth:`WindowClaims.renew_if_due`; before that the
+  claim cannot have expired, so the round trip would buy nothing) -- and every
   state change that ends the release of a window (:meth:`WindowReader.mark_released`) runs in one Lua script
   that first checks the token -- a worker paused past its expiry cannot mark a window another worker owns.
 
@@ -17,11 +19,13 @@ doing the work twice and from both running mechanisms on one window.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import redis
 
 from stream_dp.keys import Keys
+from stream_dp.node_batches import run_batched
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -69,22 +73,42 @@ class WindowClaims:
         self.ttl_ms = int(ttl_seconds * 1000)
         self._renew = client.register_script(_RENEW)
         self._drop = client.register_script(_DROP)
+        self._set_at: dict[str, float] = {}  # token -> monotonic time before its last SET / PEXPIRE was sent
 
     def acquire(self, start: int) -> Claim | None:
-        """Claim the window starting at ``start``; None if another worker holds it."""
+        """Claim the window starting at ``start``; None if another worker holds it.
+
+        Two round trips: ``EXISTS`` and the fence ``INCR`` in one batch (a fence drawn while another worker
+        holds the claim is simply never used: tokens stay monotone), then ``SET NX PX``."""
         key = self.keys.window_claim(start)
-        if self.r.exists(key):
+        fence_key = self.keys.release_index("fence")
+        held, fence = run_batched(self.r, [(key, lambda pipe: pipe.exists(key)),
+                                           (fence_key, lambda pipe: pipe.incr(fence_key))])
+        if held:
             return None
-        fence = int(self.r.incr(self.keys.release_index("fence")))
-        token = f"{self.worker_id}:{fence}"
+        token = f"{self.worker_id}:{int(fence)}"
+        sent = time.monotonic()
         if self.r.set(key, token, nx=True, px=self.ttl_ms):
+            self._set_at[token] = sent
             return Claim(start, key, token)
         return None
 
     def renew(self, claim: Claim) -> None:
         """Extend the claim's expiry; raise :class:`ClaimLost` if it is no longer ours."""
+        sent = time.monotonic()
         if not self._renew(keys=[claim.key], args=[claim.token, self.ttl_ms]):
             raise ClaimLost(f"claim on window {claim.start} (token {claim.token}) expired or was taken over")
+        self._set_at[claim.token] = sent
+
+    def renew_if_due(self, claim: Claim) -> None:
+        """:meth:`renew`, once a third of the TTL has passed since this worker set or last renewed the claim.
+
+        Before that the claim cannot have expired: Redis counts its TTL from when it ran the ``SET`` /
+        ``PEXPIRE``, which is after the (monotonic) time noted here just before sending it. What protects a
+        release is unchanged: the fenced released mark, and the ledger's one charge per release id."""
+        sent = self._set_at.get(claim.token)
+        if sent is None or time.monotonic() - sent >= self.ttl_ms / 3000.0:
+            self.renew(claim)
 
     def held(self, claim: Claim) -> bool:
         raw = self.r.get(claim.key)
@@ -92,4 +116,5 @@ class WindowClaims:
 
     def drop(self, claim: Claim) -> bool:
         """Give the claim up (only if still ours)."""
+        self._set_at.pop(claim.token, None)
         return bool(self._drop(keys=[claim.key], args=[claim.token]))

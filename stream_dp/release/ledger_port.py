@@ -13,7 +13,7 @@ release side relies on are stated here, and are tested on the Redis ledger (test
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from stream_dp.accounting.budget import BudgetCap
@@ -57,6 +57,10 @@ class ReleaseLedger(Protocol):
                payload: str | None = None) -> ChargeOutcome: ...
 
     def stored(self, scope: str, release_id: str) -> str | None: ...
+
+    def stored_many(self, scope: str, release_ids: Sequence[str]) -> dict[str, str | None]:
+        """``stored`` of several release ids of one scope, read together (one round trip on Redis)."""
+        ...
 
     def confirm(self, scope: str, release_id: str) -> None:
         """Return once the scope's charges (``release_id``'s included) are on ``redis.min_replicas_acked``

@@ -96,6 +96,23 @@ class Outbox:
             result = self._first_result(scope, rid, env)
         return Committed(scope, rid, env, result, fresh=False)
 
+    def stored_all(self, scope: str, rids: list[str]) -> dict[str, Committed | None]:
+        """:meth:`stored` of every release id of a window at once: one read for all of them.
+
+        Read before the window's first release runs; a release stored later (by a worker that took the claim
+        over) still wins, because reserve / settle / charge return the *first* stored record."""
+        with self.metrics.phase("ledger"):
+            payloads = self.ledger.stored_many(scope, rids)
+            out: dict[str, Committed | None] = {}
+            for rid in rids:
+                payload = payloads.get(rid)
+                if payload is None:
+                    out[rid] = None
+                    continue
+                env = Envelope.loads(payload)
+                out[rid] = Committed(scope, rid, env, self._first_result(scope, rid, env), fresh=False)
+        return out
+
     def reserve(self, scope: str, rid: str, events: tuple) -> ChargeOutcome:
         with self.metrics.phase("ledger"):
             result = self.ledger.reserve(scope, rid, list(events))

@@ -20,7 +20,7 @@ thousand rank lookups instead of a read of every key.
 
 from __future__ import annotations
 
-import math
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -72,21 +72,25 @@ def count_classes(histogram: Iterable[tuple[float, int]]) -> list[CountClass]:
     Raises ``ValueError`` for a count that is not a finite non-negative integer, and for a histogram that
     is not strictly ascending (it would not describe the ranks of a sorted set).
     """
-    out: list[CountClass] = []
-    rank = 0
-    last = -math.inf
-    for count, size in histogram:
-        c = float(count)
-        if not math.isfinite(c) or c < 0 or c != math.floor(c):
-            raise ValueError("counts must be finite non-negative integers (numbers of distinct users)")
-        if c <= last:
-            raise ValueError(f"count classes must be strictly ascending ({c:g} after {last:g})")
-        if int(size) < 1:
-            raise ValueError(f"a count class has at least one key, got {size!r}")
-        out.append(CountClass(int(c), int(size), rank))
-        rank += int(size)
-        last = c
-    return out
+    pairs = list(histogram)
+    if not pairs:
+        return []
+    # checked as arrays (one pass in numpy, not ~600 Python comparisons), then the first failing class named
+    values = np.array([float(c) for c, _ in pairs], dtype=np.float64)
+    sizes_in = [size for _, size in pairs]
+    bad_count = ~np.isfinite(values) | (values < 0) | (values != np.floor(np.where(np.isfinite(values), values, 0)))
+    if bad_count.any():
+        raise ValueError("counts must be finite non-negative integers (numbers of distinct users)")
+    descending = np.flatnonzero(np.diff(values) <= 0)
+    if len(descending):
+        j = int(descending[0]) + 1
+        raise ValueError(f"count classes must be strictly ascending ({values[j]:g} after {values[j - 1]:g})")
+    sizes = np.array([int(n) for n in sizes_in], dtype=np.int64)
+    small = np.flatnonzero(sizes < 1)
+    if len(small):
+        raise ValueError(f"a count class has at least one key, got {sizes_in[int(small[0])]!r}")
+    firsts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return [CountClass(c, n, f) for c, n, f in zip(values.astype(np.int64).tolist(), sizes.tolist(), firsts.tolist())]
 
 
 @dataclass(frozen=True)
@@ -122,14 +126,20 @@ def draw_by_count_class(classes: list[CountClass], table: SanitizerTable, genera
     hit = np.flatnonzero(reported > 0)
     if len(hit) == 0:
         return ClassDraw(empty, empty.copy(), empty.copy())
-    # which keys: the whole class when all of it is reported, else a uniform M_w-subset of its ranks
-    parts = []
-    for j in hit.tolist():
+    # which keys: the whole class when all of it is reported, else a uniform M_w-subset of its ranks; the
+    # output lists the hit classes in ascending count order (the classes' slots: ``at``)
+    m_hit = reported[hit]
+    at = np.concatenate(([0], np.cumsum(m_hit)[:-1]))
+    ranks = np.empty(int(m_hit.sum()), dtype=np.int64)
+    whole = reported[hit] == sizes[hit]
+    if whole.any():  # every rank of these classes, filled at once: first_j + 0 .. n_j - 1 at slot at_j ..
+        lens = m_hit[whole]
+        slot = np.repeat(at[whole], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        ranks[slot] = np.repeat(firsts[hit][whole], lens) + (slot - np.repeat(at[whole], lens))
+    for j, a in zip(hit[~whole].tolist(), at[~whole].tolist()):  # partial classes, in class order (RNG order)
         m, n = int(reported[j]), int(sizes[j])
-        offsets = np.arange(n, dtype=np.int64) if m == n else generator.choice(n, size=m, replace=False)
-        parts.append(firsts[j] + np.asarray(offsets, dtype=np.int64))
-    ranks = np.concatenate(parts)
-    counts = np.repeat(values[hit], reported[hit])
+        ranks[a:a + m] = firsts[j] + np.asarray(generator.choice(n, size=m, replace=False), dtype=np.int64)
+    counts = np.repeat(values[hit], m_hit)
     return ClassDraw(ranks, counts, conditional_tokens(table, counts, generator))
 
 
@@ -150,11 +160,25 @@ def conditional_tokens(table: SanitizerTable, counts: np.ndarray, generator: np.
     bounds = np.flatnonzero(np.diff(base[order])) + 1
     for group in np.split(order, bounds):
         f = int(base[group[0]])
-        row = table.row(f)
-        edges = np.cumsum(row.probs)
+        row_tokens, edges = _row_cdf(table, f)
         pos = np.searchsorted(edges, uniforms[group] * edges[-1], side="right")
-        tokens[group] = row.tokens[np.minimum(pos, len(row.tokens) - 1)] + (eff[group] - f)
+        tokens[group] = row_tokens[np.minimum(pos, len(row_tokens) - 1)] + (eff[group] - f)
     return tokens
+
+
+_ROW_CDFS: "weakref.WeakKeyDictionary[SanitizerTable, dict[int, tuple[np.ndarray, np.ndarray]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _row_cdf(table: SanitizerTable, frequency: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row ``frequency``'s tokens and cumulative probabilities, kept per table (a table is a function of
+    public parameters, and its rows never change once built): every window draws from the same rows."""
+    rows = _ROW_CDFS.setdefault(table, {})
+    got = rows.get(frequency)
+    if got is None:
+        row = table.row(frequency)
+        got = rows[frequency] = (row.tokens, np.cumsum(row.probs))
+    return got
 
 
 MembersAt = Callable[[np.ndarray, np.ndarray], list[str]]
@@ -178,7 +202,9 @@ def sample_count_classes(classes: list[CountClass], members_at: MembersAt, *, sc
     keys = members_at(drawn.ranks, drawn.counts) if len(drawn.ranks) else []
     if len(keys) != len(drawn.ranks):
         raise RuntimeError(f"read {len(keys)} sampled keys for {len(drawn.ranks)} ranks")
-    rows = [SampleRow(key, int(t), estimates.estimate(int(t))) for key, t in zip(keys, drawn.tokens.tolist())]
+    tokens = drawn.tokens.tolist()
+    estimate = {t: estimates.estimate(t) for t in set(tokens)}  # a few hundred distinct tokens, not one per key
+    rows = [SampleRow(key, t, estimate[t]) for key, t in zip(keys, tokens)]
     rows.sort(key=lambda r: (-r.token, tie_key(r.key)))
     return SampleResult(rows=rows, scheme=scheme, tau=table.scheme.tau, epsilon=float(epsilon), delta=float(delta),
                         max_keys_per_user=int(max_keys_per_user), estimator=estimator)

@@ -45,6 +45,7 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
+from stream_dp.node_batches import Reads, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 
@@ -112,13 +113,15 @@ return cjson.encode(out)
 
 _COUNT_HISTOGRAM = """
 -- KEYS[1]: window counts ; ARGV[1]: exclusive lower bound ('-inf' to start, else '(' .. score),
--- ARGV[2]: most distinct scores to return. Returns JSON [score, n, score, n, ...], ascending score:
--- each step finds the next distinct score (ZRANGEBYSCORE ... LIMIT 0 1) and counts its members (ZCOUNT),
--- both O(log n), so the walk never touches the members themselves.
+-- ARGV[2]: most distinct scores to return, ARGV[3]: highest score to walk to (inclusive; default '+inf').
+-- Returns JSON [score, n, score, n, ...], ascending score: each step finds the next distinct score
+-- (ZRANGEBYSCORE ... LIMIT 0 1) and counts its members (ZCOUNT), both O(log n), so the walk never touches
+-- the members themselves.
 local out = {}
 local lo = ARGV[1]
+local hi = ARGV[3] or '+inf'
 for i = 1, tonumber(ARGV[2]) do
-  local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, 1)
   if #nxt == 0 then break end
   local s = nxt[2]
   out[#out + 1] = s
@@ -130,17 +133,18 @@ return cjson.encode(out)
 """
 
 _MEMBERS_AT = """
--- KEYS[1]: window counts ; ARGV: ranks (ZRANGE order). Returns JSON [member, score, ...], one pair per
--- rank ('' and '-1' for a rank past the end, which the caller reports as a changed window).
+-- KEYS[1]: window counts ; ARGV: runs of consecutive ranks (ZRANGE order) as first, last, first, last, ...
+-- Returns JSON [member, score, ...], one pair per rank ('' and '-1' for a rank past the end, which the
+-- caller reports as a changed window). A run costs one ZRANGE: the fully reported classes of a sample are
+-- long runs.
 local out = {}
-for i = 1, #ARGV do
-  local r = redis.call('ZRANGE', KEYS[1], ARGV[i], ARGV[i], 'WITHSCORES')
-  if #r == 0 then
+for i = 1, #ARGV, 2 do
+  local first, last = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local r = redis.call('ZRANGE', KEYS[1], first, last, 'WITHSCORES')
+  for j = 1, #r do out[#out + 1] = r[j] end
+  for _ = #r / 2 + 1, last - first + 1 do
     out[#out + 1] = ''
     out[#out + 1] = '-1'
-  else
-    out[#out + 1] = r[1]
-    out[#out + 1] = r[2]
   end
 end
 if #out == 0 then return '[]' end
@@ -192,8 +196,10 @@ return 1
 """
 
 _ADVANCE_CURSOR = """
--- KEYS[1]: released_through cursor ; KEYS[2]: released index ; ARGV: schedule start, window size, max steps
+-- KEYS[1]: released_through cursor ; KEYS[2]: released index ; ARGV: schedule start, window size, max steps,
+-- and optionally the start of a window to record as released first (ZADD, idempotent).
 -- Moves the cursor over every consecutive released window after it. Returns the cursor (or false).
+if ARGV[4] then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[4]) end
 local size = tonumber(ARGV[2])
 local cur = tonumber(redis.call('GET', KEYS[1]) or '')
 local nxt = cur and (cur + size) or tonumber(ARGV[1])
@@ -205,6 +211,27 @@ end
 if moved then redis.call('SET', KEYS[1], string.format('%d', cur)) end
 return cur and string.format('%d', cur) or false
 """
+
+
+@dataclass
+class _TopOfWindow:
+    """The top of one (unsharded) window as top-k read it: members and counts, best first (``ZREVRANGE``
+    order, the exact reverse of ``ZRANGE`` order). ``complete``: it is the whole window. ``size``: the
+    window's number of keys, known once its histogram is read.
+
+    The sample of the same window reuses it: every key with a count above the top's lowest count is in it,
+    so those count classes need no walk in Redis and their keys no read (a closed window never changes)."""
+
+    start: int
+    members: list[str]
+    scores: np.ndarray
+    complete: bool
+    size: int | None = None
+
+    def classes_above(self, lowest: float) -> list[tuple[float, int]]:
+        """``(count, keys)`` for the counts above ``lowest`` in the top, ascending."""
+        values, sizes = np.unique(self.scores[self.scores > lowest], return_counts=True)
+        return [(float(v), int(n)) for v, n in zip(values.tolist(), sizes.tolist())]
 
 
 class WindowReader:
@@ -223,11 +250,13 @@ class WindowReader:
         self._mark_fence = client.register_script(_MARK_RELEASED_FENCE)
         self._release_shard = client.register_script(_RELEASE_ONE_SHARD)
         self._merged: tuple[int, WindowCounts, np.ndarray] | None = None  # (start, by count, distinct counts)
+        # the top of one unsharded window as read for top-k, reused by the sample (_TopOfWindow)
+        self._top: _TopOfWindow | None = None
         self._chunk = client.register_script(_READ_CHUNK)
         self._cursor = client.register_script(_ADVANCE_CURSOR)
         self._histogram = client.register_script(_COUNT_HISTOGRAM)
         self._scores = client.register_script(_SCORES)
-        self._top = client.register_script(_TOP)
+        self._top_script = client.register_script(_TOP)
         self._members_at = client.register_script(_MEMBERS_AT)
 
     # --- which windows ---------------------------------------------------------------------------
@@ -243,10 +272,12 @@ class WindowReader:
         """Scheduled windows with ``end <= watermark.global`` not yet released, oldest first (at most
         ``limit``): from the ``released_through`` cursor on, skipping windows already released out of order
         (e.g. after a crash between the released mark and the cursor's move)."""
-        wm = self.global_watermark()
-        if wm is None:
+        marks, cursor_key = self.keys.watermarks(), self.keys.release_index("released_through")
+        raw_wm, raw = run_batched(self.r, [(marks, lambda pipe: pipe.hget(marks, "global")),
+                                           (cursor_key, lambda pipe: pipe.get(cursor_key))])  # one round trip
+        if raw_wm is None:
             return []
-        raw = self.r.get(self.keys.release_index("released_through"))
+        wm = float(raw_wm)
         cursor = None if raw is None else int(raw)
         out: list[Window] = []
         while len(out) < limit:
@@ -257,6 +288,29 @@ class WindowReader:
             out.extend(self.window(s) for s, done in zip(starts, released) if done is None)
             cursor = starts[-1]
         return out[:limit]
+
+    def release_state(self, window: Window) -> tuple[bool, float | None]:
+        """:meth:`is_released` and :meth:`closed_at` in one batch of reads (one round trip on a single
+        Redis, one per master on a cluster). Called under the window's claim: the released mark is fenced
+        by that claim, so it cannot change while the caller holds it."""
+        reads = self.release_state_reads(window)
+        return reads.parse(run_batched(self.r, reads.items))
+
+    def release_state_reads(self, window: Window) -> Reads:
+        """The reads of :meth:`release_state`, to send in a batch with others (:func:`run_reads`)."""
+        k = self.keys
+        released_index, meta, marker = k.release_index("released"), k.window_meta(window.start), k.window_released(window.start)
+        items = [(released_index, lambda pipe: pipe.zscore(released_index, str(window.start))),
+                 (meta, lambda pipe: pipe.hmget(meta, ["state", "closed_at"]))]
+        if k.shards > 1:
+            items.append((marker, lambda pipe: pipe.exists(marker)))
+
+        def parse(replies: list) -> tuple[bool, float | None]:
+            in_index, (state, closed), *rest = replies
+            released = in_index is not None or state == b"released" or bool(rest and rest[0])
+            return released, None if closed is None else float(closed)
+
+        return Reads(items, parse)
 
     def closed_at(self, window: Window) -> float | None:
         """When ingest closed the window, if it recorded it (meta ``closed_at``), else None."""
@@ -278,8 +332,11 @@ class WindowReader:
         return top
 
     def _ranks_desc(self, window: Window, shard: int, first: int, last: int) -> dict[str, float]:
-        flat = json.loads(self._top(keys=[self.keys.window_counts(window.start, shard)], args=[last, first]))
-        return dict(zip(flat[0::2], map(float, flat[1::2])))
+        flat = json.loads(self._top_script(keys=[self.keys.window_counts(window.start, shard)], args=[last, first]))
+        members, scores = flat[0::2], np.array(flat[1::2], dtype=np.float64)
+        if self.keys.shards == 1 and first == 0:  # the window's top: kept for the sample of this window
+            self._top = _TopOfWindow(window.start, members, scores, complete=len(members) < last + 1)
+        return dict(zip(members, scores.tolist()))
 
     def counts_of(self, window: Window, watched: list[str]) -> dict[str, float]:
         """Counts of the given public keys (0 for a key with no events), summed over the shards."""
@@ -358,14 +415,23 @@ class WindowReader:
             values, sizes = np.unique(merged.counts, return_counts=True)
             return [(float(v), int(n)) for v, n in zip(values.tolist(), sizes.tolist())]
         name = self.keys.window_counts(window.start)
+        top = self._top if self._top is not None and self._top.start == window.start else None
         out: list[tuple[float, int]] = []
-        lower = "-inf"
-        while True:
-            flat = json.loads(self._histogram(keys=[name], args=[lower, chunk]))
+        if top is not None and top.complete:  # the top read was the whole window
+            out = top.classes_above(-np.inf)
+            top.size = sum(n for _, n in out)
+            return out
+        lower, upper = "-inf", ("+inf" if top is None else repr(float(top.scores[-1])))
+        while True:  # the distinct counts up to the top's lowest one, walked in Redis
+            flat = json.loads(self._histogram(keys=[name], args=[lower, chunk, upper]))
             out.extend((float(s), int(n)) for s, n in zip(flat[0::2], flat[1::2]))
             if len(flat) < 2 * chunk:
-                return out
+                break
             lower = "(" + flat[-2]
+        if top is not None:  # above it, every key of every count is in the top: classes counted from it
+            out.extend(top.classes_above(float(top.scores[-1])))
+            top.size = sum(n for _, n in out)
+        return out
 
     def members_at(self, window: Window, ranks: np.ndarray, counts: np.ndarray, *,
                    chunk: int = RANKS_CHUNK) -> list[str]:
@@ -383,12 +449,36 @@ class WindowReader:
                                    "(a closed window must not change)")
             return [merged.keys[i] for i in at.tolist()]
         name = self.keys.window_counts(window.start)
+        at = np.asarray(ranks, dtype=np.int64)
+        top = self._top if self._top is not None and self._top.start == window.start else None
+        if top is not None and top.size is not None and len(at):
+            # ranks within the top read (ascending rank r is top position size - 1 - r) need no round trip
+            pos = top.size - 1 - at
+            known = (pos >= 0) & (pos < len(top.members))
+            if known.any():
+                if np.any(top.scores[pos[known]] != want[known]):
+                    raise RuntimeError(f"window {window.label} changed while it was being sampled "
+                                       "(a closed window must not change)")
+                out = np.empty(len(at), dtype=object)
+                out[known] = [top.members[i] for i in pos[known].tolist()]
+                rest = np.flatnonzero(~known)
+                if len(rest):
+                    out[rest] = self._members_at_ranks(window, name, at[rest], want[rest], chunk)
+                return out.tolist()
+        return self._members_at_ranks(window, name, at, want, chunk)
+
+    def _members_at_ranks(self, window: Window, name: str, at: np.ndarray, want: np.ndarray,
+                          chunk: int) -> list[str]:
         keys: list[str] = []
-        rank_list = [int(r) for r in ranks]
-        for s in range(0, len(rank_list), chunk):
-            flat = json.loads(self._members_at(keys=[name], args=rank_list[s:s + chunk]))
+        for s in range(0, len(at), chunk):
+            part = at[s:s + chunk]
+            # runs of consecutive ranks, in the order asked: one (first, last) pair each
+            starts = np.flatnonzero(np.concatenate(([True], np.diff(part) != 1)))
+            ends = np.concatenate((starts[1:], [len(part)])) - 1
+            runs = np.column_stack((part[starts], part[ends])).ravel().tolist()
+            flat = json.loads(self._members_at(keys=[name], args=runs))
             got = np.array(flat[1::2], dtype=np.float64)
-            if len(got) != len(rank_list[s:s + chunk]) or np.any(got != want[s:s + chunk]):
+            if len(got) != len(part) or np.any(got != want[s:s + chunk]):
                 raise RuntimeError(f"window {window.label} changed while it was being sampled "
                                    "(a closed window must not change)")
             keys.extend(flat[0::2])
@@ -414,6 +504,8 @@ class WindowReader:
                                   args=[token, int(retention_seconds)])
         if self._merged is not None and self._merged[0] == window.start:
             self._merged = None
+        if self._top is not None and self._top.start == window.start:
+            self._top = None
         if not ok:
             return False
         self.finish_released(window, retention_seconds=retention_seconds)
@@ -429,14 +521,22 @@ class WindowReader:
                 self._release_shard(keys=[k.window_meta(window.start, shard), k.window_counts(window.start, shard),
                                           k.window_users(window.start, shard), k.window_offsets(window.start, shard)],
                                     args=[int(retention_seconds)])
-        # The worker's own index lives in another slot; adding to it after the fenced step is idempotent.
-        self.r.zadd(k.release_index("released"), {str(window.start): window.start})
-        self._cursor(keys=[k.release_index("released_through"), k.release_index("released")],
-                     args=[self.schedule.start, self.size, 1000])
+        # The worker's own index lives in another slot; adding to it after the fenced step is idempotent
+        # (the cursor script records the window, then moves the cursor: one round trip).
         # Then drop the window from ingest's index of windows: it is closed (end <= global watermark), so
         # ingest never needs it again, and the index stays as small as the windows still open or pending.
-        # A crash before this line leaves it listed but marked released, which closable() skips.
-        self.r.zrem(k.windows_index(), str(window.start))
+        # A crash before that leaves it listed but marked released, which closable() skips. Both steps are
+        # idempotent and independent: sent as one batch (the script by its SHA; loaded first if Redis lacks it).
+        cursor_keys = [k.release_index("released_through"), k.release_index("released")]
+        cursor_args = [self.schedule.start, self.size, 1000, window.start]
+        windows_index = k.windows_index()
+        try:
+            run_batched(self.r, [
+                (cursor_keys[0], lambda pipe: pipe.evalsha(self._cursor.sha, len(cursor_keys), *cursor_keys, *cursor_args)),
+                (windows_index, lambda pipe: pipe.zrem(windows_index, str(window.start)))])
+        except redis.exceptions.NoScriptError:  # a restarted or flushed Redis: the script call loads it
+            self._cursor(keys=cursor_keys, args=cursor_args)
+            self.r.zrem(windows_index, str(window.start))
 
     def is_released(self, window: Window) -> bool:
         """Released: in the worker's index, or its meta says so (a crash between the two steps)."""

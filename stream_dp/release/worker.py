@@ -33,6 +33,7 @@ from stream_dp.accounting.events import DpEvent
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
+from stream_dp.node_batches import Reads, run_reads
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
@@ -45,6 +46,8 @@ from stream_dp.rng import make_rng
 from stream_dp.schedule import establish as establish_schedule
 
 log = logging.getLogger(__name__)
+
+UNREAD = object()  # release_type(stored=...): the caller did not read the stored release
 
 
 def default_scope_for(cfg: Config) -> Callable[[float], str]:
@@ -77,6 +80,7 @@ class ReleaseWorker:
         self.scope_for = scope_for or default_scope_for(cfg)
         self.recovered = False
         self._first_seen: dict[int, float] = {}
+        self._alerts_state: Any = UNREAD  # the alerts state field as read with the window's first batch
 
     def worst_case_events(self) -> dict[str, tuple[DpEvent, ...]]:
         """Per enabled release type, the DP events of its most expensive single release."""
@@ -113,13 +117,16 @@ class ReleaseWorker:
             return None
         try:
             # checked under the claim: the previous holder may have released it since `closable()` ran
+            # ... in one batch with the other reads a release of the window starts with
             with self.metrics.phase("redis"):
-                done = self.reader.is_released(window)
+                (done, closed_at), watch, alerts_state = run_reads(
+                    self._client, self.reader.release_state_reads(window), self._watchlist_reads(window),
+                    self.alerts_store.load_reads())
                 if done:  # finish what a crash after the fenced released mark left undone (idempotent)
                     self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
             if done:
                 return None
-            self.release_window(window, claim)
+            self.release_window(window, claim, closed_at=closed_at, watch=watch, alerts_state=alerts_state)
         except ClaimLost:
             self.metrics.errors.labels("claim_lost").inc()
             log.warning("lost the claim on window %s while releasing it; another worker continues", window.label)
@@ -151,12 +158,28 @@ class ReleaseWorker:
             log.info("published %d stored release(s) left unpublished by an earlier run", n)
         return n
 
-    def release_window(self, window: Window, claim: Claim) -> None:
+    def _watchlist_reads(self, window: Window) -> Reads:
+        if "alerts" in self.types or "watch_topk" in self.types:
+            return self.watchlist.for_window_reads(window)
+        return Reads([], lambda replies: [])
+
+    def release_window(self, window: Window, claim: Claim, *, closed_at: float | None = None,
+                       watch: list[str] | None = None, alerts_state: Any = UNREAD) -> None:
+        """Release every enabled type of ``window`` under ``claim``, then mark it released (fenced).
+
+        Read under the claim by the caller (else here): ``closed_at``, when ingest closed the window (else
+        when this worker first saw it closable), for the latency metric; ``watch``, its watchlist;
+        ``alerts_state``, the stored alerts field (:meth:`AlertsStore.load_reads`). Nothing else changes
+        them while the claim is held: windows are released in order, each under its own claim."""
         scope = self.scope_for(window.start)
-        watch = self.watchlist.for_window(window) if ("alerts" in self.types or "watch_topk" in self.types) else []
+        if watch is None:
+            with self.metrics.phase("redis"):
+                watch = run_reads(self._client, self._watchlist_reads(window))[0]
+        self._alerts_state = alerts_state
+        stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
         for rtype in self.types:
-            self.claims.renew(claim)
-            committed = self.release_type(window, rtype, scope, watch)
+            self.claims.renew_if_due(claim)
+            committed = self.release_type(window, rtype, scope, watch, stored=stored[release_id(window, rtype)])
             self.outbox.publish(committed)
             self._after_commit(rtype, window, committed)
         self.outbox.crashpoints.reached("before_release_window")
@@ -166,22 +189,20 @@ class ReleaseWorker:
         if not ok:
             raise ClaimLost(f"claim on window {window.label} lost before marking it released")
         self.metrics.windows_released.inc()
-        closed = self.reader_closed_at(window)
+        first_seen = self._first_seen.pop(window.start, None)
+        closed = closed_at if closed_at is not None else (first_seen if first_seen is not None else time.time())
         self.metrics.latency.observe(max(0.0, time.time() - closed))
         self.metrics.windows_pending.dec()
         log.info("window %s released (%s)", window.label, ", ".join(self.types))
 
-    def reader_closed_at(self, window: Window) -> float:
-        """When the window closed: ingest's ``closed_at`` if recorded, else when this worker first saw it."""
-        at = self.reader.closed_at(window)
-        return at if at is not None else self._first_seen.pop(window.start, time.time())
-
     # --- one release -----------------------------------------------------------------------------
-    def release_type(self, window: Window, rtype: str, scope: str, watch: list[str]) -> Committed:
-        """The committed (stored) release of ``rtype`` for ``window``: the stored one, or a new one."""
+    def release_type(self, window: Window, rtype: str, scope: str, watch: list[str], *,
+                     stored: Committed | None | object = UNREAD) -> Committed:
+        """The committed (stored) release of ``rtype`` for ``window``: the stored one, or a new one.
+        ``stored``: the stored release (None: none) when the caller read it already, else it is read here."""
         rid = release_id(window, rtype)
-        existing = self.outbox.stored(scope, rid)
-        if existing is not None:
+        existing = self.outbox.stored(scope, rid) if stored is UNREAD else stored
+        if isinstance(existing, Committed):
             return existing
         if rtype == "alerts":
             return self._release_alerts(window, scope, rid, watch)
@@ -207,8 +228,9 @@ class ReleaseWorker:
 
     def _release_alerts(self, window: Window, scope: str, rid: str, watch: list[str]) -> Committed:
         cfg = self.cfg.releases.alerts
+        raw, self._alerts_state = self._alerts_state, UNREAD  # read with the window's first batch, used once
         with self.metrics.phase("redis"):
-            current = self.alerts_store.load()
+            current = self.alerts_store.load() if raw is UNREAD else self.alerts_store.from_stored(raw)
         run = AlertsRun(cfg, window, scope, current, watch, rng=self.rng)
         if run.open_events:
             hold = self.outbox.reserve(scope, rid, run.open_events)

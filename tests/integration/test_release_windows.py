@@ -126,9 +126,43 @@ def test_count_histogram_and_members_at_read_only_what_sampling_needs(redis_clie
         reader.members_at(w, np.array([0]), np.array([want[0] + 1]))
     with pytest.raises(RuntimeError, match="changed while it was being sampled"):
         reader.members_at(w, np.array([3000]), np.array([1.0]))
+    # runs of consecutive ranks are read with one ZRANGE each: in the order asked, across chunk borders
+    runs = np.array([10, 11, 12, 13, 40, 7, 8, 2997, 2998, 2999, 500, 501])
+    assert reader.members_at(w, runs, np.array([counts[order[r]] for r in runs]), chunk=5) == [order[r] for r in runs]
+    with pytest.raises(RuntimeError, match="changed while it was being sampled"):  # a run past the end
+        reader.members_at(w, np.array([2998, 2999, 3000]), np.array([counts[order[2998]], counts[order[2999]], 1.0]))
     # the Redis-backed sample is the in-memory one with the same seed (the same classes and ranks)
     params = dict(scheme="pps", tau=0.05, epsilon=1.0, delta=1e-3, max_keys_per_user=1, rng=9)
     from_redis = sample_count_classes(count_classes(hist), lambda r, c: reader.members_at(w, r, c), **params)
     in_memory = sample_count_classes(count_classes(hist), lambda r, c: [order[int(i)] for i in r], **params)
     assert from_redis.rows == in_memory.rows and len(from_redis.rows) > 10
     assert reader.count_histogram(Window(60, 120)) == []  # an empty (absent) window
+
+
+@pytest.mark.parametrize("top_n", [1, 40, 700, 3001, 5000])
+def test_the_sample_reuses_the_top_that_topk_read_and_gets_the_same_classes_and_keys(redis_client, top_n) -> None:
+    """After top_counts (top-k reads first), the histogram walks only up to the top's lowest count and the
+    keys within the top come from it: the same histogram, keys and sample as a reader that read nothing
+    before (ties at the top's lowest count included; 3001 and 5000 read the whole 3000-key window)."""
+    from stream_dp.release.sampling import count_classes, sample_count_classes
+
+    rng = np.random.default_rng(5)
+    counts = {f"k{i:04d}": float(c) for i, c in enumerate(np.floor(rng.pareto(1.0, 3000) * 3) + 1)}
+    write_window(redis_client, KEYS, 0, 60, counts)
+    w = Window(0, 60)
+    fresh = WindowReader(redis_client, keys=KEYS, size_seconds=60)
+    reused = WindowReader(redis_client, keys=KEYS, size_seconds=60)
+    assert len(reused.top_counts(w, top_n)) == min(top_n, 3000)
+    hist = reused.count_histogram(w, chunk=7)
+    assert hist == fresh.count_histogram(w, chunk=7)
+    order = sorted(counts, key=lambda k: (counts[k], k.encode()))  # ZRANGE order
+    ranks = np.array([2999, 0, 2998, 2300, 1500, 2999 - top_n, max(0, 3000 - top_n), 2000, 2001])
+    ranks = ranks[(ranks >= 0) & (ranks < 3000)]
+    want = np.array([counts[order[r]] for r in ranks])
+    assert reused.members_at(w, ranks, want) == [order[r] for r in ranks]
+    with pytest.raises(RuntimeError, match="changed while it was being sampled"):
+        reused.members_at(w, np.array([2999]), np.array([counts[order[2999]] + 1]))
+    params = dict(scheme="pps", tau=0.05, epsilon=1.0, delta=1e-3, max_keys_per_user=1, rng=9)
+    a = sample_count_classes(count_classes(hist), lambda r, c: reused.members_at(w, r, c), **params)
+    b = sample_count_classes(count_classes(hist), lambda r, c: fresh.members_at(w, r, c), **params)
+    assert a.rows == b.rows and len(a.rows) > 10
