@@ -297,6 +297,24 @@ def opendp_laplace_true_delta_measurement(dk: int, eps: float, delta: float) -> 
     return dp.m.make_laplace_threshold(dom, met, scale=scale, threshold=threshold)
 
 
+def opendp_laplace_delta_audit(grid: PeerGrid) -> list[dict[str, Any]]:
+    """Per (Δ, ε_w) of ``grid``: the documented row's scale and threshold, the δ OpenDP's map states for it,
+    its true δ, and the sound row's threshold and true δ (deterministic: calibrations only, no sampling)."""
+    out = []
+    for dk in grid.deltas_keys:
+        for eps in grid.epsilons:
+            documented = opendp_laplace_measurement(dk, eps, grid.delta_w)
+            scale, threshold = _OPENDP_PARAMS[("laplace", dk, eps, grid.delta_w)]
+            sound_scale, sound_threshold = opendp_laplace_true_threshold(dk, eps, grid.delta_w)
+            stated = documented.map((dk, dk, 1))[1]
+            true = opendp_laplace_true_delta(scale, threshold, dk)
+            out.append({"delta_keys": dk, "epsilon_w": eps, "delta_w": grid.delta_w, "scale": scale,
+                        "documented_threshold": threshold, "stated_delta": stated, "true_delta": true,
+                        "understatement": true / stated, "sound_threshold": sound_threshold,
+                        "sound_true_delta": opendp_laplace_true_delta(sound_scale, sound_threshold, dk)})
+    return out
+
+
 _OPENDP_MAKERS: dict[str, Callable[[int, float, float], Any]] = {}
 
 

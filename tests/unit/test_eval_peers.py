@@ -154,3 +154,23 @@ def test_the_documented_openDP_row_is_shown_but_not_counted_for_the_goal() -> No
             row("opendp_laplace_threshold_true_delta", "opendp", 0.5)]
     got = {v["peer"]: (v["verdict"], v["counts_for_goal"]) for v in peers.cell_verdicts(rows)}
     assert got == {"opendp_laplace_threshold": ("lose", False), "opendp_laplace_threshold_true_delta": ("same", True)}
+
+
+def test_saturated_cells_are_those_nobody_can_beat() -> None:
+    from eval.render_peers import saturation
+
+    def row(cell, method, family, mean, ci=0.0):
+        dk, eps = cell
+        return {"dataset": "d", "delta_keys": dk, "epsilon_w": eps, "k": 10, "known_domain": False,
+                "method": method, "family": family, "recall_mean": mean, "recall_ci95": ci}
+    rows = []
+    for cell, (sdp, peer, documented) in {(5, 0.1): (0.0, 0.0, 0.3), (5, 1.0): (1.0, 0.99, 0.0),
+                                          (5, 2.0): (0.9, 0.5, 1.0), (5, 0.5): (0.6, 0.6, 1.0),
+                                          (1, 1.0): (1.0, 1.0, 1.0)}.items():
+        rows += [row(cell, "sdp_histogram", "stream-dp", sdp), row(cell, "pipelinedp_x", "pipelinedp", peer, 0.02),
+                 row(cell, "opendp_laplace_threshold", "opendp", documented),
+                 row(cell, "counterfactual_y", "counterfactual", 0.42)]
+    got = saturation(rows, peers.cell_verdicts(rows))
+    # (5, 0.1) all at 0, (5, 1.0) all within CI of 1 -- the documented OpenDP row and the counterfactual ignored;
+    # (5, 2.0) open and won, (5, 0.5) open and tied; Δ = 1 not counted
+    assert got == {"cells": 4, "saturated_top": 1, "saturated_zero": 1, "open": 2, "won": 1}
