@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.analysis import read_csv
+from eval.peers import GOAL_EXCLUDED
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE_MODULE = ROOT / "stream_dp" / "release" / "release_choice_table.py"
@@ -24,14 +25,16 @@ SDP_TYPES = ("sdp_histogram", "sdp_histogram_laplace", "sdp_histogram_domain", "
 
 
 def evaluated_cells(rows: Sequence[dict[str, Any]], users: dict[str, int]) -> list[dict[str, Any]]:
-    """One entry per cell of ``rows`` (peers.csv): the best stream-dp type and the best peer by recall@k."""
+    """One entry per cell of ``rows`` (peers.csv): the best stream-dp type and the best peer by recall@k (peers
+    at their true δ only)."""
     cells: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         cells.setdefault((r["dataset"], r["delta_keys"], r["epsilon_w"], r["k"], r["known_domain"]), []).append(r)
     out = []
     for (dataset, dk, eps, k, known), group in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
         ours = [r for r in group if r["method"] in SDP_TYPES]
-        peers = [r for r in group if r["family"] in ("opendp", "pipelinedp")]
+        # the peers at the common (ε_w, δ_w): not the rows whose library map under-states δ (eval.peers.GOAL_EXCLUDED)
+        peers = [r for r in group if r["family"] in ("opendp", "pipelinedp") and r["method"] not in GOAL_EXCLUDED]
         if not ours:
             continue
         best = max(ours, key=lambda r: (r["recall_mean"], -SDP_TYPES.index(r["method"])))

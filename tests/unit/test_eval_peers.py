@@ -107,3 +107,70 @@ def test_openDP_threshold_maps_state_a_smaller_delta_than_a_count_one_key_gets()
     actual = q**2 / (1 + q)
     assert abs(kept - actual) <= 5 * math.sqrt(actual * (1 - actual) / n)
     assert kept > 2 * stated
+
+
+@pytest.mark.parametrize(("dk", "eps"), [(1, 1.0), (1, 2.0), (5, 1.0), (20, 0.5)])
+def test_the_true_delta_row_meets_the_window_delta_and_the_documented_one_does_not(dk, eps) -> None:
+    """The sound OpenDP Laplace row: its threshold keeps a key only one user touched (count 1, at most Δ of
+    them) with total probability ≤ δ_w, computed exactly from OpenDP's discrete Laplace (keep iff count + Z ≥ τ,
+    the law the test above measures); the documented threshold, chosen by OpenDP's map, exceeds δ_w."""
+    delta = 1e-6
+    scale, threshold = peers.opendp_laplace_true_threshold(dk, eps, delta)
+    q = math.exp(-1 / scale)
+
+    def exact(t: int) -> float:  # 1 − (1 − P[Z ≥ t − 1])^Δ, P[Z ≥ s] = q^s/(1 + q) for s ≥ 1
+        return 1 - (1 - q ** (t - 1) / (1 + q)) ** dk
+
+    assert exact(threshold) <= delta < exact(threshold - 1)  # sound, and the smallest such threshold
+    assert peers.opendp_laplace_true_delta(scale, threshold, dk) == pytest.approx(exact(threshold), rel=1e-6)
+    meas = peers.opendp_laplace_true_delta_measurement(dk, eps, delta)
+    assert meas.map((dk, dk, 1))[0] <= eps * (1 + 1e-9)  # ε by OpenDP's own map
+    documented = peers.opendp_laplace_measurement(dk, eps, delta)
+    doc_scale, doc_threshold = peers._OPENDP_PARAMS[("laplace", dk, eps, delta)]
+    assert documented.map((dk, dk, 1))[1] <= delta  # what OpenDP states ...
+    assert peers.opendp_laplace_true_delta(doc_scale, doc_threshold, dk) > delta  # ... is not what it spends
+    assert threshold == doc_threshold + 1
+
+
+def test_the_true_delta_law_matches_openDPs_measurement() -> None:
+    """:func:`peers.opendp_laplace_true_delta` is the keep rate of a count-1 key on OpenDP's own measurement
+    (scale 1, threshold 2: p = P[Z ≥ 1] = q/(1 + q) ≈ 0.27; 4,000 calls, 5 standard errors)."""
+    dp = peers._opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l01inf_distance(dp.absolute_distance(T=dp.i64))
+    meas = dp.m.make_laplace_threshold(dom, met, scale=1.0, threshold=2)
+    n = 4000
+    kept = sum(7 in meas({7: 1}) for _ in range(n)) / n
+    want = peers.opendp_laplace_true_delta(1.0, 2, 1)
+    assert abs(kept - want) <= 5 * math.sqrt(want * (1 - want) / n)
+    assert peers.opendp_laplace_true_delta(1.0, 2, 3) == pytest.approx(1 - (1 - want) ** 3)
+
+
+def test_the_documented_openDP_row_is_shown_but_not_counted_for_the_goal() -> None:
+    def row(method, family, mean):
+        return {"dataset": "d", "delta_keys": 1, "epsilon_w": 2.0, "k": 10, "known_domain": False,
+                "method": method, "family": family, "recall_mean": mean, "recall_ci95": 0.01}
+    rows = [row("sdp_histogram", "stream-dp", 0.5), row("opendp_laplace_threshold", "opendp", 0.9),
+            row("opendp_laplace_threshold_true_delta", "opendp", 0.5)]
+    got = {v["peer"]: (v["verdict"], v["counts_for_goal"]) for v in peers.cell_verdicts(rows)}
+    assert got == {"opendp_laplace_threshold": ("lose", False), "opendp_laplace_threshold_true_delta": ("same", True)}
+
+
+def test_saturated_cells_are_those_nobody_can_beat() -> None:
+    from eval.render_peers import saturation
+
+    def row(cell, method, family, mean, ci=0.0):
+        dk, eps = cell
+        return {"dataset": "d", "delta_keys": dk, "epsilon_w": eps, "k": 10, "known_domain": False,
+                "method": method, "family": family, "recall_mean": mean, "recall_ci95": ci}
+    rows = []
+    for cell, (sdp, peer, documented) in {(5, 0.1): (0.0, 0.0, 0.3), (5, 1.0): (1.0, 0.99, 0.0),
+                                          (5, 2.0): (0.9, 0.5, 1.0), (5, 0.5): (0.6, 0.6, 1.0),
+                                          (1, 1.0): (1.0, 1.0, 1.0)}.items():
+        rows += [row(cell, "sdp_histogram", "stream-dp", sdp), row(cell, "pipelinedp_x", "pipelinedp", peer, 0.02),
+                 row(cell, "opendp_laplace_threshold", "opendp", documented),
+                 row(cell, "counterfactual_y", "counterfactual", 0.42)]
+    got = saturation(rows, peers.cell_verdicts(rows))
+    # (5, 0.1) all at 0, (5, 1.0) all within CI of 1 -- the documented OpenDP row and the counterfactual ignored;
+    # (5, 2.0) open and won, (5, 0.5) open and tied; Δ = 1 not counted
+    assert got == {"cells": 4, "saturated_top": 1, "saturated_zero": 1, "open": 2, "won": 1}
