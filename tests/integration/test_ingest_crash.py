@@ -149,6 +149,10 @@ def test_a_worker_joining_mid_stream_takes_over_without_a_replay(bootstrap_serve
         procs.append(start_worker(cfg_file, tmp_path / "second.log"))
         wait_for(lambda: "partitions revoked: [" in (tmp_path / "first.log").read_text(), timeout=60,
                  what="the first worker handing partitions over")
+        # the new member's assignment completes inside its own poll (librdkafka: inside consume()), which can
+        # come after the first worker has already committed the last event: wait for it before stopping both
+        wait_for(lambda: "partitions assigned: [" in (tmp_path / "second.log").read_text().replace(
+            "partitions assigned: []", ""), timeout=60, what="the second worker owning partitions")
     finally:
         _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path, procs)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
