@@ -392,22 +392,27 @@ class Ledger:
         (publishing its release).
 
         Each slot gets a fence write (``SET <scope>:replicated <release id>``; a SET always enters the
-        replication stream) followed by ``WAIT`` on the same connection of the slot's master.
+        replication stream) followed by ``WAIT`` on the same connection of the slot's master. The scope
+        index's fence comes with a ``SADD`` of the scopes (same slot, same round trip): the index's master
+        may have failed over since their earlier ``SADD`` and lost it (in a cluster the charge, in another
+        slot, can survive that), and once confirmed this process stops re-adding them.
         """
         policy = self.replication
         if not policy.replicas:
             return
+        scopes = [scope]
         fences = [self.keys.ledger(scope, "replicated")]
         if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
+            scopes.append(LIFETIME_SCOPE)
             fences.append(self.keys.ledger(LIFETIME_SCOPE, "replicated"))
-        fences.append(f"{self.keys.prefix}:{{ledger}}:replicated")  # the scope index's slot
         for fence in fences:
             write_then_wait(self.redis, fence, policy.replicas, policy.timeout_ms,
                             lambda pipe, fence=fence: pipe.set(fence, release_id))
-        # every SADD of these scopes made so far is now on the replicas: later operations may skip it
-        self._indexed.add(scope)
-        if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
-            self._indexed.add(LIFETIME_SCOPE)
+        index_fence = f"{self.keys.prefix}:{{ledger}}:replicated"  # the scope index's slot
+        write_then_wait(self.redis, index_fence, policy.replicas, policy.timeout_ms,
+                        lambda pipe: (pipe.set(index_fence, release_id), pipe.sadd(self._index_key(), *scopes)))
+        # these scopes are in the index on its master and its replicas: later operations may skip the SADD
+        self._indexed.update(scopes)
 
     def stored(self, scope: str, release_id: str) -> str | None:
         """The payload stored with release ``release_id`` (None if never charged with one)."""
