@@ -57,7 +57,7 @@ from stream_dp.accounting.composition import Spent, compose
 from stream_dp.accounting import ledger_args
 from stream_dp.accounting.events import DpEvent, event_from_dict
 from stream_dp.keys import Keys
-from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
+from stream_dp.replication import NO_REPLICATION, NotReplicated, ReplicationPolicy, write_then_wait
 
 __all__ = [
     "BudgetCap",
@@ -384,35 +384,70 @@ class Ledger:
                 return self._refused_by_lifetime(scope, life)
         return self._settle_one(scope, reservation_id, release_id, events, events_json, payload)
 
-    def confirm(self, scope: str, release_id: str) -> None:
+    def confirm(self, scope: str, release_id: str, *, events: Iterable[DpEvent] = ()) -> None:
         """Return once everything the ledger holds for ``scope`` (the charge and stored payload of
         ``release_id`` included), its lifetime hold and the scope index are on ``replication.replicas``
         replicas; raise :class:`~stream_dp.replication.NotReplicated` (transient) when they are not within
         ``redis.replication_timeout_ms``. A no-op with 0 replicas. Call it before acting on a charge
-        (publishing its release).
+        (publishing its release); ``events`` are the release's DP events (empty for a zero-cost record,
+        which has no lifetime hold).
 
         Each slot gets a fence write (``SET <scope>:replicated <release id>``; a SET always enters the
         replication stream) followed by ``WAIT`` on the same connection of the slot's master. The scope
         index's fence comes with a ``SADD`` of the scopes (same slot, same round trip): the index's master
         may have failed over since their earlier ``SADD`` and lost it (in a cluster the charge, in another
         slot, can survive that), and once confirmed this process stops re-adding them.
+
+        A WAIT proves that what the master it ran on holds is replicated -- not that this master still holds
+        the charge: a failover between the charge and this call may have promoted a replica that never
+        received it. So the fence of the scope's slot also checks (same connection, same round trip) that
+        the charge of ``release_id`` is there, and raises ``NotReplicated`` when it is not: nothing was
+        published, the caller computes the release again under its reservation as if it had never been
+        charged. With a lifetime cap and a costly release the lifetime hold is checked the same way; if only
+        the hold was lost it is charged again (idempotent per hold id; charging twice only over-counts),
+        and a hold that no longer fits the lifetime cap stops the publication (``NotReplicated`` until an
+        operator looks: the record is stored, never published).
         """
         policy = self.replication
         if not policy.replicas:
             return
+        events, events_json = self._events(events, allow_empty=True)
         scopes = [scope]
-        fences = [self.keys.ledger(scope, "replicated")]
+        fence = self.keys.ledger(scope, "replicated")
+        charges = self.keys.ledger(scope, "charges")
+        held, = write_then_wait(self.redis, fence, policy.replicas, policy.timeout_ms,
+                                lambda pipe: (pipe.set(fence, release_id), pipe.hexists(charges, release_id)))[1:]
+        if not held:
+            raise NotReplicated(f"the charge of release {release_id} in scope {scope} is not on its slot's "
+                                "current master (a failover lost it before it was replicated); not confirmed")
         if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
             scopes.append(LIFETIME_SCOPE)
-            fences.append(self.keys.ledger(LIFETIME_SCOPE, "replicated"))
-        for fence in fences:
-            write_then_wait(self.redis, fence, policy.replicas, policy.timeout_ms,
-                            lambda pipe, fence=fence: pipe.set(fence, release_id))
+            self._confirm_lifetime_hold(scope, release_id, events, events_json)
         index_fence = f"{self.keys.prefix}:{{ledger}}:replicated"  # the scope index's slot
         write_then_wait(self.redis, index_fence, policy.replicas, policy.timeout_ms,
                         lambda pipe: (pipe.set(index_fence, release_id), pipe.sadd(self._index_key(), *scopes)))
         # these scopes are in the index on its master and its replicas: later operations may skip the SADD
         self._indexed.update(scopes)
+
+    def _confirm_lifetime_hold(self, scope: str, release_id: str, events: list[DpEvent], events_json: str) -> None:
+        """:meth:`confirm`'s step for the lifetime scope: fence + WAIT, and the costly release's hold present."""
+        policy = self.replication
+        hold_id = self._lifetime_id(scope, release_id)
+        fence = self.keys.ledger(LIFETIME_SCOPE, "replicated")
+        charges = self.keys.ledger(LIFETIME_SCOPE, "charges")
+        for attempt in range(2):
+            held, = write_then_wait(self.redis, fence, policy.replicas, policy.timeout_ms,
+                                    lambda pipe: (pipe.set(fence, release_id), pipe.hexists(charges, hold_id)))[1:]
+            if held or not events:
+                return
+            if attempt == 0:  # the hold was lost with a failover: charge it again, then confirm that
+                life = self._charge_one(LIFETIME_SCOPE, hold_id, events, events_json, None)
+                if not life.accepted:
+                    raise NotReplicated(f"the lifetime hold of release {release_id} in scope {scope} was lost in a "
+                                        f"failover and no longer fits the lifetime cap ({life.reason}); "
+                                        "the release stays unpublished")
+        raise NotReplicated(f"the lifetime hold of release {release_id} in scope {scope} is not on its slot's "
+                            "current master; not confirmed")
 
     def stored(self, scope: str, release_id: str) -> str | None:
         """The payload stored with release ``release_id`` (None if never charged with one)."""

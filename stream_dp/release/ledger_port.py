@@ -62,9 +62,10 @@ class ReleaseLedger(Protocol):
         """``stored`` of several release ids of one scope, read together (one round trip on Redis)."""
         ...
 
-    def confirm(self, scope: str, release_id: str) -> None:
-        """Return once the scope's charges (``release_id``'s included) are on ``redis.min_replicas_acked``
-        replicas; raise the transient :class:`~stream_dp.replication.NotReplicated` otherwise."""
+    def confirm(self, scope: str, release_id: str, *, events: Iterable[DpEvent] = ()) -> None:
+        """Return once the scope's charges (``release_id``'s, with its ``events``, included) are on the
+        current master and ``redis.min_replicas_acked`` replicas; raise the transient
+        :class:`~stream_dp.replication.NotReplicated` otherwise."""
         ...
 
     def mark_published(self, scope: str, release_id: str) -> None: ...

@@ -155,7 +155,8 @@ class Outbox:
         """Publish the stored record (plus the ledger's budget block) and mark it published."""
         record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self.ledger.cap))
         with self.metrics.phase("ledger"):
-            self.ledger.confirm(committed.scope, committed.release_id)  # published ⇒ charge replicated
+            self.ledger.confirm(committed.scope, committed.release_id,  # published ⇒ charge replicated
+                                events=events_of(committed.envelope.record))
         with self.metrics.phase("kafka"):
             self.publisher.publish(record)
         self.crashpoints.reached("after_publish")

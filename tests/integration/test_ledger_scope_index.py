@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,12 @@ from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import Ledger
 from stream_dp.cli import main
-from stream_dp.devstack import Service, find_redis_server, free_port
+from stream_dp.devstack import Service
 from stream_dp.keys import Keys
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox
 from stream_dp.replication import ReplicationPolicy
-from cluster_helpers import wait_until
+from cluster_helpers import master_with_replica
 
 pytestmark = pytest.mark.integration
 
@@ -167,31 +166,8 @@ def test_budget_list_verify_and_recovery_see_every_scope_of_every_process(redis_
 
 @pytest.fixture
 def master_and_replica(tmp_path: Path) -> Iterator[tuple[Service, Service]]:
-    binary = str(find_redis_server())
-    started: list[Service] = []
-
-    def node(name: str, *extra: str) -> Service:
-        port = free_port()
-        workdir = tmp_path / name
-        workdir.mkdir()
-        svc = Service(name, [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-                             "--save", "", "--appendonly", "no", *extra], port, tmp_path / f"{name}.log")
-        svc.start()
-        started.append(svc)
-        return svc
-
-    try:
-        master = node("master")
-        replica = node("replica", "--replicaof", "127.0.0.1", str(master.port))
-        with redis.Redis(port=replica.port, decode_responses=True) as r:
-            wait_until(lambda: r.info("replication").get("master_link_status") == "up", timeout=30,
-                       what="the replica's link to its master")
-        yield master, replica
-    finally:
-        for svc in started:
-            if svc.proc is not None and svc.proc.poll() is None:
-                svc.proc.send_signal(signal.SIGCONT)
-            svc.stop()
+    with master_with_replica(tmp_path) as pair:
+        yield pair
 
 
 REPLICATED = ReplicationPolicy(1, 5000)

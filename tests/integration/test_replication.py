@@ -13,40 +13,17 @@ import redis
 
 from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
-from stream_dp.devstack import Service, find_redis_server, free_port
+from stream_dp.devstack import Service
 from stream_dp.replication import NotReplicated, resolve_min_replicas, write_then_wait
-from cluster_helpers import local_cluster, wait_until
+from cluster_helpers import local_cluster, master_with_replica
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def master_and_replica(tmp_path: Path) -> Iterator[tuple[Service, Service]]:
-    binary = str(find_redis_server())
-    started: list[Service] = []
-
-    def node(name: str, *extra: str) -> Service:
-        port = free_port()
-        workdir = tmp_path / name
-        workdir.mkdir()
-        svc = Service(name, [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-                             "--save", "", "--appendonly", "no", *extra], port, tmp_path / f"{name}.log")
-        svc.start()
-        started.append(svc)
-        return svc
-
-    try:
-        master = node("master")
-        replica = node("replica", "--replicaof", "127.0.0.1", str(master.port))
-        with redis.Redis(port=replica.port, decode_responses=True) as r:
-            wait_until(lambda: r.info("replication").get("master_link_status") == "up", timeout=30,
-                       what="the replica's link to its master")
-        yield master, replica
-    finally:
-        for svc in started:
-            if svc.proc is not None and svc.proc.poll() is None:
-                svc.proc.send_signal(signal.SIGCONT)  # a stopped process would not handle SIGTERM
-            svc.stop()
+    with master_with_replica(tmp_path) as pair:
+        yield pair
 
 
 def _cfg(port: int, **kw: object) -> RedisConfig:
