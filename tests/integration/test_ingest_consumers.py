@@ -155,3 +155,53 @@ def test_confluent_revoke_commits_what_was_applied_before_the_partitions_go(boot
         first.close()
         second.close()
         producer.close()
+
+
+def test_the_confluent_prefetch_queue_is_bounded_and_does_not_stall_the_loop(bootstrap_servers, topic_name):
+    """``kafka.consumer_prefetch_kbytes`` bounds what librdkafka queues ahead of a loop that lags (the loop's
+    memory), and a full queue does not starve the loop (librdkafka's default 1 s fetch back-off would).
+
+    The loop here takes one record per poll, so the queue is full most of the time; librdkafka's statistics
+    report its size. The bound may be overshot by one fetch (``max.partition.fetch.bytes``, 1 MiB, plus the
+    record batch it ends in: the producer here writes 256 KiB batches), so 2 MiB are allowed over it."""
+    import json
+
+    topic, n, size = topic_name("prefetch"), 30_000, 500
+    create_topic(bootstrap_servers, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5, batch_size=256 * 1024)
+    for _ in range(n):
+        producer.send(topic, value=b"x" * size, partition=0)
+    producer.flush()
+    producer.close()
+    bound_kib = 1024
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers,
+                                         "consumer_prefetch_kbytes": bound_kib}}, environ={}).kafka
+    settings = confluent_settings(cfg, group_id=topic_name("g"))
+    assert settings["queued.max.messages.kbytes"] == bound_kib
+    queued: list[int] = []
+
+    def on_stats(report: str) -> None:
+        partition = json.loads(report).get("topics", {}).get(topic, {}).get("partitions", {}).get("0")
+        if partition:
+            queued.append(partition["fetchq_size"])
+
+    consumer = ConfluentConsumer(settings | {"statistics.interval.ms": 50, "stats_cb": on_stats},
+                                 max_poll_records=1)
+    consumer.subscribe([topic])
+    got = starved = 0
+
+    def all_read() -> bool:  # one record per poll; a poll that waits 200 ms for nothing once records flow: starved
+        nonlocal got, starved
+        read = sum(len(v) for v in consumer.poll(timeout_ms=200).values())
+        starved += bool(got and not read)
+        got += read
+        return got >= n
+
+    try:
+        wait_for(all_read, timeout=120, interval=0, what=f"{n} records one per poll")
+        assert len(queued) >= 5 and max(queued) > 0, "librdkafka reported no fetch queue"
+        assert max(queued) <= (bound_kib + 2048) * 1024, f"fetch queue {max(queued)} B over the bound"
+        # librdkafka's default 1 s back-off after a full queue leaves ~5 empty polls per refill (~15 refills)
+        assert starved <= 10, f"{starved} polls found the queue empty while the broker had records"
+    finally:
+        consumer.close()
