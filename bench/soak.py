@@ -13,7 +13,10 @@ Redis' ``used_memory``. Reported: the series (``--out`` JSON, and a plot ``--plo
 installed: it is in the ``eval`` and ``test`` extras), RSS growth of each process between
 ``--from-minute`` (default 10) and the end of the stream (mean of the last minute vs the mean of the
 minute starting there; target < 5 %), and Redis memory at the end of the drain vs its baseline before the
-stream. The last stdout line is the result as one JSON object (:mod:`bench.results`).
+stream. A run is marked not valid (``valid``, ``problems``) when the machine could not carry the load: the
+producer fell below 98 % of ``--rate``, ingest dead-lettered events, or fewer windows were released than the
+stream closed -- its memory figures then measure a backlog, not the workers. The last stdout line is the
+result as one JSON object (:mod:`bench.results`).
 
     python -m bench.soak                                  # 30 minutes at 20k events/s (+ drain)
     python -m bench.soak --smoke                          # ~1 minute: the whole path at small scale
@@ -44,8 +47,11 @@ TOPIC = "soak-events"
 PARTITIONS = 4
 
 
-def produce(bootstrap: str, rate: float, users: int, seconds: float, seed: int) -> None:
-    """Send ``rate`` events/s for ``seconds`` (paced every 50 ms), then exit (child process)."""
+def produce(bootstrap: str, rate: float, users: int, seconds: float, seed: int, report: str = "") -> None:
+    """Send ``rate`` events/s for ``seconds`` (paced every 50 ms), then exit (child process). Each event's
+    time is the clock when it is sent, so a producer that falls behind sends late events, not stale ones
+    (stale times would be dead-lettered as ``event_time_out_of_range`` and hold the watermark back). What it
+    achieved goes to ``report`` (JSON) when given."""
     import numpy as np
     from kafka import KafkaProducer
 
@@ -66,13 +72,15 @@ def produce(bootstrap: str, rate: float, users: int, seconds: float, seed: int) 
             for u, k in zip(uids, kids):
                 user = f"user-{u}"
                 producer.send(TOPIC, key=user.encode(),
-                              value=f'{{"user": "{user}", "key": "item-{k}", "ts": {now:.3f}}}'.encode())
+                              value=f'{{"user": "{user}", "key": "item-{k}", "ts": {time.time():.3f}}}'.encode())
             sent = due
         time.sleep(max(0.0, tick - (time.time() - now)))
     producer.flush()
     producer.close()
-    print(f"producer: {sent} events in {time.time() - start:.0f} s ({sent / max(1e-9, time.time() - start):.0f}/s)",
-          file=sys.stderr, flush=True)
+    elapsed = time.time() - start
+    print(f"producer: {sent} events in {elapsed:.0f} s ({sent / max(1e-9, elapsed):.0f}/s)", file=sys.stderr, flush=True)
+    if report:
+        Path(report).write_text(json.dumps({"sent": sent, "seconds": elapsed}))
 
 
 def rss(pid: int) -> int:
@@ -176,10 +184,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         procs: dict[str, subprocess.Popen] = {}
         logs = []
         try:
+            ports = {}
             for name in ("ingest", "release"):
                 cfg = Path(tmp) / f"{name}.toml"
+                ports[name] = free_port()
                 write_config(cfg, bootstrap=stack.bootstrap_servers, redis_url=stack.redis_url, window=args.window,
-                             retention=args.retention, port=free_port())
+                             retention=args.retention, port=ports[name])
                 log = open(Path(tmp) / f"{name}.log", "wb")
                 logs.append(log)
                 procs[name] = subprocess.Popen([sys.executable, "-m", f"workers.{name}", "--config", str(cfg)],
@@ -189,7 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             stream_seconds = args.minutes * 60
             procs["producer"] = subprocess.Popen(
                 [sys.executable, "-m", "bench.soak", "--produce-child", stack.bootstrap_servers, str(args.rate),
-                 str(args.users), str(stream_seconds), str(args.seed)], cwd=REPO)
+                 str(args.users), str(stream_seconds), str(args.seed), str(Path(tmp) / "producer.json")], cwd=REPO)
             trickle: subprocess.Popen | None = None
             samples: list[dict[str, Any]] = []
             t0 = time.monotonic()
@@ -201,6 +211,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     break
                 if t >= stream_seconds and trickle is None:
                     procs["producer"].wait()
+                    produced = json.loads((Path(tmp) / "producer.json").read_text())
                     trickle = procs["trickle"] = subprocess.Popen(
                         [sys.executable, "-m", "bench.soak", "--produce-child", stack.bootstrap_servers, "20",
                          str(args.users), str(args.drain + 5), str(args.seed + 1)], cwd=REPO)
@@ -222,6 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           + f"  redis {s['redis_used_memory'] / 2**20:.1f}M keys {s['redis_keys']}", flush=True)
                     next_at += args.interval
                 time.sleep(min(1.0, max(0.0, next_at - (time.monotonic() - t0))))
+            ingest_counts = ingest_event_counts(ports["ingest"])
         finally:
             for p in procs.values():
                 if p.poll() is None:
@@ -253,12 +265,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "redis_after_drain_mib": samples[-1]["redis_used_memory"] / 2**20,
         "redis_after_drain_over_baseline_mib": (samples[-1]["redis_used_memory"] - baseline) / 2**20,
         "windows_released": samples[-1]["windows_released"],
+        "producer_events_per_s": produced["sent"] / produced["seconds"],
+        "ingest_events": ingest_counts,
     }
+    # A run only measures memory at the stated load if the producer kept its rate and ingest kept up:
+    # otherwise windows close late (or not at all) and state piles up for reasons that are not the workers'.
+    expected_windows = math.floor(stream_seconds / args.window) - 1
+    problems = [p for p, bad in (
+        (f"the producer sent {result['producer_events_per_s']:.0f} events/s, not {args.rate:g}",
+         result["producer_events_per_s"] < 0.98 * args.rate),
+        (f"{ingest_counts['rejected']:.0f} events were dead-lettered", ingest_counts["rejected"] > 0),
+        (f"{result['windows_released']} windows released, expected at least {expected_windows}",
+         result["windows_released"] < expected_windows),
+    ) if bad]
+    result["valid"], result["problems"] = not problems, problems
     if args.out:
         Path(args.out).write_text(json.dumps({"result": result, "samples": samples}, indent=1))
     if args.plot:
         plot(Path(args.plot), samples, t_end)
     return result
+
+
+def ingest_event_counts(port: int) -> dict[str, float]:
+    """The ingest worker's event counters from its /metrics: consumed, applied, bounded, rejected (all reasons)."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    totals = {"consumed": 0.0, "applied": 0.0, "bounded": 0.0, "rejected": 0.0}
+    for family in text_string_to_metric_families(text):
+        for name in totals:
+            if family.name == f"stream_dp_ingest_events_{name}":
+                totals[name] += sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return totals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv and argv[0] == "--produce-child":
         bootstrap, rate, users, seconds, seed = argv[1], float(argv[2]), int(argv[3]), float(argv[4]), int(argv[5])
-        produce(bootstrap, rate, users, seconds, seed)
+        produce(bootstrap, rate, users, seconds, seed, argv[6] if len(argv) > 6 else "")
         return 0
     p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=30.0, help="length of the stream")
@@ -299,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
               f"| {g:+.1%} |")
     print(f"\nRedis used_memory: baseline {result['redis_baseline_mib']:.1f} MiB, peak {result['redis_peak_mib']:.1f} MiB, "
           f"after the drain {result['redis_after_drain_mib']:.1f} MiB; growth over the stream {result['redis_growth']:+.1%}")
+    print(f"producer {result['producer_events_per_s']:.0f} events/s; ingest events "
+          + ", ".join(f"{k} {v:,.0f}" for k, v in result["ingest_events"].items())
+          + f"; {result['windows_released']} windows released")
+    if not result["valid"]:
+        print("NOT A VALID RUN (the machine could not carry the load): " + "; ".join(result["problems"]))
     emit(result)
     return 0
 

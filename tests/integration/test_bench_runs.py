@@ -28,6 +28,9 @@ def test_soak_smoke_run_samples_memory_and_reports_growth(tmp_path) -> None:
     """``bench.soak --smoke``: workers, producer and sampling end to end; windows are released and expire."""
     result = run("bench.soak", ["--smoke", "--out", str(tmp_path / "soak.json")], cwd=ROOT, timeout=300)
     assert result["bench"] == "soak" and result["windows_released"] >= 2
+    # the run checks itself: the producer's rate and ingest's counters are read back
+    assert result["producer_events_per_s"] > 0 and result["ingest_events"]["consumed"] > 0
+    assert result["valid"] == (not result["problems"])
     assert {"ingest loop", "ingest applier", "release", "redis-server"} <= set(result["rss_growth"])
     samples = json.loads((tmp_path / "soak.json").read_text())["samples"]
     assert len(samples) >= 10 and all(s["rss"]["ingest loop"] > 0 for s in samples)
