@@ -130,10 +130,6 @@ class KafkaConfig:
     session_timeout_ms: AtLeastOne = 6000
     heartbeat_interval_ms: AtLeastOne = 1000
     max_poll_records: AtLeastOne = 5000
-    # the ingest consumer on confluent-kafka: most KiB of fetched records librdkafka queues ahead of the loop
-    # (its queued.max.messages.kbytes; with librdkafka's own default, 65536, the loop's RSS jumped ~40 MiB
-    # whenever it lagged: bench/README.md, soak)
-    consumer_prefetch_kbytes: Annotated[StrictInt, _rule(lambda v: 1 <= v <= 2097151, "in [1, 2097151]")] = 4096
 
     @model_validator(mode="after")
     def _rules(self) -> KafkaConfig:

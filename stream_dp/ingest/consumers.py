@@ -86,14 +86,9 @@ def records_of(consumer: Any) -> Records:
 
 # --- settings ---------------------------------------------------------------------------------------------
 
-#: librdkafka's wait before fetching again for a partition whose prefetch queue was full (its default is
-#: 1000 ms, which at ``kafka.consumer_prefetch_kbytes``'s bound would stall a broker-bound loop).
-FETCH_QUEUE_BACKOFF_MS = 10
-
 def confluent_settings(cfg: KafkaConfig, *, group_id: str) -> dict[str, Any]:
     """librdkafka settings equivalent to :func:`stream_dp.connections.kafka_consumer`'s (bootstrap,
-    security, group timings, earliest reset) with commits only of explicit offsets, and a prefetch queue
-    bounded by ``kafka.consumer_prefetch_kbytes`` (the loop's memory stays flat when it lags)."""
+    security, group timings, earliest reset) with commits only of explicit offsets."""
     if not cfg.bootstrap_servers:
         raise ValueError("kafka.bootstrap_servers is empty: configure it, or start the embedded dev stack first")
     conf: dict[str, Any] = {
@@ -106,10 +101,6 @@ def confluent_settings(cfg: KafkaConfig, *, group_id: str) -> dict[str, Any]:
         "auto.offset.reset": "earliest",
         "session.timeout.ms": cfg.session_timeout_ms,
         "heartbeat.interval.ms": cfg.heartbeat_interval_ms,
-        "queued.max.messages.kbytes": cfg.consumer_prefetch_kbytes,
-        # when that queue is full librdkafka postpones the partition's next fetch by this long (default
-        # 1000 ms): with a small queue the loop would then starve, so fetch again as soon as it has room
-        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     if cfg.sasl_mechanism:
         conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
