@@ -87,6 +87,25 @@ def test_confluent_and_kafka_python_records_map_identically(bootstrap_servers, t
         ck.close()
 
 
+def test_confluent_message_errors_are_skipped_not_raised(bootstrap_servers, topic_name):
+    """librdkafka reports some conditions as messages that carry an error (here: the subscribed topic does
+    not exist): poll logs and drops them and returns the records around them (none here)."""
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    ck = ConfluentConsumer(confluent_settings(cfg, group_id=topic_name("ck")), max_poll_records=100)
+    ck.subscribe([topic_name("missing")])
+    errors: list = []
+    original = ck._message_error
+    ck._message_error = lambda m: (errors.append(m.error()), original(m))  # type: ignore[method-assign]
+    try:
+        def reported() -> bool:
+            assert ck.poll(timeout_ms=200) == {}
+            return bool(errors)
+
+        wait_for(reported, timeout=30, interval=0.01, what="a message carrying an error")
+    finally:
+        ck.close()
+
+
 def test_the_client_setting_is_checked_and_named(bootstrap_servers):
     with pytest.raises(ConfigError, match="ingest.kafka_client"):
         config_from_mapping({"ingest": {"kafka_client": "librdkafka"}}, environ={})
