@@ -88,9 +88,23 @@ def records_of(consumer: Any) -> Records:
 
 # --- settings ---------------------------------------------------------------------------------------------
 
-def confluent_settings(cfg: KafkaConfig, *, group_id: str) -> dict[str, Any]:
+#: Default of ``ingest.prefetch_max_kbytes``: most KiB of records librdkafka fetches ahead of the loop.
+PREFETCH_MAX_KBYTES = 2048
+#: How long librdkafka waits before fetching again once its prefetch queue is at its bound (its own
+#: default, 1000 ms, would stall a bounded queue for a second each time the loop catches up).
+FETCH_QUEUE_BACKOFF_MS = 10
+
+
+def confluent_settings(cfg: KafkaConfig, *, group_id: str, prefetch_max_kbytes: int = PREFETCH_MAX_KBYTES
+                       ) -> dict[str, Any]:
     """librdkafka settings equivalent to :func:`stream_dp.connections.kafka_consumer`'s (bootstrap,
-    security, group timings, earliest reset) with commits only of explicit offsets."""
+    security, group timings, earliest reset) with commits only of explicit offsets.
+
+    The prefetch queue is bounded (``ingest.prefetch_max_kbytes``; librdkafka's default is 64 MiB, and
+    librdkafka keeps ~200 bytes of its own per queued record on top): a loop that lags holds at most that
+    many KiB of records it has not polled yet -- plus up to one fetch per partition in flight
+    (``max.partition.fetch.bytes``, 1 MiB) -- instead of growing by the whole default queue. Fetching
+    resumes :data:`FETCH_QUEUE_BACKOFF_MS` after the queue drops below the bound."""
     if not cfg.bootstrap_servers:
         raise ValueError("kafka.bootstrap_servers is empty: configure it, or start the embedded dev stack first")
     conf: dict[str, Any] = {
@@ -103,6 +117,8 @@ def confluent_settings(cfg: KafkaConfig, *, group_id: str) -> dict[str, Any]:
         "auto.offset.reset": "earliest",
         "session.timeout.ms": cfg.session_timeout_ms,
         "heartbeat.interval.ms": cfg.heartbeat_interval_ms,
+        "queued.max.messages.kbytes": prefetch_max_kbytes,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     if cfg.sasl_mechanism:
         conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
@@ -392,11 +408,13 @@ class ConfluentConsumer:
         self._consumer.close()
 
 
-def ingest_consumer(cfg: KafkaConfig, client: str) -> Any:
+def ingest_consumer(cfg: KafkaConfig, client: str, *, prefetch_max_kbytes: int = PREFETCH_MAX_KBYTES) -> Any:
     """The ingest loop's consumer in group ``kafka.ingest_group_id`` (not yet subscribed), on backend
-    ``client`` (``ingest.kafka_client``)."""
+    ``client`` (``ingest.kafka_client``); ``prefetch_max_kbytes`` bounds confluent's prefetch
+    (:func:`confluent_settings`; kafka-python fetches only when polled)."""
     if client == "confluent":
-        return ConfluentConsumer(confluent_settings(cfg, group_id=cfg.ingest_group_id),
+        return ConfluentConsumer(confluent_settings(cfg, group_id=cfg.ingest_group_id,
+                                                    prefetch_max_kbytes=prefetch_max_kbytes),
                                  max_poll_records=cfg.max_poll_records)
     if client == "kafka-python":
         from stream_dp.connections import kafka_consumer
