@@ -340,5 +340,5 @@ class WindowBounding:
 
     @property
     def users(self) -> int:
-        """Users cached (each costs ~230 B with its key list; the cache's size measure)."""
+        """Users cached (each at most ~230 B with its keys and strings; the cache's size measure)."""
         return len(self.keys_of)
