@@ -17,7 +17,8 @@ Rates exclude the group join. The bare loop times itself from the end of its fir
 The worker is sampled through its /metrics (events applied, bounded, late, duplicate or rejected) every
 ``--sample-interval`` seconds (default 1 s: coarse on purpose, each scrape costs the worker CPU — at 4 per
 second its rate was about 5 % lower; Prometheus itself scrapes every 15 s or so) and its rate is measured
-between the first sample after the first batch and the last sample before the end; the "done" counters
+between the first sample after the first batch and the last sample before the end (when the worker is
+done within two samples, up to the sample that saw the end instead: a lower bound); the "done" counters
 move a batch (≤ ``--max-poll-records``) at a time, under 1 % of a run of 10⁶ events. Reported:
 events/s of each, the ratios ingest / bare kafka-python (goal ≥ 0.95) and ingest / bare confluent, CPU seconds of each process (the worker's loop
 and applier separately, and redis-server's), peak RSS (VmHWM, read from /proc before the process exits),
@@ -255,6 +256,7 @@ host = "127.0.0.1"
     # after the first batch and the last sample before the end, so the sampling interval (kept coarse:
     # every scrape costs the worker CPU) does not blur it
     samples: list[tuple[float, float]] = []
+    end_sample: tuple[float, float] | None = None
     metrics: dict[str, float] = {}
     rss: dict[str, int] = {}
     cpu: dict[str, float] = {}
@@ -269,6 +271,7 @@ host = "127.0.0.1"
             t = (t_before + time.perf_counter()) / 2
             done = sum(v for k, v in metrics.items() if k.startswith(_DONE))  # applied, dropped or rejected
             if done >= events:
+                end_sample = (t, done)  # the first sample that saw every event done
                 break
             if done:
                 samples.append((t, done))
@@ -286,6 +289,10 @@ host = "127.0.0.1"
             proc.send_signal(signal.SIGTERM)
         proc.wait()
         log.close()
+    if len(samples) < 2 and end_sample is not None and samples:
+        # finished within one or two samples: time it up to the sample that saw the end (a lower bound:
+        # that sample comes up to --sample-interval after the last event)
+        samples.append(end_sample)
     if len(samples) < 2:
         raise RuntimeError("fewer than two progress samples: use more --events or a smaller --sample-interval")
     (t0, d0), (t1, d1) = samples[0], samples[-1]

@@ -296,6 +296,10 @@ class IngestConfig:
     # the ingest consumer's Kafka client (stream_dp/ingest/consumers.py): "confluent" (librdkafka, fetching and
     # record decoding in C: about a quarter of kafka-python's CPU per event, bench/README.md) or "kafka-python"
     kafka_client: Annotated[Str, _one_of("kafka-python", "confluent")] = "confluent"
+    # most KiB of records the confluent consumer fetches ahead of the loop (librdkafka's
+    # queued.max.messages.kbytes, default there 64 MiB): bounds the loop's memory when it lags
+    prefetch_max_kbytes: Annotated[StrictInt, _rule(lambda v: 1 <= v <= 2097151,
+                                                    "in 1 .. 2097151 (librdkafka's range)")] = 2048
 
     @model_validator(mode="after")
     def _rules(self) -> IngestConfig:

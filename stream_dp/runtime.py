@@ -291,10 +291,13 @@ def run_worker(cfg: Config, *, role: str, build: Callable[[object], Running]) ->
 
 def run_ingest_worker(cfg: Config) -> int:
     """The ingest worker until a signal: the first one finishes the batch, commits and closes."""
+    from stream_dp.ingest.runners import containers_in_flight
     from stream_dp.ingest.service import build_worker
+    from stream_dp.processes import collect_garbage_per_batches
 
     def build(registry: object) -> Running:
         worker = build_worker(cfg, registry)  # type: ignore[arg-type]
+        collect_garbage_per_batches(containers_in_flight(cfg))  # start-up done: young collections per batches
         return Running(worker.run, worker.stop,
                        stopping_message="finishing the current batch, then committing and closing")
 

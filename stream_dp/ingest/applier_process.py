@@ -15,8 +15,8 @@ from multiprocessing.connection import Connection
 
 from stream_dp import redact
 from stream_dp.ingest.applier import BatchApplier
-from stream_dp.ingest.runners import RESUME, InOrder
-from stream_dp.processes import die_with_parent
+from stream_dp.ingest.runners import RESUME, InOrder, containers_in_flight
+from stream_dp.processes import collect_garbage_per_batches, die_with_parent
 
 #: GIL switch interval of the applier process (CPython's default is 5 ms): the Redis thread, once its
 #: reply is in, would wait up to that long for the decoding thread to hand over the GIL.
@@ -40,6 +40,7 @@ def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs
     register_config_secrets(cfg)  # this process's log lines mask them too
     applier = BatchApplier(cfg, redis_client(cfg.redis))
     in_order = InOrder(applier)
+    collect_garbage_per_batches(containers_in_flight(cfg))  # start-up done: young collections per batches, not per records
     try:
         while True:
             try:

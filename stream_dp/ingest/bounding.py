@@ -197,7 +197,15 @@ class WindowBounding:
     - ``token``: the version (set by every apply; ``""`` before the first);
     - ``log_bytes``: how much of the window's bounding log (``{w:<start>}:users``, the counted
       ``user\\0key\\0`` pairs in apply order) this cache has absorbed;
-    - the counted keys of every user, in first-seen order, and the highest applied offset per partition.
+    - the counted keys of every user, in first-seen order (:meth:`keys`), and the highest applied offset
+      per partition.
+
+    A user's keys are held as the key itself (``str``) while there is one, as a tuple of keys from the
+    second on (``keys_of``): neither is a container the cyclic garbage collector keeps tracking (strings
+    never are; tuples of strings are untracked the first time a collection sees them), so the cache --
+    up to ``ingest.bounding_cache_max_users`` users -- adds nothing to the traversal of a full collection,
+    where one list per user made each full collection walk every cached user (bench/README.md), and a
+    one-key user costs no object of its own.
 
     :meth:`plan` applies the rule of :class:`ContributionBounder` to a chunk and advances the cache
     tentatively; :meth:`rollback` undoes the latest plans (newest first) when Redis refused them or the
@@ -210,8 +218,13 @@ class WindowBounding:
         self.unit = unit
         self.token = ""
         self.log_bytes = 0
-        self.keys_of: dict[str, list[str]] = {}
+        self.keys_of: dict[str, str | tuple[str, ...]] = {}  # user -> its key, or its keys (see above)
         self.applied_through: dict[int, int] = {}
+
+    def keys(self, user: str) -> tuple[str, ...]:
+        """The keys counted for ``user`` in this window, in the order they were counted."""
+        mine = self.keys_of.get(user)
+        return () if mine is None else (mine,) if type(mine) is str else mine  # type: ignore[return-value]
 
     def plan(self, partition: int, events: Sequence[tuple[int, str, str]], *, token: str) -> ChunkPlan:
         """Bound one chunk, ``(offset, user, key)`` in strictly increasing offset order, on the cached
@@ -230,7 +243,15 @@ class WindowBounding:
             for _, user, key in events[first:]:
                 mine = keys_of.get(user)
                 if mine is None:
-                    keys_of[user] = [key]
+                    keys_of[user] = key
+                elif type(mine) is str:  # one key so far
+                    if key == mine:
+                        linf += 1
+                        continue
+                    if cap == 1:
+                        l0 += 1
+                        continue
+                    keys_of[user] = (mine, key)
                 elif key in mine:
                     linf += 1
                     continue
@@ -238,7 +259,7 @@ class WindowBounding:
                     l0 += 1
                     continue
                 else:
-                    mine.append(key)
+                    keys_of[user] = mine + (key,)
                 add((user, key))
             increments = Counter(counted[1::2])
             applied = len(counted) // 2
@@ -261,10 +282,14 @@ class WindowBounding:
             raise RuntimeError("bounding cache: plans must be rolled back newest first")
         counted, keys_of = plan._counted, self.keys_of
         for i in range(len(counted) - 2, -1, -2):  # the counted pairs back out, newest first
-            mine = keys_of[counted[i]]
-            mine.pop()
-            if not mine:
-                del keys_of[counted[i]]
+            user = counted[i]
+            mine = keys_of[user]
+            if type(mine) is str:
+                del keys_of[user]
+            elif len(mine) == 2:
+                keys_of[user] = mine[0]
+            else:
+                keys_of[user] = mine[:-1]
         if plan._offset_before is None:
             del self.applied_through[plan.partition]
         else:
@@ -303,9 +328,11 @@ class WindowBounding:
             for user, key in decoder.feed(piece):
                 mine = keys_of.get(user)
                 if mine is None:
-                    keys_of[user] = [key]
+                    keys_of[user] = key
+                elif type(mine) is str:
+                    keys_of[user] = (mine, key)
                 else:
-                    mine.append(key)
+                    keys_of[user] = mine + (key,)
         decoder.finish()
         self.log_bytes = length
         self.applied_through = dict(applied_through)
@@ -313,5 +340,5 @@ class WindowBounding:
 
     @property
     def users(self) -> int:
-        """Users cached (each costs ~230 B with its key list; the cache's size measure)."""
+        """Users cached (each at most ~230 B with its keys and strings; the cache's size measure)."""
         return len(self.keys_of)

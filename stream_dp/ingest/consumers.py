@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from itertools import compress, islice, repeat
+from operator import is_not, ne
 from typing import Any, Protocol
 
 from kafka import TopicPartition
@@ -86,9 +88,23 @@ def records_of(consumer: Any) -> Records:
 
 # --- settings ---------------------------------------------------------------------------------------------
 
-def confluent_settings(cfg: KafkaConfig, *, group_id: str) -> dict[str, Any]:
+#: Default of ``ingest.prefetch_max_kbytes``: most KiB of records librdkafka fetches ahead of the loop.
+PREFETCH_MAX_KBYTES = 2048
+#: How long librdkafka waits before fetching again once its prefetch queue is at its bound (its own
+#: default, 1000 ms, would stall a bounded queue for a second each time the loop catches up).
+FETCH_QUEUE_BACKOFF_MS = 10
+
+
+def confluent_settings(cfg: KafkaConfig, *, group_id: str, prefetch_max_kbytes: int = PREFETCH_MAX_KBYTES
+                       ) -> dict[str, Any]:
     """librdkafka settings equivalent to :func:`stream_dp.connections.kafka_consumer`'s (bootstrap,
-    security, group timings, earliest reset) with commits only of explicit offsets."""
+    security, group timings, earliest reset) with commits only of explicit offsets.
+
+    The prefetch queue is bounded (``ingest.prefetch_max_kbytes``; librdkafka's default is 64 MiB, and
+    librdkafka keeps ~200 bytes of its own per queued record on top): a loop that lags holds at most that
+    many KiB of records it has not polled yet -- plus up to one fetch per partition in flight
+    (``max.partition.fetch.bytes``, 1 MiB) -- instead of growing by the whole default queue. Fetching
+    resumes :data:`FETCH_QUEUE_BACKOFF_MS` after the queue drops below the bound."""
     if not cfg.bootstrap_servers:
         raise ValueError("kafka.bootstrap_servers is empty: configure it, or start the embedded dev stack first")
     conf: dict[str, Any] = {
@@ -101,6 +117,8 @@ def confluent_settings(cfg: KafkaConfig, *, group_id: str) -> dict[str, Any]:
         "auto.offset.reset": "earliest",
         "session.timeout.ms": cfg.session_timeout_ms,
         "heartbeat.interval.ms": cfg.heartbeat_interval_ms,
+        "queued.max.messages.kbytes": prefetch_max_kbytes,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     if cfg.sasl_mechanism:
         conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
@@ -235,27 +253,40 @@ class ConfluentConsumer:
 
     # --- records -----------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Any]]:
-        """Up to ``max_poll_records`` records per partition, waiting at most ``timeout_ms`` for the first."""
+        """Up to ``max_poll_records`` records per partition, waiting at most ``timeout_ms`` for the first.
+
+        Each partition's records keep their order (librdkafka delivers a partition's messages in offset
+        order; a consume mixes partitions in runs). The per-message reads are ``map`` over the message
+        methods, so no Python bytecode runs per record here (nor in :meth:`columns`)."""
         if self._fatal is not None:
             raise ConfluentError(f"the Kafka client failed for good: {self._fatal}")
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException, Message
 
         try:  # the rebalance callbacks run in here: their own exceptions pass through unchanged
             msgs = self._consumer.consume(num_messages=self.max_poll_records, timeout=timeout_ms / 1000.0)
         except KafkaException as exc:
             _raise_as_kafka_error(exc, "polling")
+        if not msgs:
+            return {}
+        errors = list(map(Message.error, msgs))
+        if any(map(is_not, errors, repeat(None))):  # by identity: a KafkaError's == None raises
+            for m, err in zip(msgs, errors):
+                if err is not None:
+                    self._message_error(m)
+            msgs = [m for m, err in zip(msgs, errors) if err is None]
+            if not msgs:
+                return {}
+        parts = list(map(Message.partition, msgs))
+        topic = msgs[0].topic()  # the loop subscribes to one topic
+        # runs of one partition: [cuts[i], cuts[i + 1])
+        cuts = [0, *compress(range(1, len(parts)), map(ne, islice(parts, 1, None), parts)), len(parts)]
         by_partition: dict[int, list[Any]] = {}
-        topic = ""
-        for m in msgs:
-            if m.error() is not None:
-                self._message_error(m)
-                continue
-            p = m.partition()
-            recs = by_partition.get(p)
+        for lo, hi in zip(cuts, islice(cuts, 1, None)):
+            recs = by_partition.get(parts[lo])
             if recs is None:
-                by_partition[p] = recs = []
-                topic = m.topic()
-            recs.append(m)
+                by_partition[parts[lo]] = msgs[lo:hi]
+            else:
+                recs.extend(msgs[lo:hi])
         return {TopicPartition(topic, p): recs for p, recs in by_partition.items()}
 
     def _message_error(self, m: Any) -> None:
@@ -268,11 +299,10 @@ class ConfluentConsumer:
     @staticmethod
     def columns(msgs: list[Any]) -> tuple[list[int], list[int | None], list[bytes | None]]:
         """Offsets, record timestamps (ms; None when the record has none) and values of one partition."""
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
-        stamps = [m.timestamp() for m in msgs]
-        return ([m.offset() for m in msgs], [ms if kind != TIMESTAMP_NOT_AVAILABLE else None for kind, ms in stamps],
-                [m.value() for m in msgs])
+        stamps = [ms if kind != TIMESTAMP_NOT_AVAILABLE else None for kind, ms in map(Message.timestamp, msgs)]
+        return list(map(Message.offset, msgs)), stamps, list(map(Message.value, msgs))
 
     @staticmethod
     def fields(m: Any) -> tuple[str, int, int, bytes | None, bytes | None]:
@@ -378,11 +408,13 @@ class ConfluentConsumer:
         self._consumer.close()
 
 
-def ingest_consumer(cfg: KafkaConfig, client: str) -> Any:
+def ingest_consumer(cfg: KafkaConfig, client: str, *, prefetch_max_kbytes: int = PREFETCH_MAX_KBYTES) -> Any:
     """The ingest loop's consumer in group ``kafka.ingest_group_id`` (not yet subscribed), on backend
-    ``client`` (``ingest.kafka_client``)."""
+    ``client`` (``ingest.kafka_client``); ``prefetch_max_kbytes`` bounds confluent's prefetch
+    (:func:`confluent_settings`; kafka-python fetches only when polled)."""
     if client == "confluent":
-        return ConfluentConsumer(confluent_settings(cfg, group_id=cfg.ingest_group_id),
+        return ConfluentConsumer(confluent_settings(cfg, group_id=cfg.ingest_group_id,
+                                                    prefetch_max_kbytes=prefetch_max_kbytes),
                                  max_poll_records=cfg.max_poll_records)
     if client == "kafka-python":
         from stream_dp.connections import kafka_consumer

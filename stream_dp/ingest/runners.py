@@ -30,6 +30,14 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 2
 
 
+def containers_in_flight(cfg: Config) -> int:
+    """How many GC-tracked containers the batches of one worker process hold at most, with margin: the
+    batch just polled and :data:`MAX_IN_FLIGHT` more, at most ``kafka.max_poll_records`` records each,
+    about one container per record (the threshold of
+    :func:`stream_dp.processes.collect_garbage_per_batches` in the loop and the applier)."""
+    return (MAX_IN_FLIGHT + 2) * cfg.kafka.max_poll_records
+
+
 class InOrder:
     """Applies batches one after another; after a failed one, refuses the rest until :meth:`resume`.
 

@@ -20,7 +20,7 @@ def build_worker(cfg: Config, registry: CollectorRegistry) -> IngestWorker:
     """The worker with clients built from ``cfg`` (consumer in the ingest group on the ``ingest.kafka_client``
     backend, DLQ producer, Redis)."""
     ensure_topics(cfg.kafka, {cfg.kafka.dead_letter_topic: 1})
-    consumer = ingest_consumer(cfg.kafka, cfg.ingest.kafka_client)
+    consumer = ingest_consumer(cfg.kafka, cfg.ingest.kafka_client, prefetch_max_kbytes=cfg.ingest.prefetch_max_kbytes)
     producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000),
                               max_request_size=cfg.ingest.dead_letter_max_request_bytes)
     return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),

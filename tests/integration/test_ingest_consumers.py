@@ -8,6 +8,8 @@ give exactly what kafka-python's records give, null keys and values and record t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -87,6 +89,75 @@ def test_confluent_and_kafka_python_records_map_identically(bootstrap_servers, t
         ck.close()
 
 
+def test_confluent_message_errors_are_skipped_not_raised(bootstrap_servers, topic_name):
+    """librdkafka reports some conditions as messages that carry an error (here: the subscribed topic does
+    not exist): poll logs and drops them and returns the records around them (none here)."""
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    ck = ConfluentConsumer(confluent_settings(cfg, group_id=topic_name("ck")), max_poll_records=100)
+    ck.subscribe([topic_name("missing")])
+    errors: list = []
+    original = ck._message_error
+    ck._message_error = lambda m: (errors.append(m.error()), original(m))  # type: ignore[method-assign]
+    try:
+        def reported() -> bool:
+            assert ck.poll(timeout_ms=200) == {}
+            return bool(errors)
+
+        wait_for(reported, timeout=30, interval=0.01, what="a message carrying an error")
+    finally:
+        ck.close()
+
+
+RECORD_BYTES = 1024  # the backlog's record size (value bytes, about)
+
+
+def _fetched_ahead_while_lagging(bootstrap: str, topic: str, group: str, prefetch_max_kbytes: int) -> int:
+    """The most records librdkafka had fetched beyond what the consumer had polled (its statistics'
+    ``next_offset - app_offset``) while the consumer polled one record per 50 ms, far slower than it fetches."""
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap}}, environ={}).kafka
+    most = [0]
+    seen = [0]
+
+    def stats(raw: str) -> None:
+        part = json.loads(raw).get("topics", {}).get(topic, {}).get("partitions", {}).get("0")
+        if part and part.get("app_offset", -1) >= 0:
+            most[0] = max(most[0], part["next_offset"] - part["app_offset"])
+            seen[0] += 1
+
+    settings = {**confluent_settings(cfg, group_id=group, prefetch_max_kbytes=prefetch_max_kbytes),
+                "statistics.interval.ms": 50, "stats_cb": stats}
+    ck = ConfluentConsumer(settings, max_poll_records=1)
+    ck.subscribe([topic])
+    try:
+        def lagged() -> bool:
+            ck.poll(timeout_ms=20)
+            return seen[0] >= 30  # ~1.5 s of statistics after the first record
+
+        # one record per 50 ms: far slower than librdkafka fetches (the loop lags)
+        wait_for(lagged, timeout=60, interval=0.05, what="statistics of a lagging consumer")
+    finally:
+        ck.close()
+    return most[0]
+
+
+@pytest.mark.slow
+def test_confluent_prefetch_is_bounded_by_the_setting(bootstrap_servers, topic_name):
+    """A loop that lags: librdkafka fetches ahead about ``ingest.prefetch_max_kbytes`` (+ one fetch
+    response, ~1 MiB), where its own default (64 MiB) queues the whole 8 MiB backlog."""
+    topic = topic_name("backlog")
+    create_topic(bootstrap_servers, topic, 1)
+    backlog = 8192
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=20, batch_size=256 * 1024)
+    for i in range(backlog):
+        producer.send(topic, value=b'{"user": "u%05d", "key": "k", "pad": "%s"}' % (i, b"x" * (RECORD_BYTES - 40)))
+    producer.flush()
+    producer.close()
+    bounded = _fetched_ahead_while_lagging(bootstrap_servers, topic, topic_name("small"), 256)
+    assert 0 < bounded * RECORD_BYTES <= (256 + 1024 + 256) * 1024  # the bound, one fetch, one record batch
+    unbounded = _fetched_ahead_while_lagging(bootstrap_servers, topic, topic_name("large"), 65536)
+    assert unbounded > backlog * 0.9  # the contrast: the default would queue all of it
+
+
 def test_the_client_setting_is_checked_and_named(bootstrap_servers):
     with pytest.raises(ConfigError, match="ingest.kafka_client"):
         config_from_mapping({"ingest": {"kafka_client": "librdkafka"}}, environ={})
@@ -96,6 +167,10 @@ def test_the_client_setting_is_checked_and_named(bootstrap_servers):
     settings = confluent_settings(cfg, group_id="g")
     assert settings["enable.auto.commit"] is False and settings["enable.auto.offset.store"] is False
     assert settings["group.id"] == "g" and settings["auto.offset.reset"] == "earliest"
+    assert settings["queued.max.messages.kbytes"] == 2048  # ingest.prefetch_max_kbytes' default
+    assert confluent_settings(cfg, group_id="g", prefetch_max_kbytes=512)["queued.max.messages.kbytes"] == 512
+    with pytest.raises(ConfigError, match="ingest.prefetch_max_kbytes"):
+        config_from_mapping({"ingest": {"prefetch_max_kbytes": 0}}, environ={})
 
 
 class _Loop:

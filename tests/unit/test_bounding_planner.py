@@ -35,6 +35,16 @@ def reference(events: list[tuple[str, str]], max_keys: int) -> tuple[Counter, li
     return Counter(k for ks in kept.values() for k in ks), outcomes
 
 
+def reference_keys(events: list[tuple[str, str]], max_keys: int) -> dict[str, list[str]]:
+    """Each user's counted keys, in the order counted."""
+    kept: dict[str, list[str]] = {}
+    for user, key in events:
+        mine = kept.setdefault(user, [])
+        if key not in mine and len(mine) < max_keys:
+            mine.append(key)
+    return kept
+
+
 def state(b: WindowBounding) -> tuple:
     return copy.deepcopy((b.token, b.log_bytes, b.keys_of, b.applied_through))
 
@@ -68,7 +78,8 @@ def test_plans_over_any_chunking_equal_the_rule(events, max_keys, cuts):
     assert counts == want
     assert (applied, linf, l0) == (outcomes.count("counted"), outcomes.count("linf"), outcomes.count("l0"))
     assert decode_log(logged) == [e for e, o in zip(events, outcomes) if o == "counted"]
-    assert b.log_bytes == len(logged) and all(len(ks) <= max_keys for ks in b.keys_of.values())
+    assert b.log_bytes == len(logged) and all(len(b.keys(u)) <= max_keys for u in b.keys_of)
+    assert {u: list(b.keys(u)) for u in b.keys_of} == {u: list(ks) for u, ks in reference_keys(events, max_keys).items()}
 
 
 def test_event_unit_counts_every_event_and_logs_nothing():
@@ -149,7 +160,7 @@ def test_absorb_from_zero_resets_a_cache_whose_log_was_replaced():
     b = WindowBounding(2)
     b.plan(0, [(0, "u", "a"), (1, "v", "b")], token="t1")
     b.absorb(token="t9", log_from=0, log_tail=encode_log(["w", "c"]), applied_through={0: 7})
-    assert (b.keys_of, b.log_bytes, b.applied_through, b.token) == ({"w": ["c"]}, 4, {0: 7}, "t9")
+    assert ({u: b.keys(u) for u in b.keys_of}, b.log_bytes, b.applied_through, b.token) == ({"w": ("c",)}, 4, {0: 7}, "t9")
     with pytest.raises(ValueError, match="read from byte 2, but the cache holds 4 bytes"):
         b.absorb(token="t10", log_from=2, log_tail=b"", applied_through={})
 
