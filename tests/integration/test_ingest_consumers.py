@@ -158,6 +158,38 @@ def test_confluent_prefetch_is_bounded_by_the_setting(bootstrap_servers, topic_n
     assert unbounded > backlog * 0.9  # the contrast: the default would queue all of it
 
 
+@pytest.mark.slow
+def test_a_full_bounded_prefetch_queue_does_not_starve_the_loop(bootstrap_servers, topic_name):
+    """With the queue at its bound, librdkafka fetches again 10 ms after the loop makes room: a loop reading
+    one record per poll always finds the next one queued (librdkafka's default 1 s back-off leaves ~5 empty
+    200 ms polls per refill, ~40 over this backlog)."""
+    topic, n = topic_name("refill"), 30_000
+    create_topic(bootstrap_servers, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5, batch_size=256 * 1024)
+    for _ in range(n):
+        producer.send(topic, value=b"x" * 500, partition=0)
+    producer.flush()
+    producer.close()
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    consumer = ConfluentConsumer(confluent_settings(cfg, group_id=topic_name("g"), prefetch_max_kbytes=1024),
+                                 max_poll_records=1)
+    consumer.subscribe([topic])
+    got = starved = 0
+
+    def all_read() -> bool:  # once records flow, a poll that waits 200 ms for nothing: the loop starved
+        nonlocal got, starved
+        read = sum(len(v) for v in consumer.poll(timeout_ms=200).values())
+        starved += bool(got and not read)
+        got += read
+        return got >= n
+
+    try:
+        wait_for(all_read, timeout=120, interval=0, what=f"{n} records one per poll")
+        assert starved <= 10, f"{starved} polls found the queue empty while the broker had records"
+    finally:
+        consumer.close()
+
+
 def test_the_client_setting_is_checked_and_named(bootstrap_servers):
     with pytest.raises(ConfigError, match="ingest.kafka_client"):
         config_from_mapping({"ingest": {"kafka_client": "librdkafka"}}, environ={})
