@@ -75,6 +75,11 @@ class WindowClaims:
         self._drop = client.register_script(_DROP)
         self._set_at: dict[str, float] = {}  # token -> monotonic time before its last SET / PEXPIRE was sent
 
+    @property
+    def scripts(self) -> tuple:
+        """The claim's Lua scripts (renew, drop), loaded when the worker starts."""
+        return (self._renew, self._drop)
+
     def acquire(self, start: int) -> Claim | None:
         """Claim the window starting at ``start``; None if another worker holds it.
 

@@ -45,7 +45,7 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
-from stream_dp.node_batches import Reads, run_batched
+from stream_dp.node_batches import Reads, evalsha_item, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 
@@ -259,6 +259,12 @@ class WindowReader:
         self._top_script = client.register_script(_TOP)
         self._members_at = client.register_script(_MEMBERS_AT)
 
+    @property
+    def scripts(self) -> tuple:
+        """The reader's Lua scripts (loaded when the worker starts, :func:`~stream_dp.node_batches.load_scripts`)."""
+        return (self._mark, self._mark_fence, self._release_shard, self._chunk, self._cursor, self._histogram,
+                self._scores, self._top_script, self._members_at)
+
     # --- which windows ---------------------------------------------------------------------------
     def global_watermark(self) -> float | None:
         """Ingest's global watermark (epoch seconds), or None before ingest has set one."""
@@ -331,8 +337,32 @@ class WindowReader:
                             lambda keys: list(self.counts_of(window, keys).values()))
         return top
 
+    def top_counts_reads(self, window: Window, n: int) -> Reads | None:
+        """The read of :meth:`top_counts` as one command, to send in a batch with other steps; None when it
+        takes more than one (a sharded window: the threshold algorithm reads the shards in rounds)."""
+        if self.keys.shards != 1:
+            return None
+        name = self.keys.window_counts(window.start)
+        return Reads([evalsha_item(self._top_script, [name], [n - 1, 0])],
+                     lambda replies: self._top_reply(window, 0, 0, n - 1, replies[0]), scripts=[self._top_script])
+
+    def counts_of_reads(self, window: Window, watched: list[str]) -> Reads | None:
+        """The read of :meth:`counts_of` as one command (None for a sharded window: one per shard)."""
+        if self.keys.shards != 1:
+            return None
+        keys = list(watched)
+        if not keys:
+            return Reads([], lambda replies: {})
+        name = self.keys.window_counts(window.start)
+        return Reads([(name, lambda pipe: pipe.zmscore(name, keys))],
+                     lambda replies: {k: (0.0 if s is None else float(s)) for k, s in zip(keys, replies[0])})
+
     def _ranks_desc(self, window: Window, shard: int, first: int, last: int) -> dict[str, float]:
-        flat = json.loads(self._top_script(keys=[self.keys.window_counts(window.start, shard)], args=[last, first]))
+        raw = self._top_script(keys=[self.keys.window_counts(window.start, shard)], args=[last, first])
+        return self._top_reply(window, shard, first, last, raw)
+
+    def _top_reply(self, window: Window, shard: int, first: int, last: int, raw: bytes | str) -> dict[str, float]:
+        flat = json.loads(raw)
         members, scores = flat[0::2], np.array(flat[1::2], dtype=np.float64)
         if self.keys.shards == 1 and first == 0:  # the window's top: kept for the sample of this window
             self._top = _TopOfWindow(window.start, members, scores, complete=len(members) < last + 1)
