@@ -15,6 +15,10 @@ One pass (:meth:`ReleaseWorker.run_once`):
    (top-k: add its released keys to the watchlist; alerts: move the SVT state forward);
 4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
 
+Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the window's first reads go
+with the claim's ``SET``, top-k's data and the alerts' watched counts with top-k's reservation, and a
+release's mark-published and after-commit writes ahead of the next ledger step (docs/privacy.md §4).
+
 :meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start
 (:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished release
 first (:meth:`ReleaseWorker.recover`).
@@ -122,18 +126,19 @@ class ReleaseWorker:
         if not pending:
             return None
         window = pending[0]
+        # checked under the claim: the previous holder may have released it since `closable()` ran
+        # ... with the other reads a release of the window starts with, sent right after the claim's SET
+        scope, rids = self.scope_for(window.start), [release_id(window, t) for t in self.types]
+        ride = RideAlong()
+        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self._watchlist_reads(window),
+                                        self.alerts_store.load_reads(), self.outbox.stored_all_reads(scope, rids))]
         with self.metrics.phase("redis"):
-            claim = self.claims.acquire(window.start)
+            claim = self.claims.acquire_then_read(window.start, ride)
         if claim is None:
             return None
         try:
-            # checked under the claim: the previous holder may have released it since `closable()` ran
-            # ... in one batch with the other reads a release of the window starts with
-            scope, rids = self.scope_for(window.start), [release_id(window, t) for t in self.types]
+            (done, closed_at), watch, alerts_state, payloads = (p.value for p in first)
             with self.metrics.phase("redis"):
-                (done, closed_at), watch, alerts_state, payloads = run_reads(
-                    self._client, self.reader.release_state_reads(window), self._watchlist_reads(window),
-                    self.alerts_store.load_reads(), self.outbox.stored_all_reads(scope, rids))
                 if done:  # finish what a crash after the fenced released mark left undone (idempotent)
                     self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
             if done:
