@@ -8,15 +8,19 @@ windows (each a server-side COPY of one template sorted set).
 
 ``--load N`` runs N busy-looping processes beside it (a CPU burner, for the "under load" figures).
 
-Reported: p50 / p99 of close → last record acknowledged by the broker (the worker is driven directly, so
-its idle poll interval -- 0.5 s by default -- is not included), per-type publish latency, and the share of
+Reported: p50 / p99 of close → last record acknowledged by the broker (the worker is started -- schedule,
+Lua scripts, recovery -- before the first window closes, then driven directly, so its idle poll interval
+-- 0.5 s by default -- is not included; each window's line gives the per-type times too), per-type publish latency, and the share of
 the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka produce (from the worker's
 ``stream_dp_release_phase_seconds_total``). Baselines measured in the same run: one full chunked read of
 the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait: what the release publisher does). The last
 stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
 ``--trace`` lists the Redis round trips (one per command sent alone, one per pipeline) and produces of the
-last window's release, in order, with their times; every run reports the median round trips per window.
+last window's release, in order, with their times and the time spent in the worker before each (its own
+work between steps); every run reports the median round trips, process CPU time and voluntary context
+switches per window (the last two measured around the whole pass, so they are less sensitive to other
+processes on the machine than the latencies).
 
 ``--shards S`` stores each window in S shards (``windows.shards``), each key's count split over them at
 random (multinomially: a key's users fall into every shard), so the worker merges the shards exactly.
@@ -29,6 +33,7 @@ random (multinomially: a key's users fall into every shard), so the worker merge
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 from typing import Any
@@ -60,6 +65,8 @@ class RoundTrips:
 
     def __init__(self) -> None:
         self.steps: list[tuple[str, float]] = []
+        self.gaps: list[float] = []  # per step: time since the previous step ended (the worker's own work)
+        self._last_end = time.perf_counter()
         self._real: dict[str, Any] = {}
 
     def install(self) -> None:
@@ -74,7 +81,7 @@ class RoundTrips:
             try:
                 return real_cmd(client, *args, **options)
             finally:
-                steps.append((_command_name(args), time.perf_counter() - t))
+                self.add(_command_name(args), t)
 
         def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
             names = "+".join(_command_name(c[0]) for c in pipe.command_stack)
@@ -82,10 +89,23 @@ class RoundTrips:
             try:
                 return real_pipe(pipe, *args, **kwargs)
             finally:
-                steps.append((f"pipeline[{names}]", time.perf_counter() - t))
+                self.add(f"pipeline[{names}]", t)
 
         redis.Redis.execute_command = execute_command  # type: ignore[method-assign]
         Pipeline.execute = execute  # type: ignore[method-assign]
+
+    def start(self) -> None:
+        """Forget the steps so far; the next step's "before" time counts from now."""
+        self.steps.clear()
+        self.gaps.clear()
+        self._last_end = time.perf_counter()
+
+    def add(self, name: str, started: float) -> None:
+        """Record a step that started at ``started`` (perf_counter) and ends now."""
+        end = time.perf_counter()
+        self.steps.append((name, end - started))
+        self.gaps.append(max(0.0, started - self._last_end))
+        self._last_end = end
 
     def uninstall(self) -> None:
         from redis.client import Pipeline
@@ -123,7 +143,7 @@ class TimedPublisher(Publisher):
         super().publish(record)
         self.acked[record["release_id"]] = time.perf_counter()
         if self.trace is not None:
-            self.trace.steps.append((f"kafka produce {record['type']}", self.acked[record["release_id"]] - t))
+            self.trace.add(f"kafka produce {record['type']}", t)
 
 
 def zipf_counts(n: int, a: float, top: float) -> np.ndarray:
@@ -219,6 +239,7 @@ def measure(args: argparse.Namespace) -> None:
         client.zrem(keys.windows_index(), "0")
         read_ms, produce_ms = statistics.median(base_read) * 1e3, statistics.median(base_produce) * 1e3
 
+        worker.start()  # worker start-up (schedule, Lua scripts loaded, recovery), before any window closes
         latencies: list[float] = []
         per_type: dict[str, list[float]] = {t: [] for t in worker.types}
         phase_totals = {p: 0.0 for p in PHASES}
@@ -226,21 +247,27 @@ def measure(args: argparse.Namespace) -> None:
         trips = RoundTrips()
         publisher.trace = trips
         round_trips: list[int] = []
+        cpu_ms: list[float] = []  # the bench process's CPU time per window (worker + producer threads)
+        switches: list[int] = []  # its voluntary context switches per window (waits on a socket, a lock)
         last_steps: list[tuple[str, float]] = []
         for w in range(1, args.windows + 1):
             start = w * SIZE
             open_window(client, keys, start)
             before = {p: metrics.phase_seconds.labels(p)._value.get() for p in PHASES}
+            usage0 = resource.getrusage(resource.RUSAGE_SELF)
             t0 = time.perf_counter()
             set_watermark(client, keys, start + SIZE)  # the window closes now
-            trips.steps.clear()
+            trips.start()
             trips.install()
             try:
                 released = worker.run_once()
             finally:
                 trips.uninstall()
+            usage1 = resource.getrusage(resource.RUSAGE_SELF)
+            cpu_ms.append((usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime) * 1e3)
+            switches.append(usage1.ru_nvcsw - usage0.ru_nvcsw)
             round_trips.append(trips.redis_count())
-            last_steps = list(trips.steps)
+            last_steps = list(zip(trips.steps, trips.gaps))
             assert released is not None and released.start == start, "the window was not released"
             done = max(publisher.acked[f"{start}-{start + SIZE}.{t}"] for t in worker.types)
             latencies.append(done - t0)
@@ -251,14 +278,16 @@ def measure(args: argparse.Namespace) -> None:
             for t in worker.types:
                 stored = ledger.stored(worker.scope_for(start), f"{start}-{start + SIZE}.{t}")
                 items[t].append(stored.count('"key"') if stored else 0)
-            print(f"window {w}: close → all published {latencies[-1]:.3f}s")
+            print(f"window {w}: close → all published {latencies[-1]:.3f}s ("
+                  + ", ".join(f"{t} {per_type[t][-1]:.3f}s" for t in worker.types) + ")")
         publisher.close()
         client.close()
 
     if args.trace:
-        print(f"\nRedis round trips and produces of the last window's release, in order ({round_trips[-1]} round trips):")
-        for i, (name, dt) in enumerate(last_steps, 1):
-            print(f"  {i:2d}. {name:<70s} {dt * 1e3:7.2f} ms")
+        print(f"\nRedis round trips and produces of the last window's release, in order ({round_trips[-1]} round trips;"
+              " before = the worker's own time since the previous step):")
+        for i, ((name, dt), gap) in enumerate(last_steps, 1):
+            print(f"  {i:2d}. {name:<70s} {dt * 1e3:7.2f} ms   (before {gap * 1e3:5.2f} ms)")
     total = sum(latencies)
     other = total - sum(phase_totals.values())
     warm = latencies[1:] if len(latencies) > 1 else latencies
@@ -282,6 +311,8 @@ def measure(args: argparse.Namespace) -> None:
     print(f"| other (record building, JSON, claims) | {other:.2f} | {other / total:.0%} |")
     print()
     print(f"Redis round trips per window (median): {int(statistics.median(round_trips))}")
+    print(f"process CPU per window (median, ms): {statistics.median(cpu_ms):.1f}; "
+          f"voluntary context switches per window (median): {int(statistics.median(switches))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
         "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load,
@@ -294,6 +325,8 @@ def measure(args: argparse.Namespace) -> None:
         "ratio_p50_to_full_read": pct(latencies, 50) * 1e3 / read_ms,
         "phase_share": {p: phase_totals[p] / total for p in PHASES} | {"other": other / total},
         "redis_round_trips_median": int(statistics.median(round_trips)),
+        "cpu_ms_per_window_median": statistics.median(cpu_ms),
+        "voluntary_switches_per_window_median": int(statistics.median(switches)),
         "items_median": {t: int(statistics.median(v)) for t, v in items.items()},
     })
 

@@ -15,12 +15,14 @@ offset record or fencing token, so a pair that did run before the error is refus
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 from redis.client import Pipeline
 
-__all__ = ["Reads", "SlotMoved", "is_cluster", "node_client", "refresh_slots", "run_batched", "run_reads"]
+__all__ = ["Pending", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "load_scripts", "node_client", "refresh_slots",
+           "run_batched", "run_in_order", "run_reads", "run_with_scripts"]
 
 #: Replies meaning "the key's master is changing" (failover, resharding, loading): retry later.
 FAILOVER_ERRORS = (redis.exceptions.AskError, redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
@@ -104,17 +106,156 @@ class Reads:
     ``(key, queue)`` items (one command each) and ``parse``, which turns their replies into the result."""
 
     def __init__(self, items: Sequence[tuple[str, Callable[[Pipeline], None]]],
-                 parse: Callable[[list[Any]], Any]) -> None:
+                 parse: Callable[[list[Any]], Any], scripts: Sequence[Any] = ()) -> None:
         self.items = list(items)
         self.parse = parse
+        self.scripts = list(scripts)  # the scripts its items run by SHA (evalsha_item)
 
 
 def run_reads(client: Any, *reads: Reads) -> list[Any]:
     """Send every read of ``reads`` in one :func:`run_batched` (one round trip on a single Redis, one per
     master on a cluster) and return each ``parse``'s result, in order. Only for reads: no order among them."""
-    replies = run_batched(client, [item for r in reads for item in r.items]) if any(r.items for r in reads) else []
+    items = [item for r in reads for item in r.items]
+    replies = run_with_scripts(client, items, [sc for r in reads for sc in r.scripts], ordered=False) if items else []
     out, pos = [], 0
     for r in reads:
         out.append(r.parse(replies[pos:pos + len(r.items)]))
         pos += len(r.items)
     return out
+
+
+Item = tuple[str, Callable[[Pipeline], None]]
+
+
+def evalsha_item(script: Any, keys: Sequence[str], args: Sequence[Any]) -> Item:
+    """A ``(key, queue)`` item that runs the registered ``script`` (a redis-py ``Script``) by its SHA.
+
+    Sent with :func:`run_with_scripts`, which loads the script and repeats the batch when Redis lacks it
+    (a restarted or flushed Redis). redis-py's own script-in-pipeline support would add a ``SCRIPT EXISTS``
+    round trip to every batch."""
+    keys, args = list(keys), list(args)
+    return keys[0], lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+
+def run_in_order(client: Any, items: Sequence[Item]) -> list[Any]:
+    """:func:`run_batched`, keeping the order of the items *across* masters: on a cluster, each maximal run
+    of consecutive items on one master is one pipeline, and the runs go one after the other (so an item
+    never runs before an earlier one, whatever slots they are in; errors propagate at once). On a single
+    Redis it is one pipeline, which runs its commands in order on one connection."""
+    if not is_cluster(client) or not items:
+        return run_batched(client, items)
+    replies: list[Any] = []
+    run: list[Item] = []
+    node = None
+    for item in items:
+        name = client.get_node_from_key(item[0]).name
+        if run and name != node:
+            replies.extend(run_batched(client, run))
+            run = []
+        run.append(item)
+        node = name
+    replies.extend(run_batched(client, run))
+    return replies
+
+
+def run_with_scripts(client: Any, items: Sequence[Item], scripts: Sequence[Any] = (), *,
+                     ordered: bool = True) -> list[Any]:
+    """:func:`run_in_order` (``ordered=False``, for independent reads: :func:`run_batched`); when a script of ``scripts`` is missing on a master (``NOSCRIPT``), load them
+    all and run the batch once more. So every item of a batch with scripts must be idempotent: the
+    service's are (reads; ``ZREM``; ``ZADD NX``; an ``HSET`` of a fresh random reference; ledger scripts,
+    idempotent per release / reservation id, which return the first result again)."""
+    run = run_in_order if ordered else run_batched
+    try:
+        return run(client, items)
+    except redis.exceptions.NoScriptError:
+        for script in scripts:
+            client.script_load(script.script)
+        return run(client, items)
+
+
+def load_scripts(client: Any, scripts: Sequence[Any]) -> None:
+    """``SCRIPT LOAD`` every script (redis-py ``Script``) into Redis -- on a cluster, every master -- so that
+    the first ``EVALSHA`` of each is not refused with ``NOSCRIPT`` (and sent twice). One round trip on a
+    single Redis. Idempotent; a worker calls it when it starts."""
+    if not scripts:
+        return
+    if is_cluster(client):
+        for script in scripts:
+            client.script_load(script.script)
+        return
+    pipe = client.pipeline(transaction=False)
+    for script in scripts:
+        pipe.script_load(script.script)
+    pipe.execute()
+
+
+class Pending:
+    """The result of a read queued on a :class:`RideAlong`: ``done`` once the round trip carrying it returned."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.value: Any = None
+
+
+@dataclass
+class RideAlong:
+    """Commands that travel in the same round trip as the worker's next Redis step.
+
+    ``before``: writes already due (e.g. marking the previous release published), sent *ahead* of the
+    step, in order (:func:`run_in_order`): on one Redis they run before it on the same connection, one
+    round trip; on a cluster one pipeline per run of consecutive items on one master, the runs one after
+    the other. Reads queued with :meth:`read` are independent of the step and sent *after* it (on a
+    cluster, grouped per master); each one's parsed result lands in its :class:`Pending`. ``on_sent``: callbacks run
+    once the round trip carrying ``before`` returned without error (e.g. the crash point after a mark).
+    ``scripts``: the scripts the items run by SHA (:func:`evalsha_item`), loaded again if Redis lacks them.
+    Every item (queued, step or read) queues exactly one command.
+    """
+
+    before: list[Item] = field(default_factory=list)
+    reads: list[tuple[Reads, Pending]] = field(default_factory=list)
+    scripts: list[Any] = field(default_factory=list)
+    on_sent: list[Callable[[], None]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.before or self.reads)
+
+    def write(self, item: Item, *, script: Any = None, on_sent: Callable[[], None] | None = None) -> None:
+        """Queue a write to go ahead of the next step (``script``: the script it runs by SHA, if any)."""
+        self.before.append(item)
+        if script is not None:
+            self.scripts.append(script)
+        if on_sent is not None:
+            self.on_sent.append(on_sent)
+
+    def read(self, reads: Reads) -> Pending:
+        """Queue ``reads`` to go after the next step; its result is in the returned :class:`Pending`."""
+        pending = Pending()
+        self.reads.append((reads, pending))
+        return pending
+
+    def run(self, client: Any, step: Sequence[Item] = (), scripts: Sequence[Any] = ()) -> list[Any]:
+        """Send ``before``, then the ``step`` items, then the queued reads in one batch; return the step's
+        replies. The queued writes are then done: the queue is emptied and ``on_sent`` run."""
+        before, reads = list(self.before), list(self.reads)
+        read_items = [item for r, _ in reads for item in r.items]
+        all_scripts = [*self.scripts, *scripts, *(sc for r, _ in reads for sc in r.scripts)]
+        if is_cluster(client):  # ordered runs for the writes and the step, the reads grouped per master
+            replies = run_with_scripts(client, before + list(step), all_scripts)
+            replies += run_with_scripts(client, read_items, all_scripts, ordered=False) if read_items else []
+        else:
+            replies = run_with_scripts(client, before + list(step) + read_items, all_scripts)
+        pos = len(before) + len(step)
+        step_replies = replies[len(before):pos]
+        for r, pending in reads:
+            pending.value, pending.done = r.parse(replies[pos:pos + len(r.items)]), True
+            pos += len(r.items)
+        self.before, self.reads, self.scripts = [], [], []
+        callbacks, self.on_sent = self.on_sent, []
+        for callback in callbacks:
+            callback()
+        return step_replies
+
+    def flush(self, client: Any) -> None:
+        """Send what is queued on its own (nothing when the queue is empty)."""
+        if self:
+            self.run(client)

@@ -57,6 +57,7 @@ from stream_dp.accounting.composition import Spent, compose
 from stream_dp.accounting import ledger_args
 from stream_dp.accounting.events import DpEvent, event_from_dict
 from stream_dp.keys import Keys
+from stream_dp.node_batches import Reads, RideAlong, evalsha_item
 from stream_dp.replication import NO_REPLICATION, NotReplicated, ReplicationPolicy, write_then_wait
 
 __all__ = [
@@ -224,6 +225,11 @@ class Ledger:
         # the next operation must add the scope again). Scopes are never removed from the index.
         self._indexed: set[str] = set()
 
+    @property
+    def scripts(self) -> tuple:
+        """The ledger's Lua scripts (charge, reserve, settle, cancel), e.g. to load them when a worker starts."""
+        return tuple(self._scripts.values())
+
     # --- key helpers ------------------------------------------------------------------------------
     def _scope_keys(self, scope: str) -> list[str]:
         if not isinstance(scope, str) or not scope or "{" in scope or "}" in scope:
@@ -247,13 +253,18 @@ class Ledger:
                                            "delta_prime": cap.delta_prime},
                                   payload=payload, now=time.time(), **fields)
 
-    def _run(self, op: str, scope: str, args: list[str]) -> tuple[bool, dict[str, Any], str | None]:
+    def _run(self, op: str, scope: str, args: list[str], ride: RideAlong | None = None,
+             ) -> tuple[bool, dict[str, Any], str | None]:
         keys = self._scope_keys(scope)
         if scope not in self._indexed:
             self.redis.sadd(self._index_key(), scope)  # before the script: an indexed scope may be empty, never lost
             if not self.replication.replicas:
                 self._indexed.add(scope)
-        out = self._scripts[op](keys=keys, args=args)
+        script = self._scripts[op]
+        if ride:  # the queued writes ahead of the script, the reads after it: one round trip
+            out, = ride.run(self.redis, [evalsha_item(script, keys, args)], [script])
+        else:
+            out = script(keys=keys, args=args)
         duplicate, result, payload = out
         return bool(int(duplicate)), json.loads(_decode(result)), None if payload is None else _decode(payload)
 
@@ -284,21 +295,28 @@ class Ledger:
 
     # --- single-scope operations ------------------------------------------------------------------
     def _charge_one(self, scope: str, release_id: str, events: list[DpEvent], events_json: str,
-                    payload: str | None) -> ChargeResult:
+                    payload: str | None, ride: RideAlong | None = None) -> ChargeResult:
         args = self._argv("charge", scope, payload, release_id=release_id, cost=Cost.of(events).fields(),
                           events=events_json)
-        return self._result(scope, *self._run("charge", scope, args))
+        return self._result(scope, *self._run("charge", scope, args, ride))
 
-    def _reserve_one(self, scope: str, reservation_id: str, events: list[DpEvent], events_json: str) -> ChargeResult:
+    def _reserve_one(self, scope: str, reservation_id: str, events: list[DpEvent], events_json: str,
+                     ride: RideAlong | None = None) -> ChargeResult:
         args = self._argv("reserve", scope, reservation_id=reservation_id, cost=Cost.of(events).fields(),
                           events=events_json)
-        return self._result(scope, *self._run("reserve", scope, args))
+        return self._result(scope, *self._run("reserve", scope, args, ride))
 
     def _settle_one(self, scope: str, reservation_id: str, release_id: str, events: list[DpEvent],
-                    events_json: str, payload: str | None) -> ChargeResult:
+                    events_json: str, payload: str | None, ride: RideAlong | None = None) -> ChargeResult:
         args = self._argv("settle", scope, payload, reservation_id=reservation_id, release_id=release_id,
                           cost=Cost.of(events).fields(), events=events_json)
-        return self._result(scope, *self._run("settle", scope, args))
+        return self._result(scope, *self._run("settle", scope, args, ride))
+
+    def _ride_alone(self, ride: RideAlong | None) -> None:
+        """With a lifetime cap one operation is several scripts in two slots: the ride-along goes in a round
+        trip of its own first (its writes still before the operation, its reads independent of it)."""
+        if ride:
+            ride.run(self.redis)
 
     def cancel(self, scope: str, reservation_id: str) -> bool:
         """Drop an open reservation. ONLY for a hold whose mechanism never ran or whose output was
@@ -319,7 +337,7 @@ class Ledger:
 
     # --- public API -------------------------------------------------------------------------------
     def charge(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
-               payload: str | None = None) -> ChargeResult:
+               payload: str | None = None, ride: RideAlong | None = None) -> ChargeResult:
         """Charge ``events`` to ``scope`` as release ``release_id`` and store ``payload`` with it, atomically.
 
         Refused (``accepted=False``, ``reason`` says which cap) when the cost does not fit: nothing is
@@ -333,7 +351,8 @@ class Ledger:
         if payload is not None and not isinstance(payload, str):
             raise ValueError("payload must be a string (the serialised release record) or None")
         if self.lifetime_cap is None or scope == LIFETIME_SCOPE or not events:  # zero cost: no lifetime hold
-            return self._charge_one(scope, release_id, events, events_json, payload)
+            return self._charge_one(scope, release_id, events, events_json, payload, ride)
+        self._ride_alone(ride)
         hold_id = self._lifetime_id(scope, release_id)
         life = self._reserve_one(LIFETIME_SCOPE, hold_id, events, events_json)
         if not life.accepted:
@@ -345,7 +364,8 @@ class Ledger:
             self.cancel(LIFETIME_SCOPE, hold_id)
         return result
 
-    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> ChargeResult:
+    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent], *,
+                ride: RideAlong | None = None) -> ChargeResult:
         """Hold the maximum cost ``events`` before running a mechanism whose final cost is known only after.
 
         The hold counts against the cap until :meth:`settle` (or :meth:`cancel`). Idempotent per
@@ -354,7 +374,8 @@ class Ledger:
         self._check_id("reservation_id", reservation_id)
         events, events_json = self._events(events)
         if self.lifetime_cap is None or scope == LIFETIME_SCOPE:
-            return self._reserve_one(scope, reservation_id, events, events_json)
+            return self._reserve_one(scope, reservation_id, events, events_json, ride)
+        self._ride_alone(ride)
         hold_id = self._lifetime_id(scope, reservation_id)
         life = self._reserve_one(LIFETIME_SCOPE, hold_id, events, events_json)
         if not life.accepted:
@@ -365,7 +386,7 @@ class Ledger:
         return result
 
     def settle(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
-               payload: str | None = None) -> ChargeResult:
+               payload: str | None = None, ride: RideAlong | None = None) -> ChargeResult:
         """Replace reservation ``reservation_id`` by the actual cost ``events``, charged as ``release_id``,
         and store ``payload`` -- one atomic step. Refused with ``unknown_reservation`` if there is no such
         hold; a repeat returns the first result and payload."""
@@ -375,6 +396,7 @@ class Ledger:
         if payload is not None and not isinstance(payload, str):
             raise ValueError("payload must be a string (the serialised release record) or None")
         if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
+            self._ride_alone(ride)
             hold_id = self._lifetime_id(scope, reservation_id)
             # lifetime first: it then counts the actual cost, while the period still holds the maximum
             life = self._settle_one(LIFETIME_SCOPE, hold_id, hold_id, events, events_json, None)
@@ -382,7 +404,7 @@ class Ledger:
                 life = self._charge_one(LIFETIME_SCOPE, hold_id, events, events_json, None)
             if not life.accepted:  # the actual cost exceeds the hold and does not fit: nothing may be stored
                 return self._refused_by_lifetime(scope, life)
-        return self._settle_one(scope, reservation_id, release_id, events, events_json, payload)
+        return self._settle_one(scope, reservation_id, release_id, events, events_json, payload, ride)
 
     def confirm(self, scope: str, release_id: str, *, events: Iterable[DpEvent] = ()) -> None:
         """Return once everything the ledger holds for ``scope`` (the charge and stored payload of
@@ -461,9 +483,30 @@ class Ledger:
         values = self.redis.hmget(self.keys.ledger(scope, "outbox"), list(release_ids))
         return {rid: None if v is None else _decode(v) for rid, v in zip(release_ids, values)}
 
-    def mark_published(self, scope: str, release_id: str) -> None:
-        """Record that the stored release was published (removes it from :meth:`unpublished`)."""
-        self.redis.zrem(self.keys.ledger(scope, "unpublished"), release_id)
+    def stored_many_reads(self, scope: str, release_ids: Sequence[str]) -> Reads:
+        """The read of :meth:`stored_many`, to send in a batch with others (:func:`~stream_dp.node_batches.run_reads`)."""
+        ids, outbox = list(release_ids), self.keys.ledger(scope, "outbox")
+
+        def parse(replies: list[Any]) -> dict[str, str | None]:
+            values = replies[0] if replies else []
+            return {rid: None if v is None else _decode(v) for rid, v in zip(ids, values)}
+
+        return Reads([(outbox, lambda pipe: pipe.hmget(outbox, ids))] if ids else [], parse)
+
+    def mark_published(self, scope: str, release_id: str, *, ride: RideAlong | None = None,
+                       on_sent: Any = None) -> None:
+        """Record that the stored release was published (removes it from :meth:`unpublished`).
+
+        With ``ride``, the ``ZREM`` is queued to go ahead of the caller's next Redis step instead of
+        taking a round trip of its own (``on_sent`` runs once it went); until then the release counts as
+        unpublished -- a crash in between republishes the stored record, as a crash before the mark does."""
+        key = self.keys.ledger(scope, "unpublished")
+        if ride is None:
+            self.redis.zrem(key, release_id)
+            if on_sent is not None:
+                on_sent()
+            return
+        ride.write((key, lambda pipe: pipe.zrem(key, release_id)), on_sent=on_sent)
 
     def unpublished(self, scope: str) -> list[str]:
         """Release ids charged with a payload and not yet marked published, in charge order."""

@@ -49,7 +49,7 @@ import redis
 
 from stream_dp.config import AlertsConfig
 from stream_dp.keys import Keys
-from stream_dp.node_batches import Reads, run_batched
+from stream_dp.node_batches import Reads, RideAlong, evalsha_item, run_batched
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
 from stream_dp.replication import ReplicationPolicy, write_then_wait
@@ -98,10 +98,16 @@ class Watchlist:
         self.config_keys = tuple(dict.fromkeys(config.watchlist))
         self.include_released = config.include_released_topk
 
-    def add_released(self, window: Window, released_keys: list[str]) -> None:
-        """Record keys a stored top-k release of ``window`` released (first release wins the position)."""
-        if released_keys:
-            self.r.zadd(self.name, {k: window.start for k in released_keys}, nx=True)
+    def add_released(self, window: Window, released_keys: list[str], *, ride: RideAlong | None = None) -> None:
+        """Record keys a stored top-k release of ``window`` released (first release wins the position).
+        ``ride``: queued ahead of the worker's next Redis step (``ZADD NX`` is idempotent)."""
+        if not released_keys:
+            return
+        mapping = {k: window.start for k in released_keys}
+        if ride is None:
+            self.r.zadd(self.name, mapping, nx=True)
+        else:
+            ride.write((self.name, lambda pipe: pipe.zadd(self.name, mapping, nx=True)))
 
     def for_window(self, window: Window) -> list[str]:
         """The watchlist of ``window``: config keys, then keys released by top-k in windows before it."""
@@ -174,6 +180,11 @@ class AlertsStore:
         self._cas = client.register_script(_CAS_STATE)
         self._apply = client.register_script(_APPLY_STAGED)
 
+    @property
+    def scripts(self) -> tuple:
+        """The state's Lua scripts (compare-and-set, apply staged), loaded when the worker starts."""
+        return (self._cas, self._apply)
+
     def load(self) -> InstanceState | None:
         """The stored state. A state written by a version before issue 16 carries the generator state
         (``svt.rng``), from which past noise can be recomputed: it is closed and overwritten at once."""
@@ -207,19 +218,33 @@ class AlertsStore:
         write_then_wait(self.r, fence, policy.replicas, policy.timeout_ms,
                         lambda pipe: pipe.set(fence, str(window)))
 
-    def stage(self, state: InstanceState) -> str:
+    def stage(self, state: InstanceState, *, ride: RideAlong | None = None) -> str:
         """Store ``state`` (the state after its window) under a fresh random reference; returns the reference
-        to put in the (non-secret part of the) outbox envelope. Called before the release is committed."""
+        to put in the (non-secret part of the) outbox envelope. Called before the release is committed.
+
+        ``ride``: the ``HSET`` is queued ahead of the worker's next Redis step -- the commit that stores the
+        reference -- so it still runs before it. Should it fail while the commit succeeds, the reference is
+        missing at :meth:`apply`, which closes the instance (never resumes one)."""
         ref = f"{state.window}:{secrets.token_hex(16)}"
-        self.r.hset(self.staged_key, ref, json.dumps(state.to_dict(), sort_keys=True))
+        value = json.dumps(state.to_dict(), sort_keys=True)
+        if ride is None:
+            self.r.hset(self.staged_key, ref, value)
+        else:
+            ride.write((self.staged_key, lambda pipe: pipe.hset(self.staged_key, ref, value)))
         return ref
 
-    def apply(self, ref: str, *, window: int, scope: str, instance: int, opened: bool = False) -> bool:
+    def apply(self, ref: str, *, window: int, scope: str, instance: int, opened: bool = False,
+              ride: RideAlong | None = None) -> bool:
         """After the commit of ``window``'s release: move the staged state ``ref`` forward. When it is missing
         (lost), store instance ``instance`` (from the public record; ``opened``: it opened in this window) as
         closed instead: the next window opens a new instance and pays for it, never resumes one that might
-        have answered more than ``k``."""
-        result = int(self._apply(keys=[self.key, self.staged_key], args=[ref, window]))
+        have answered more than ``k``. ``ride``: its queued writes go ahead of the script, same round trip."""
+        keys, args = [self.key, self.staged_key], [ref, window]
+        if ride:
+            raw, = ride.run(self.r, [evalsha_item(self._apply, keys, args)], [self._apply])
+        else:
+            raw = self._apply(keys=keys, args=args)
+        result = int(raw)
         if result != -1:
             return result == 1
         current = self.load()

@@ -7,7 +7,9 @@ A builder is a small object with one job per step, so the worker treats every ty
   the mechanism runs (a release the budget cannot cover never runs, docs/privacy.md §4);
 - ``read(reader, window, watchlist)`` -- only the data the mechanism needs (top k̄+1 for top-k, the watched
   keys' counts for watch_topk, the count histogram and then the reported keys for sampling, the whole window
-  for the large-margin mechanism);
+  for the large-margin mechanism); ``read_in_batch`` -- the same read as one command, when it is one, so the
+  worker sends it in the round trip of the reservation (the mechanism still runs only once the hold is
+  accepted: reading a closed window reveals nothing), else None;
 - ``run(window, data, rng)`` -- call the pure mechanism and build the record draft whose events are
   ``measurement.realized(result)``, what the release actually cost (pay-what-you-get for top-k: the outcomes
   returned, DR19 Theorem 3).
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 
 from stream_dp.config import AlertsConfig, Config
 from stream_dp.mechanisms.measurement import Measurement
+from stream_dp.node_batches import Reads
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.windows import Window, WindowReader
 
@@ -42,6 +45,10 @@ class Builder(Protocol):
     def skip_reason(self, watchlist: list[str]) -> str | None: ...
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any: ...
+
+    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
+        """``read`` as one batchable command (sent in the round trip of the reservation), or None."""
+        ...
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft: ...
 
@@ -107,6 +114,10 @@ class TopkBuilder:
             earlier = reader.r.zrangebyscore(index, "-inf", f"({window.start}", withscores=True)
             keys.extend(k.decode() for _, k in sorted((score, k) for k, score in earlier))
         return list(dict.fromkeys(keys))
+
+    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
+        t = self.cfg.releases.topk
+        return None if t.has_domain else reader.top_counts_reads(window, t.k_bar + 1)
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
         t = self.cfg.releases.topk
@@ -193,6 +204,9 @@ class SampleBuilder:
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
 
+    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
+        return None  # a walk of the count histogram in chunks, then the reported keys
+
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
         """The count classes, and how to read the keys at given ranks (run reads only the reported ones)."""
         from functools import partial
@@ -233,6 +247,9 @@ class ArgmaxBuilder:
 
         a = self.cfg.releases.argmax
         return LargeMargin(epsilon=a.epsilon, delta=a.delta)
+
+    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
+        return None  # the whole window, in chunks
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
         return reader.all_counts(window)
@@ -283,6 +300,9 @@ class WatchTopkBuilder:
 
         w = self.cfg.releases.watch_topk
         return NoisyTopkWithGap(k=k, epsilon=w.epsilon, noise=w.noise, monotone=True)
+
+    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
+        return reader.counts_of_reads(window, watchlist)
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> dict[str, float]:
         return reader.counts_of(window, watchlist)
@@ -350,6 +370,9 @@ class HistogramBuilder:
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
+
+    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
+        return None  # the whole window, in chunks
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
         return reader.all_counts(window)

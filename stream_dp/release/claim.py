@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import redis
 
 from stream_dp.keys import Keys
-from stream_dp.node_batches import run_batched
+from stream_dp.node_batches import RideAlong, run_batched
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -75,11 +75,23 @@ class WindowClaims:
         self._drop = client.register_script(_DROP)
         self._set_at: dict[str, float] = {}  # token -> monotonic time before its last SET / PEXPIRE was sent
 
+    @property
+    def scripts(self) -> tuple:
+        """The claim's Lua scripts (renew, drop), loaded when the worker starts."""
+        return (self._renew, self._drop)
+
     def acquire(self, start: int) -> Claim | None:
         """Claim the window starting at ``start``; None if another worker holds it.
 
         Two round trips: ``EXISTS`` and the fence ``INCR`` in one batch (a fence drawn while another worker
         holds the claim is simply never used: tokens stay monotone), then ``SET NX PX``."""
+        return self.acquire_then_read(start, RideAlong())
+
+    def acquire_then_read(self, start: int, ride: RideAlong) -> Claim | None:
+        """:meth:`acquire`, with the reads queued on ``ride`` sent right *after* the ``SET NX PX``, in its
+        round trip (on one Redis the same pipeline, so they run once the claim is set; on a cluster after
+        it, :meth:`RideAlong.run`). Their results are the window's as seen under the claim -- meaningful
+        only when a claim is returned (else they were read while another worker may hold it: ignore them)."""
         key = self.keys.window_claim(start)
         fence_key = self.keys.release_index("fence")
         held, fence = run_batched(self.r, [(key, lambda pipe: pipe.exists(key)),
@@ -88,7 +100,8 @@ class WindowClaims:
             return None
         token = f"{self.worker_id}:{int(fence)}"
         sent = time.monotonic()
-        if self.r.set(key, token, nx=True, px=self.ttl_ms):
+        ok, = ride.run(self.r, [(key, lambda pipe: pipe.set(key, token, nx=True, px=self.ttl_ms))])
+        if ok:
             self._set_at[token] = sent
             return Claim(start, key, token)
         return None

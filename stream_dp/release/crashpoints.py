@@ -8,7 +8,9 @@ prove a release is charged exactly once and never recomputed with fresh noise wh
 - ``after_reserve``      -- budget reserved, mechanism not run / nothing stored
 - ``after_commit``       -- charge settled and release stored, not yet published
 - ``after_publish``      -- produced to Kafka (acked), not yet marked published
-- ``after_mark``         -- marked published, post-commit steps of the type not done
+- ``after_mark``         -- marked published: the round trip that carried the mark returned. The worker
+  queues the mark ahead of its next Redis step (:class:`~stream_dp.node_batches.RideAlong`), so by then the
+  type's post-commit writes queued after it, and the next release's first step, went too
 - ``before_release_window`` -- all types published, window not yet marked released
 """
 

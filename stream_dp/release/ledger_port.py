@@ -8,7 +8,10 @@ release side relies on are stated here, and are tested on the Redis ledger (test
   *first* result and the *first* payload (``duplicate=True``), so a release is charged exactly once;
 - ``reserve`` holds the worst-case events before a mechanism runs; ``settle`` replaces the hold by the
   realized events (never more, :mod:`stream_dp.mechanisms.measurement`);
-- a refused operation (``accepted=False``) writes nothing.
+- a refused operation (``accepted=False``) writes nothing;
+- ``ride`` (:class:`~stream_dp.node_batches.RideAlong`): the operation sends the queued writes ahead of its
+  own step and the queued reads after it, in the same round trip where it can (else in one of their own
+  first); the operation's guarantees are unchanged.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.events import DpEvent
+from stream_dp.node_batches import Reads, RideAlong
 from stream_dp.replication import ReplicationPolicy
 
 
@@ -48,18 +52,28 @@ class ReleaseLedger(Protocol):
     lifetime_cap: BudgetCap | None
     replication: ReplicationPolicy  # what "confirmed" means: redis.min_replicas_acked, resolved at start
 
-    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> ChargeOutcome: ...
+    @property
+    def scripts(self) -> tuple:
+        """Server-side scripts the ledger runs (redis-py ``Script`` objects; empty when none), loaded at start."""
+        ...
+
+    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent], *,
+                ride: RideAlong | None = None) -> ChargeOutcome: ...
 
     def settle(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
-               payload: str | None = None) -> ChargeOutcome: ...
+               payload: str | None = None, ride: RideAlong | None = None) -> ChargeOutcome: ...
 
     def charge(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
-               payload: str | None = None) -> ChargeOutcome: ...
+               payload: str | None = None, ride: RideAlong | None = None) -> ChargeOutcome: ...
 
     def stored(self, scope: str, release_id: str) -> str | None: ...
 
     def stored_many(self, scope: str, release_ids: Sequence[str]) -> dict[str, str | None]:
         """``stored`` of several release ids of one scope, read together (one round trip on Redis)."""
+        ...
+
+    def stored_many_reads(self, scope: str, release_ids: Sequence[str]) -> Reads:
+        """The read of ``stored_many``, to batch with other reads; parses to its result."""
         ...
 
     def confirm(self, scope: str, release_id: str, *, events: Iterable[DpEvent] = ()) -> None:
@@ -68,7 +82,11 @@ class ReleaseLedger(Protocol):
         :class:`~stream_dp.replication.NotReplicated` otherwise."""
         ...
 
-    def mark_published(self, scope: str, release_id: str) -> None: ...
+    def mark_published(self, scope: str, release_id: str, *, ride: RideAlong | None = None,
+                       on_sent: Any = None) -> None:
+        """Remove the release from ``unpublished``; with ``ride``, queued ahead of the next step (then
+        ``on_sent`` runs once it was sent)."""
+        ...
 
     def unpublished(self, scope: str) -> list[str]: ...
 

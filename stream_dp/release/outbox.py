@@ -12,7 +12,8 @@ Delivery semantics of a release (no re-roll: docs/privacy.md §4, "Charged befor
    worker retries (and publishes the *stored* record, or -- if the failover lost it unseen -- releases anew);
 3. **publish** -- the record is produced to the releases topic keyed by release id, by an idempotent
    producer with ``acks=all``, and the send is awaited;
-4. **mark published** in the ledger.
+4. **mark published** in the ledger -- in a round trip of its own, or queued ahead of the worker's next
+   Redis step (:class:`~stream_dp.node_batches.RideAlong`): either way after the acknowledgement.
 
 A crash between 1 and 4 leaves a stored-but-unpublished release: the worker publishes every one of them
 when it starts (``ReleaseWorker.recover``, under the window's claim so that a live worker's in-flight release
@@ -30,6 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from stream_dp.node_batches import Reads, RideAlong
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
@@ -103,6 +105,15 @@ class Outbox:
         over) still wins, because reserve / settle / charge return the *first* stored record."""
         with self.metrics.phase("ledger"):
             payloads = self.ledger.stored_many(scope, rids)
+        return self.stored_from(scope, rids, payloads)
+
+    def stored_all_reads(self, scope: str, rids: list[str]) -> Reads:
+        """The read of :meth:`stored_all`, to send in the window's first batch; parse, then :meth:`stored_from`."""
+        return self.ledger.stored_many_reads(scope, rids)
+
+    def stored_from(self, scope: str, rids: list[str], payloads: dict[str, str | None]) -> dict[str, Committed | None]:
+        """:meth:`stored_all`'s result from the payloads read (a stored one gets its first charge result)."""
+        with self.metrics.phase("ledger"):
             out: dict[str, Committed | None] = {}
             for rid in rids:
                 payload = payloads.get(rid)
@@ -113,22 +124,26 @@ class Outbox:
                 out[rid] = Committed(scope, rid, env, self._first_result(scope, rid, env), fresh=False)
         return out
 
-    def reserve(self, scope: str, rid: str, events: tuple) -> ChargeOutcome:
+    def reserve(self, scope: str, rid: str, events: tuple, *, ride: RideAlong | None = None) -> ChargeOutcome:
+        """Hold the worst case ``events`` before the mechanism runs. ``ride``: queued writes go ahead of the
+        hold and queued reads (the mechanism's data) after it, in the same round trip."""
         with self.metrics.phase("ledger"):
-            result = self.ledger.reserve(scope, rid, list(events))
+            result = self.ledger.reserve(scope, rid, list(events), ride=ride)
         self.crashpoints.reached("after_reserve")
         return result
 
-    def settle(self, scope: str, rid: str, envelope: Envelope, events: tuple) -> Committed:
+    def settle(self, scope: str, rid: str, envelope: Envelope, events: tuple, *,
+               ride: RideAlong | None = None) -> Committed:
         """Charge the actual events against the reservation ``rid`` and store ``envelope`` atomically."""
         with self.metrics.phase("ledger"):
-            result = self.ledger.settle(scope, rid, rid, list(events), payload=envelope.dumps())
+            result = self.ledger.settle(scope, rid, rid, list(events), payload=envelope.dumps(), ride=ride)
         return self._committed(scope, rid, envelope, result)
 
-    def charge(self, scope: str, rid: str, envelope: Envelope, events: tuple) -> Committed:
+    def charge(self, scope: str, rid: str, envelope: Envelope, events: tuple, *,
+               ride: RideAlong | None = None) -> Committed:
         """Charge ``events`` (possibly none: a status record) and store ``envelope`` atomically."""
         with self.metrics.phase("ledger"):
-            result = self.ledger.charge(scope, rid, list(events), payload=envelope.dumps())
+            result = self.ledger.charge(scope, rid, list(events), payload=envelope.dumps(), ride=ride)
         return self._committed(scope, rid, envelope, result)
 
     def _committed(self, scope: str, rid: str, envelope: Envelope, result: ChargeOutcome) -> Committed:
@@ -151,8 +166,12 @@ class Outbox:
         return result
 
     # --- steps 2 and 3 ---------------------------------------------------------------------------
-    def publish(self, committed: Committed) -> dict[str, Any]:
-        """Publish the stored record (plus the ledger's budget block) and mark it published."""
+    def publish(self, committed: Committed, *, ride: RideAlong | None = None) -> dict[str, Any]:
+        """Publish the stored record (plus the ledger's budget block) and mark it published.
+
+        ``ride``: the mark is queued to go ahead of the worker's next Redis step (the ``after_mark`` crash
+        point is reached once it went); until then the release is stored-but-unpublished, which a crash
+        turns into a republication of the identical record (as a crash before the mark always did)."""
         record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self.ledger.cap))
         with self.metrics.phase("ledger"):
             self.ledger.confirm(committed.scope, committed.release_id,  # published ⇒ charge replicated
@@ -161,8 +180,8 @@ class Outbox:
             self.publisher.publish(record)
         self.crashpoints.reached("after_publish")
         with self.metrics.phase("ledger"):
-            self.ledger.mark_published(committed.scope, committed.release_id)
-        self.crashpoints.reached("after_mark")
+            self.ledger.mark_published(committed.scope, committed.release_id, ride=ride,
+                                       on_sent=lambda: self.crashpoints.reached("after_mark"))
         self._count(record, fresh=committed.fresh)
         return record
 

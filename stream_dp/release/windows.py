@@ -45,10 +45,12 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
-from stream_dp.node_batches import Reads, run_batched
+from stream_dp.node_batches import Reads, evalsha_item, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 
+GUESSED_WINDOWS = 4  # windows after the last seen cursor whose released marks closable() reads with the watermark
+UNSEEN = object()  # WindowReader._cursor_seen before the first read
 READ_CHUNK = 50_000  # members per ZRANGE round trip when reading a whole window
 HISTOGRAM_CHUNK = 20_000  # distinct counts per Lua call when walking a window's count histogram
 RANKS_CHUNK = 20_000  # ranks per Lua call when reading the members at given ranks
@@ -246,6 +248,7 @@ class WindowReader:
         self.schedule = schedule or ReleaseSchedule(0, size_seconds)
         if self.schedule.size != size_seconds:
             raise ValueError(f"schedule window size {self.schedule.size} != windows.size_seconds {size_seconds}")
+        self._cursor_seen: int | None | object = UNSEEN  # the released_through cursor as last read or moved
         self._mark = client.register_script(_MARK_RELEASED)
         self._mark_fence = client.register_script(_MARK_RELEASED_FENCE)
         self._release_shard = client.register_script(_RELEASE_ONE_SHARD)
@@ -259,6 +262,12 @@ class WindowReader:
         self._top_script = client.register_script(_TOP)
         self._members_at = client.register_script(_MEMBERS_AT)
 
+    @property
+    def scripts(self) -> tuple:
+        """The reader's Lua scripts (loaded when the worker starts, :func:`~stream_dp.node_batches.load_scripts`)."""
+        return (self._mark, self._mark_fence, self._release_shard, self._chunk, self._cursor, self._histogram,
+                self._scores, self._top_script, self._members_at)
+
     # --- which windows ---------------------------------------------------------------------------
     def global_watermark(self) -> float | None:
         """Ingest's global watermark (epoch seconds), or None before ingest has set one."""
@@ -271,20 +280,36 @@ class WindowReader:
     def closable(self, *, limit: int = 100) -> list[Window]:
         """Scheduled windows with ``end <= watermark.global`` not yet released, oldest first (at most
         ``limit``): from the ``released_through`` cursor on, skipping windows already released out of order
-        (e.g. after a crash between the released mark and the cursor's move)."""
+        (e.g. after a crash between the released mark and the cursor's move).
+
+        One round trip when the cursor is where this reader last saw (or moved) it and the closed windows
+        are among the next :data:`GUESSED_WINDOWS` after it: their released marks come with the watermark
+        and the cursor. Otherwise one more ``ZMSCORE`` per batch of windows."""
         marks, cursor_key = self.keys.watermarks(), self.keys.release_index("released_through")
-        raw_wm, raw = run_batched(self.r, [(marks, lambda pipe: pipe.hget(marks, "global")),
-                                           (cursor_key, lambda pipe: pipe.get(cursor_key))])  # one round trip
+        index = self.keys.release_index("released")
+        items = [(marks, lambda pipe: pipe.hget(marks, "global")), (cursor_key, lambda pipe: pipe.get(cursor_key))]
+        # the released marks of the next few windows after the cursor this reader last saw, in the same round
+        # trip (a guess: when the cursor or the closed windows turn out otherwise, they are read again)
+        guessed = ([] if self._cursor_seen is UNSEEN else
+                   self.schedule.closed_windows(after=self._cursor_seen, watermark=float("inf"), limit=GUESSED_WINDOWS))
+        if guessed:
+            items.append((index, lambda pipe: pipe.zmscore(index, [str(s) for s in guessed])))
+        raw_wm, raw, *guessed_marks = run_batched(self.r, items)  # one round trip
+        cursor = None if raw is None else int(raw)
+        self._cursor_seen = cursor
         if raw_wm is None:
             return []
         wm = float(raw_wm)
-        cursor = None if raw is None else int(raw)
         out: list[Window] = []
         while len(out) < limit:
             starts = self.schedule.closed_windows(after=cursor, watermark=wm, limit=limit + 200)
             if not starts:
                 break
-            released = self.r.zmscore(self.keys.release_index("released"), [str(s) for s in starts])
+            if guessed_marks and starts == guessed[:len(starts)]:
+                released = guessed_marks[0][:len(starts)]
+            else:
+                released = self.r.zmscore(index, [str(s) for s in starts])
+            guessed_marks = []
             out.extend(self.window(s) for s, done in zip(starts, released) if done is None)
             cursor = starts[-1]
         return out[:limit]
@@ -331,8 +356,32 @@ class WindowReader:
                             lambda keys: list(self.counts_of(window, keys).values()))
         return top
 
+    def top_counts_reads(self, window: Window, n: int) -> Reads | None:
+        """The read of :meth:`top_counts` as one command, to send in a batch with other steps; None when it
+        takes more than one (a sharded window: the threshold algorithm reads the shards in rounds)."""
+        if self.keys.shards != 1:
+            return None
+        name = self.keys.window_counts(window.start)
+        return Reads([evalsha_item(self._top_script, [name], [n - 1, 0])],
+                     lambda replies: self._top_reply(window, 0, 0, n - 1, replies[0]), scripts=[self._top_script])
+
+    def counts_of_reads(self, window: Window, watched: list[str]) -> Reads | None:
+        """The read of :meth:`counts_of` as one command (None for a sharded window: one per shard)."""
+        if self.keys.shards != 1:
+            return None
+        keys = list(watched)
+        if not keys:
+            return Reads([], lambda replies: {})
+        name = self.keys.window_counts(window.start)
+        return Reads([(name, lambda pipe: pipe.zmscore(name, keys))],
+                     lambda replies: {k: (0.0 if s is None else float(s)) for k, s in zip(keys, replies[0])})
+
     def _ranks_desc(self, window: Window, shard: int, first: int, last: int) -> dict[str, float]:
-        flat = json.loads(self._top_script(keys=[self.keys.window_counts(window.start, shard)], args=[last, first]))
+        raw = self._top_script(keys=[self.keys.window_counts(window.start, shard)], args=[last, first])
+        return self._top_reply(window, shard, first, last, raw)
+
+    def _top_reply(self, window: Window, shard: int, first: int, last: int, raw: bytes | str) -> dict[str, float]:
+        flat = json.loads(raw)
         members, scores = flat[0::2], np.array(flat[1::2], dtype=np.float64)
         if self.keys.shards == 1 and first == 0:  # the window's top: kept for the sample of this window
             self._top = _TopOfWindow(window.start, members, scores, complete=len(members) < last + 1)
@@ -531,12 +580,13 @@ class WindowReader:
         cursor_args = [self.schedule.start, self.size, 1000, window.start]
         windows_index = k.windows_index()
         try:
-            run_batched(self.r, [
+            moved, _ = run_batched(self.r, [
                 (cursor_keys[0], lambda pipe: pipe.evalsha(self._cursor.sha, len(cursor_keys), *cursor_keys, *cursor_args)),
                 (windows_index, lambda pipe: pipe.zrem(windows_index, str(window.start)))])
         except redis.exceptions.NoScriptError:  # a restarted or flushed Redis: the script call loads it
-            self._cursor(keys=cursor_keys, args=cursor_args)
+            moved = self._cursor(keys=cursor_keys, args=cursor_args)
             self.r.zrem(windows_index, str(window.start))
+        self._cursor_seen = None if moved is None else int(moved)
 
     def is_released(self, window: Window) -> bool:
         """Released: in the worker's index, or its meta says so (a crash between the two steps)."""

@@ -15,8 +15,13 @@ One pass (:meth:`ReleaseWorker.run_once`):
    (top-k: add its released keys to the watchlist; alerts: move the SVT state forward);
 4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
 
-:meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start it publishes every
-stored-but-unpublished release first (:meth:`ReleaseWorker.recover`).
+Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the window's first reads go
+with the claim's ``SET``, top-k's data and the alerts' watched counts with top-k's reservation, and a
+release's mark-published and after-commit writes ahead of the next ledger step (docs/privacy.md §4).
+
+:meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start
+(:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished release
+first (:meth:`ReleaseWorker.recover`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from stream_dp.accounting.events import DpEvent
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
-from stream_dp.node_batches import Reads, run_reads
+from stream_dp.node_batches import Pending, Reads, RideAlong, load_scripts, run_reads
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
@@ -81,6 +86,7 @@ class ReleaseWorker:
         self.recovered = False
         self._first_seen: dict[int, float] = {}
         self._alerts_state: Any = UNREAD  # the alerts state field as read with the window's first batch
+        self._watched: Pending | None = None  # the alerts' watched counts, queued on the window's ride-along
 
     def worst_case_events(self) -> dict[str, tuple[DpEvent, ...]]:
         """Per enabled release type, the DP events of its most expensive single release."""
@@ -95,13 +101,22 @@ class ReleaseWorker:
                 check_budget_covers(cap, events)
 
     # --- one pass --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """What a worker does once, before its first window (idempotent; :meth:`run_once` calls it first):
+        the public schedule (recorded by the first process of the deployment, checked against the config),
+        the Lua scripts loaded into Redis (so the first window's steps are not refused with ``NOSCRIPT``
+        and sent again), then every stored-but-unpublished release published (:meth:`recover`)."""
+        if self.recovered:
+            return
+        self.reader.schedule = establish_schedule(self._client, self.keys, self.cfg.windows)
+        load_scripts(self._client, [*self.reader.scripts, *self.claims.scripts, *self.alerts_store.scripts,
+                                    *self.ledger.scripts])
+        self.recover()
+        self.recovered = True
+
     def run_once(self) -> Window | None:
-        """Recover (first call), then release the oldest closable window if one can be claimed."""
-        if not self.recovered:
-            # the public schedule, recorded by the first process of the deployment (checked against the config)
-            self.reader.schedule = establish_schedule(self._client, self.keys, self.cfg.windows)
-            self.recover()
-            self.recovered = True
+        """Start (first call), then release the oldest closable window if one can be claimed."""
+        self.start()
         with self.metrics.phase("redis"):
             pending = self.reader.closable()
         self.metrics.windows_pending.set(len(pending))
@@ -111,22 +126,25 @@ class ReleaseWorker:
         if not pending:
             return None
         window = pending[0]
+        # checked under the claim: the previous holder may have released it since `closable()` ran
+        # ... with the other reads a release of the window starts with, sent right after the claim's SET
+        scope, rids = self.scope_for(window.start), [release_id(window, t) for t in self.types]
+        ride = RideAlong()
+        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self._watchlist_reads(window),
+                                        self.alerts_store.load_reads(), self.outbox.stored_all_reads(scope, rids))]
         with self.metrics.phase("redis"):
-            claim = self.claims.acquire(window.start)
+            claim = self.claims.acquire_then_read(window.start, ride)
         if claim is None:
             return None
         try:
-            # checked under the claim: the previous holder may have released it since `closable()` ran
-            # ... in one batch with the other reads a release of the window starts with
+            (done, closed_at), watch, alerts_state, payloads = (p.value for p in first)
             with self.metrics.phase("redis"):
-                (done, closed_at), watch, alerts_state = run_reads(
-                    self._client, self.reader.release_state_reads(window), self._watchlist_reads(window),
-                    self.alerts_store.load_reads())
                 if done:  # finish what a crash after the fenced released mark left undone (idempotent)
                     self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
             if done:
                 return None
-            self.release_window(window, claim, closed_at=closed_at, watch=watch, alerts_state=alerts_state)
+            self.release_window(window, claim, closed_at=closed_at, watch=watch, alerts_state=alerts_state,
+                                stored=self.outbox.stored_from(scope, rids, payloads))
         except ClaimLost:
             self.metrics.errors.labels("claim_lost").inc()
             log.warning("lost the claim on window %s while releasing it; another worker continues", window.label)
@@ -164,24 +182,47 @@ class ReleaseWorker:
         return Reads([], lambda replies: [])
 
     def release_window(self, window: Window, claim: Claim, *, closed_at: float | None = None,
-                       watch: list[str] | None = None, alerts_state: Any = UNREAD) -> None:
+                       watch: list[str] | None = None, alerts_state: Any = UNREAD,
+                       stored: dict[str, Committed | None] | None = None) -> None:
         """Release every enabled type of ``window`` under ``claim``, then mark it released (fenced).
 
         Read under the claim by the caller (else here): ``closed_at``, when ingest closed the window (else
         when this worker first saw it closable), for the latency metric; ``watch``, its watchlist;
-        ``alerts_state``, the stored alerts field (:meth:`AlertsStore.load_reads`). Nothing else changes
-        them while the claim is held: windows are released in order, each under its own claim."""
+        ``alerts_state``, the stored alerts field (:meth:`AlertsStore.load_reads`); ``stored``, the stored
+        releases of the window (:meth:`Outbox.stored_all`). Nothing else changes them while the claim is
+        held: windows are released in order, each under its own claim (a release stored meanwhile by a
+        worker that took the claim over still wins: every commit returns the *first* stored record).
+
+        Round trips (:class:`~stream_dp.node_batches.RideAlong`): a release's mark-published and its type's
+        after-commit writes are queued and go ahead of the next release's first Redis step (still after the
+        acknowledgement, still before anything later); the alerts' watched counts are read in the round trip
+        of top-k's reservation. Whatever is still queued is sent before the window is marked released."""
         scope = self.scope_for(window.start)
         if watch is None:
             with self.metrics.phase("redis"):
                 watch = run_reads(self._client, self._watchlist_reads(window))[0]
         self._alerts_state = alerts_state
-        stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
-        for rtype in self.types:
-            self.claims.renew_if_due(claim)
-            committed = self.release_type(window, rtype, scope, watch, stored=stored[release_id(window, rtype)])
-            self.outbox.publish(committed)
-            self._after_commit(rtype, window, committed)
+        if stored is None:
+            stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
+        ride = RideAlong()
+        # the alerts' watched counts (a public key list, read-only) go with the window's next round trip
+        self._watched = None
+        if "alerts" in self.types and stored.get(release_id(window, "alerts")) is None:
+            reads = self.reader.counts_of_reads(window, watch)
+            self._watched = ride.read(reads) if reads is not None else None
+        try:
+            for rtype in self.types:
+                self.claims.renew_if_due(claim)
+                committed = self.release_type(window, rtype, scope, watch,
+                                              stored=stored[release_id(window, rtype)], ride=ride)
+                self.outbox.publish(committed, ride=ride)
+                self._after_commit(rtype, window, committed, ride)
+        except Exception:
+            self._send_queued_after_error(ride)
+            raise
+        with self.metrics.phase("ledger"):
+            ride.flush(self._client)  # the last mark published, before the window is marked released
+        self._watched = None
         self.outbox.crashpoints.reached("before_release_window")
         with self.metrics.phase("redis"):
             ok = self.reader.mark_released(window, claim_key=claim.key, token=claim.token,
@@ -195,75 +236,112 @@ class ReleaseWorker:
         self.metrics.windows_pending.dec()
         log.info("window %s released (%s)", window.label, ", ".join(self.types))
 
+    def _send_queued_after_error(self, ride: RideAlong) -> None:
+        """A step failed (claim lost, broker down, ...): still send what the ride-along holds -- the marks of
+        releases the broker acknowledged and their after-commit writes, all idempotent -- so that the next
+        holder of the window does not publish them again. Best effort: a Redis that is down keeps them
+        unsent, and then the stored records are published again (identical bytes), as after a crash."""
+        ride.reads = []
+        try:
+            ride.flush(self._client)
+        except (redis.RedisError, OSError) as exc:
+            log.debug("queued writes not sent after a failed release step (%s)", type(exc).__name__)
+
     # --- one release -----------------------------------------------------------------------------
     def release_type(self, window: Window, rtype: str, scope: str, watch: list[str], *,
-                     stored: Committed | None | object = UNREAD) -> Committed:
+                     stored: Committed | None | object = UNREAD, ride: RideAlong | None = None) -> Committed:
         """The committed (stored) release of ``rtype`` for ``window``: the stored one, or a new one.
-        ``stored``: the stored release (None: none) when the caller read it already, else it is read here."""
+        ``stored``: the stored release (None: none) when the caller read it already, else it is read here.
+        ``ride``: writes queued by the previous release go ahead of this one's first Redis step."""
         rid = release_id(window, rtype)
+        ride = ride if ride is not None else RideAlong()
         existing = self.outbox.stored(scope, rid) if stored is UNREAD else stored
         if isinstance(existing, Committed):
             return existing
         if rtype == "alerts":
-            return self._release_alerts(window, scope, rid, watch)
-        return self._release_batch(window, self.builders[rtype], scope, rid, watch)
+            return self._release_alerts(window, scope, rid, watch, ride)
+        return self._release_batch(window, self.builders[rtype], scope, rid, watch, ride)
 
-    def _release_batch(self, window: Window, builder: Builder, scope: str, rid: str, watch: list[str]) -> Committed:
+    def _release_batch(self, window: Window, builder: Builder, scope: str, rid: str, watch: list[str],
+                       ride: RideAlong) -> Committed:
         skip = builder.skip_reason(watch)  # decided from public facts only (config, watchlist)
         if skip is not None:
             draft = RecordDraft(window, builder.type, builder.mechanism, builder.parameters(), info={"skipped": skip})
-            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), ())
-        hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map())
+            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), (), ride=ride)
+        # the mechanism's data, when one command reads it, comes back in the reservation's round trip: reading
+        # a closed window reveals nothing, and the mechanism still runs only once the hold is accepted
+        reads = builder.read_in_batch(self.reader, window, watch)
+        batched = ride.read(reads) if reads is not None else None
+        hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map(), ride=ride)
         if hold.duplicate and hold.payload is not None:  # another worker settled it meanwhile
             return self.outbox.stored(scope, rid)  # type: ignore[return-value]
         if not hold.accepted:
             draft = exhausted_draft(window, builder.type, builder.mechanism, builder.parameters(), hold.reason)
-            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), ())
-        with self.metrics.phase("redis"):
-            data = builder.read(self.reader, window, watch)
+            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), (), ride=ride)
+        if batched is not None and batched.done:
+            data = batched.value
+        else:
+            with self.metrics.phase("redis"):
+                data = builder.read(self.reader, window, watch)
         with self.metrics.phase("mechanism"):
             draft = builder.run(window, data, self.rng)
-        del data
-        return self.outbox.settle(scope, rid, Envelope(draft.to_record()), draft.events)
+        del data, batched
+        return self.outbox.settle(scope, rid, Envelope(draft.to_record()), draft.events, ride=ride)
 
-    def _release_alerts(self, window: Window, scope: str, rid: str, watch: list[str]) -> Committed:
+    def _release_alerts(self, window: Window, scope: str, rid: str, watch: list[str], ride: RideAlong) -> Committed:
         cfg = self.cfg.releases.alerts
         raw, self._alerts_state = self._alerts_state, UNREAD  # read with the window's first batch, used once
         with self.metrics.phase("redis"):
             current = self.alerts_store.load() if raw is UNREAD else self.alerts_store.from_stored(raw)
         run = AlertsRun(cfg, window, scope, current, watch, rng=self.rng)
         if run.open_events:
-            hold = self.outbox.reserve(scope, rid, run.open_events)
+            hold = self.outbox.reserve(scope, rid, run.open_events, ride=ride)
             if hold.duplicate and hold.payload is not None:
                 return self.outbox.stored(scope, rid)  # type: ignore[return-value]
             if not hold.accepted:
                 draft, state = run.exhausted(hold.reason)
-                return self.outbox.charge(scope, rid, self._alerts_envelope(draft, state), ())
-        with self.metrics.phase("redis"):
-            counts = self.reader.counts_of(window, run.watchlist)
+                return self.outbox.charge(scope, rid, self._alerts_envelope(draft, state, ride), (), ride=ride)
+        counts = self._watched_counts(window, run.watchlist, ride)
         with self.metrics.phase("mechanism"):
             draft, state = run.answer(counts)
         del counts
-        env = self._alerts_envelope(draft, state)
+        env = self._alerts_envelope(draft, state, ride)
         if run.open_events:
-            return self.outbox.settle(scope, rid, env, draft.events)
-        return self.outbox.charge(scope, rid, env, ())
+            return self.outbox.settle(scope, rid, env, draft.events, ride=ride)
+        return self.outbox.charge(scope, rid, env, (), ride=ride)
 
-    def _alerts_envelope(self, draft: RecordDraft, state: InstanceState | None) -> Envelope:
+    def _watched_counts(self, window: Window, watchlist: list[str], ride: RideAlong) -> dict[str, float]:
+        """The watched keys' counts: as read with an earlier round trip of the window, else now (with what
+        the ride-along holds)."""
+        pending = self._watched
+        self._watched = None
+        with self.metrics.phase("redis"):
+            if pending is not None and not pending.done:
+                ride.flush(self._client)
+            if pending is not None and pending.done:
+                return pending.value
+            ride.flush(self._client)
+            return self.reader.counts_of(window, watchlist)
+
+    def _alerts_envelope(self, draft: RecordDraft, state: InstanceState | None,
+                         ride: RideAlong | None = None) -> Envelope:
         """The envelope of an alerts release: the record and only a *reference* to the staged SVT state (the
-        secret state itself stays out of the outbox, :mod:`stream_dp.release.alerts`)."""
+        secret state itself stays out of the outbox, :mod:`stream_dp.release.alerts`). With ``ride`` the
+        staging write goes ahead of the commit, in its round trip."""
         if state is None:
             return Envelope(draft.to_record())
         with self.metrics.phase("redis"):
-            ref = self.alerts_store.stage(state)
+            ref = self.alerts_store.stage(state, ride=ride)
         return Envelope(draft.to_record(), {"alerts_state_ref": ref})
 
-    def _after_commit(self, rtype: str, window: Window, committed: Committed) -> None:
-        """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired)."""
+    def _after_commit(self, rtype: str, window: Window, committed: Committed, ride: RideAlong | None = None) -> None:
+        """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired). With
+        ``ride``, top-k's watchlist write is queued for the next round trip (the alerts of this window
+        read the watchlist of *earlier* windows; the next window's is read after this one is marked)."""
         record = committed.envelope.record
         if rtype == "topk" and record["status"] == "released":
             with self.metrics.phase("redis"):
-                self.watchlist.add_released(window, [item["key"] for item in record["items"]])
+                self.watchlist.add_released(window, [item["key"] for item in record["items"]], ride=ride)
         elif rtype == "alerts" and committed.envelope.state is not None:
             ref = committed.envelope.state.get("alerts_state_ref")
             if ref is None:  # an envelope of an older version (its state is not trusted): close the instance
@@ -271,7 +349,8 @@ class ReleaseWorker:
             info = record.get("info") or {}
             with self.metrics.phase("redis"):
                 self.alerts_store.apply(str(ref), window=window.start, scope=committed.scope,
-                                        instance=int(info.get("instance") or 0), opened=bool(info.get("opened")))
+                                        instance=int(info.get("instance") or 0), opened=bool(info.get("opened")),
+                                        ride=ride)
                 # replicated before the window is marked released (failover: docs/scaling.md)
                 self.alerts_store.confirm(self.ledger.replication, window.start)
 

@@ -107,6 +107,43 @@ def test_closable_finds_new_windows_behind_hundreds_of_released_ones(redis_clien
     assert [w.start for w in reader.closable(limit=100)] == [n * 10]
 
 
+def test_closable_with_a_guessed_cursor_equals_a_fresh_read(redis_client) -> None:
+    """closable() reads the released marks of the windows after the cursor it last saw together with the
+    watermark; whatever happened meanwhile (another worker moved the cursor, more windows closed than it
+    guessed, a window released out of order behind the cursor), it lists what a reader with no guess lists,
+    in one round trip when the guess holds."""
+    keys = Keys("t")
+    mine = WindowReader(redis_client, keys=keys, size_seconds=10)
+    claim = "t:claim"
+    redis_client.set(claim, "tok")
+
+    def fresh() -> list[Window]:
+        return WindowReader(redis_client, keys=keys, size_seconds=10).closable(limit=100)
+
+    def release(reader: WindowReader, start: int) -> None:
+        assert reader.mark_released(Window(start, start + 10), claim_key=claim, token="tok", retention_seconds=60)
+
+    for i in range(40):
+        write_window(redis_client, keys, i * 10, 10, {"a": 1.0})
+    set_watermark(redis_client, keys, 20)
+    assert mine.closable() == fresh() == [Window(0, 10), Window(10, 20)]
+    release(mine, 0)  # the cursor moves to 0, as mine saw it
+    sent = []
+    real = redis_client.zmscore
+    redis_client.zmscore = lambda *a, **kw: sent.append(a) or real(*a, **kw)  # type: ignore[method-assign]
+    try:
+        assert mine.closable() == fresh() == [Window(10, 20)]
+        assert len(sent) == 1  # only fresh()'s: mine guessed right
+    finally:
+        del redis_client.zmscore
+    release(WindowReader(redis_client, keys=keys, size_seconds=10), 10)  # another worker moves the cursor
+    set_watermark(redis_client, keys, 300)  # more windows closed than guessed
+    release(WindowReader(redis_client, keys=keys, size_seconds=10), 50)  # out of order, behind the cursor
+    assert mine.closable() == fresh() == [Window(s, s + 10) for s in range(20, 300, 10) if s != 50]
+    release(mine, 20)
+    assert mine.closable() == fresh() and mine.closable()[0] == Window(30, 40)
+
+
 def test_count_histogram_and_members_at_read_only_what_sampling_needs(redis_client) -> None:
     from stream_dp.release.sampling import count_classes, sample_count_classes
 

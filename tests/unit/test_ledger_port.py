@@ -15,7 +15,8 @@ from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
 def test_the_redis_ledger_is_a_release_ledger_with_the_same_signatures() -> None:
     ledger = Ledger(redis.Redis(), BudgetCap(1.0, 1e-5, 1e-7))  # no connection is made
     assert isinstance(ledger, ReleaseLedger)
-    for name in ("reserve", "settle", "charge", "stored", "mark_published", "unpublished", "scopes"):
+    for name in ("reserve", "settle", "charge", "stored", "stored_many", "stored_many_reads", "mark_published",
+                 "unpublished", "scopes"):
         want = inspect.signature(getattr(ReleaseLedger, name))
         got = inspect.signature(getattr(Ledger, name))
         assert list(got.parameters) == list(want.parameters), name

@@ -1,0 +1,256 @@
+"""The release worker's batched round trips keep the release order (real redis-server, in-process worker).
+
+The worker queues a release's mark-published and its type's after-commit writes (top-k's watchlist ``ZADD``,
+the alerts' staged SVT state) to go ahead of its next Redis step, reads the mechanism's data in the
+round trip of the reservation and the alerts' watched counts with top-k's (:class:`RideAlong`). What must
+still hold, checked at the moment each record is handed to the broker:
+
+- the release is charged and its record stored (charged before visible);
+- it is still listed as unpublished (never marked published before the broker has it);
+- an alerts record's staged SVT state is already in Redis (staged before the commit that references it);
+
+and after each window: nothing unpublished, top-k's keys in the watchlist, the alerts state applied.
+Plus: how many round trips the top-k and alerts releases take, and a flushed script cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from stream_dp.accounting.budget import scope_for
+from stream_dp.accounting.ledger import BudgetCap, Ledger
+from stream_dp.config import Config, config_from_mapping
+from stream_dp.keys import Keys
+from stream_dp.release.alerts import SVT_NAME
+from stream_dp.release.metrics import ReleaseMetrics
+from stream_dp.release.outbox import Outbox
+from stream_dp.release.records import Envelope
+from stream_dp.release.worker import ReleaseWorker
+from stream_dp.testing.windows import set_watermark, write_window
+
+pytestmark = pytest.mark.integration
+SIZE = 60
+WATCHED = ["key-0", "key-5", "key-19"]
+
+
+def make_cfg(*, lifetime: bool = False, max_instances: int = 2) -> Config:
+    budget: dict[str, Any] = {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400}
+    if lifetime:
+        budget["lifetime_epsilon"] = 1e10
+    return config_from_mapping({
+        "redis": {"key_prefix": "t"},
+        "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": "0"},
+        "budget": budget,
+        "releases": {
+            "topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+            "alerts": {"watchlist": WATCHED, "threshold": 500.0, "k": 2, "epsilon": 1.0,
+                       "max_instances_per_period": max_instances},
+            "sample": {"scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+        },
+    }, environ={})
+
+
+def window_counts(i: int) -> dict[str, float]:
+    return {f"key-{j}": float(100 * (j + 1) + i) for j in range(20)}
+
+
+class CheckingPublisher:
+    """At each publish, records what Redis holds for the release being handed to the broker."""
+
+    def __init__(self, client: redis.Redis, ledger: Ledger, keys: Keys) -> None:
+        self.client, self.ledger, self.keys = client, ledger, keys
+        self.records: list[dict[str, Any]] = []
+        self.seen: list[dict[str, Any]] = []
+
+    def publish(self, record: dict[str, Any]) -> None:
+        rid, scope = record["release_id"], record["budget"]["scope"]
+        payload = self.ledger.stored(scope, rid)
+        ref = None
+        if payload is not None and record["type"] == "alerts":
+            ref = (Envelope.loads(payload).state or {}).get("alerts_state_ref")
+        self.seen.append({
+            "rid": rid,
+            "stored": payload is not None,
+            "charged": bool(self.client.hexists(self.keys.ledger(scope, "charges"), rid)),
+            "unpublished": rid in self.ledger.unpublished(scope),
+            "staged": None if ref is None else bool(self.client.hexists(self.keys.svt(SVT_NAME, "pending"), ref)),
+        })
+        self.records.append(json.loads(json.dumps(record)))
+
+    def close(self) -> None:
+        pass
+
+
+class ListPublisher:
+    """Collects records (no Redis calls of its own: the round-trip count is the worker's alone)."""
+
+    def __init__(self, on_publish: Any = None) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.on_publish = on_publish
+
+    def publish(self, record: dict[str, Any]) -> None:
+        self.records.append(json.loads(json.dumps(record)))
+        if self.on_publish is not None:
+            self.on_publish(record)
+
+    def close(self) -> None:
+        pass
+
+
+def make_worker(client: redis.Redis, cfg: Config, publisher: Any = None) -> tuple[ReleaseWorker, Any, Ledger]:
+    keys = Keys(cfg.redis.key_prefix)
+    ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
+                    lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
+    publisher = publisher if publisher is not None else CheckingPublisher(client, ledger, keys)
+    metrics = ReleaseMetrics(CollectorRegistry())
+    worker = ReleaseWorker(cfg, client, ledger, Outbox(ledger, publisher, metrics), metrics,  # type: ignore[arg-type]
+                           worker_id="w1", rng=1)
+    return worker, publisher, ledger
+
+
+@pytest.mark.parametrize("lifetime", [False, True], ids=["period-cap", "lifetime-cap"])
+def test_each_record_is_charged_stored_staged_and_unpublished_when_it_reaches_the_broker(redis_client, lifetime) -> None:
+    cfg = make_cfg(lifetime=lifetime)
+    keys = Keys("t")
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    scope = scope_for(0, 86400)
+    for i in range(4):  # instances open in windows 0 and (once the first is exhausted) later: both paths
+        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+        set_watermark(redis_client, keys, (i + 1) * SIZE)
+        assert worker.run_once() is not None
+        # after the window: every release marked published, top-k's keys watched, the alerts state applied
+        assert ledger.unpublished(scope) == []
+        topk = next(r for r in pub.records if r["release_id"] == f"{i * SIZE}-{(i + 1) * SIZE}.topk")
+        watch = {k.decode() for k in redis_client.zrange(keys.release_index("watchlist"), 0, -1)}
+        assert {item["key"] for item in topk["items"]} <= watch
+        state = json.loads(redis_client.hget(keys.svt(SVT_NAME, "state"), "state"))
+        assert state["window"] == i * SIZE
+        assert redis_client.hlen(keys.svt(SVT_NAME, "pending")) == 0  # applied, nothing left staged
+    assert [s["rid"].split(".")[1] for s in pub.seen] == ["topk", "alerts", "sample"] * 4
+    for seen in pub.seen:
+        assert seen["stored"] and seen["charged"], seen
+        assert seen["unpublished"], f"{seen['rid']} was marked published before the broker had it"
+        if seen["rid"].endswith(".alerts") and seen["staged"] is not None:
+            assert seen["staged"], f"{seen['rid']}: its SVT state was not staged before its commit"
+    assert any(s["staged"] for s in pub.seen), "no alerts release carried a staged state"
+    opened = [r["info"]["opened"] for r in pub.records if r["type"] == "alerts"]
+    assert True in opened and False in opened, opened  # both the reserve + settle and the charge paths
+
+
+class RoundTrips:
+    """Counts the worker's round trips (one per command sent alone, one per pipeline) between publishes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from redis.client import Pipeline
+
+        self.steps: list[str] = []
+        real_cmd, real_pipe = redis.Redis.execute_command, Pipeline.execute
+        steps = self.steps
+
+        def execute_command(client: Any, *args: Any, **options: Any) -> Any:
+            steps.append(str(args[0]))
+            return real_cmd(client, *args, **options)
+
+        def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            steps.append("pipeline")
+            return real_pipe(pipe, *args, **kwargs)
+
+        monkeypatch.setattr(redis.Redis, "execute_command", execute_command)
+        monkeypatch.setattr(Pipeline, "execute", execute)
+
+    def mark(self, label: str) -> None:
+        self.steps.append(label)
+
+    def between(self, first: str, last: str) -> int:
+        start = self.steps.index(first) + 1
+        return sum(1 for s in self.steps[start:self.steps.index(last)] if not s.startswith(("published ", "run ")))
+
+
+@pytest.mark.parametrize("threshold, opens", [(5000.0, False), (50.0, True)], ids=["continues", "opens"])
+def test_top_k_and_alerts_take_few_round_trips(redis_client, monkeypatch, threshold, opens) -> None:
+    """Closable windows (1: the watermark, the cursor and the next windows' marks), claim ([EXISTS + INCR], [SET NX + the first reads]), top-k: [reserve + top
+    k̄+1 + watched counts], settle; alerts after
+    top-k's publish: one round trip ([top-k's mark + watchlist + staged state + charge]) when its instance
+    continues (no count reaches the threshold: never exhausted), two ([... + reserve], [staged state +
+    settle]) when one opens (k = 2 positives exhaust it in every window)."""
+    cfg = make_cfg(max_instances=0)
+    cfg = dataclasses.replace(cfg, releases=dataclasses.replace(
+        cfg.releases, alerts=dataclasses.replace(cfg.releases.alerts, threshold=threshold)))
+    keys = Keys("t")
+    for i in range(3):
+        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+    set_watermark(redis_client, keys, 3 * SIZE)
+    trips: list[RoundTrips] = []
+    pub = ListPublisher(lambda record: trips and trips[0].mark(f"published {record['release_id']}"))
+    worker, _, _ = make_worker(redis_client, cfg, pub)
+    worker.run_once()  # the first window: scripts loaded, the scope indexed (once per process)
+    trips.append(RoundTrips(monkeypatch))
+    for i in (1, 2):
+        window = f"{i * SIZE}-{(i + 1) * SIZE}"
+        trips[0].mark(f"run {i}")
+        assert worker.run_once() is not None
+        assert trips[0].between(f"run {i}", f"published {window}.topk") <= 5, " ".join(trips[0].steps)
+        opened = next(r for r in pub.records if r["release_id"] == f"{window}.alerts")["info"]["opened"]
+        assert opened == opens
+        between = trips[0].between(f"published {window}.topk", f"published {window}.alerts")
+        assert between == (2 if opens else 1), " ".join(trips[0].steps)
+
+
+def test_a_flushed_script_cache_is_loaded_again_for_a_batched_step(redis_client) -> None:
+    """A restarted (or flushed) Redis has no scripts: a batch that runs them by SHA loads them and is sent again."""
+    cfg = make_cfg()
+    keys = Keys("t")
+    worker, pub, ledger = make_worker(redis_client, cfg)
+    for i in range(3):
+        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+        set_watermark(redis_client, keys, (i + 1) * SIZE)
+        redis_client.script_flush()
+        assert worker.run_once() is not None
+    assert [r["type"] for r in pub.records] == ["topk", "alerts", "sample"] * 3
+    assert all(r["status"] == "released" for r in pub.records)
+    scope = scope_for(0, 86400)
+    assert ledger.unpublished(scope) == []
+    report = ledger.verify(scope)
+    assert report.ok and report.open_reservations == 0, report.problems
+
+
+def test_queued_writes_keep_their_order_across_the_masters_of_a_cluster(tmp_path) -> None:
+    """On a cluster the ride-along's writes and step run in list order even when their slots are on several
+    masters (top-k's mark on the ledger's master, the watchlist on another, the staged SVT state on a third,
+    then the alerts commit back on the first): grouping by master would run the commit before the staging.
+    Each item returns the server's ``TIME``; the times must not go backwards."""
+    from cluster_helpers import local_cluster
+
+    from stream_dp.node_batches import RideAlong, run_in_order
+
+    with local_cluster(tmp_path, masters=3) as nodes:
+        client = nodes.client()
+        try:
+            by_node: dict[str, str] = {}
+            for i in range(200):
+                by_node.setdefault(client.get_node_from_key(f"k{i}").name, f"k{i}")
+                if len(by_node) == 3:
+                    break
+            a, b, c = by_node.values()
+
+            def now(key: str) -> tuple[str, Any]:
+                return key, lambda pipe: pipe.eval("return redis.call('TIME')", 1, key)
+
+            def micros(reply: list) -> int:
+                return int(reply[0]) * 1_000_000 + int(reply[1])
+
+            times = [micros(r) for r in run_in_order(client, [now(a), now(b), now(c), now(a), now(b)])]
+            assert times == sorted(times)
+            ride = RideAlong()
+            for key in (a, c, b):
+                ride.write(now(key))
+            step = [micros(r) for r in ride.run(client, [now(a)])]
+            assert len(step) == 1 and not ride
+        finally:
+            client.close()
