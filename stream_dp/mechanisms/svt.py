@@ -30,7 +30,7 @@ re-drawn on resume (fresh threshold noise for the same instance would be an aver
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +92,22 @@ class SVTAnswer:
         if self._tail.noise == "geometric":
             bound = float(round(bound, 6))
         return bound
+
+
+def published_lower_bounds(answers: Sequence[SVTAnswer], confidence: float = 0.95) -> list[float | None]:
+    """:meth:`SVTAnswer.published_lower_bound` of each answer (None when below), equal to it answer by
+    answer; the answers published in the same branch of one instance are bounded side by side
+    (:meth:`~stream_dp.mechanisms.svt_bounds.BranchSelection.lower_bounds_of_gaps`)."""
+    bounds: list[float | None] = [None] * len(answers)
+    groups: dict[tuple[BranchSelection, float], list[int]] = {}
+    for i, ans in enumerate(answers):
+        if ans.above and ans._selection is not None and ans.gap is not None and ans._threshold is not None:
+            groups.setdefault((ans._selection, ans._threshold), []).append(i)
+    for (selection, threshold), members in groups.items():
+        gaps = selection.lower_bounds_of_gaps([answers[i].gap for i in members], confidence)  # type: ignore[misc]
+        for i, g in zip(members, gaps):
+            bounds[i] = threshold + g
+    return bounds
 
 
 class AdaptiveSVT:

@@ -49,6 +49,7 @@ import redis
 
 from stream_dp.config import AlertsConfig
 from stream_dp.keys import Keys
+from stream_dp.mechanisms.svt import SVTAnswer, published_lower_bounds
 from stream_dp.node_batches import Reads, RideAlong, evalsha_item, run_batched
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
@@ -326,20 +327,24 @@ class AlertsRun:
         svt = self.svt
         usable = svt is not None and not svt.exhausted and (self.opens or self.current.scope == self.scope)  # type: ignore[union-attr]
         if usable:
+            number = _int if self.cfg.noise == "geometric" else _num  # discrete noise: integers
+            published: list[tuple[dict[str, Any], SVTAnswer]] = []
             for key in self.watchlist:
                 if svt.exhausted:
                     break
                 ans = svt.process(float(counts.get(key, 0.0)))
                 item: dict[str, Any] = {"key": key, "above": bool(ans.above)}
                 if ans.above:
-                    number = _int if self.cfg.noise == "geometric" else _num  # discrete noise: integers
                     item["branch"] = ans.branch
                     item["gap"] = number(ans.gap)
                     item["estimate"] = number(ans.estimate)
-                    # calibrated given publication (selective inference): covers the count with
-                    # probability ≥ confidence among the answers that are published
-                    item["lower_bound"] = number(ans.published_lower_bound(self.cfg.confidence))
+                    published.append((item, ans))
                 items.append(item)
+            # calibrated given publication (selective inference): covers the count with probability
+            # ≥ confidence among the answers that are published (the window's answers bounded together)
+            bounds = published_lower_bounds([ans for _, ans in published], self.cfg.confidence)
+            for (item, _), bound in zip(published, bounds):
+                item["lower_bound"] = number(bound)
         info = {"instance": self.instance, "opened": self.opens, "watchlist_size": len(self.watchlist),
                 "unanswered": len(self.watchlist) - len(items),
                 "instance_exhausted": bool(svt.exhausted) if svt is not None else None,
