@@ -224,7 +224,7 @@ class WindowBounding:
     def keys(self, user: str) -> tuple[str, ...]:
         """The keys counted for ``user`` in this window, in the order they were counted."""
         mine = self.keys_of.get(user)
-        return () if mine is None else (mine,) if type(mine) is str else mine  # type: ignore[return-value]
+        return () if mine is None else (mine,) if type(mine) is not tuple else mine  # type: ignore[return-value]
 
     def plan(self, partition: int, events: Sequence[tuple[int, str, str]], *, token: str) -> ChunkPlan:
         """Bound one chunk, ``(offset, user, key)`` in strictly increasing offset order, on the cached
@@ -244,7 +244,7 @@ class WindowBounding:
                 mine = keys_of.get(user)
                 if mine is None:
                     keys_of[user] = key
-                elif type(mine) is str:  # one key so far
+                elif type(mine) is not tuple:  # one key so far
                     if key == mine:
                         linf += 1
                         continue
@@ -284,7 +284,7 @@ class WindowBounding:
         for i in range(len(counted) - 2, -1, -2):  # the counted pairs back out, newest first
             user = counted[i]
             mine = keys_of[user]
-            if type(mine) is str:
+            if type(mine) is not tuple:
                 del keys_of[user]
             elif len(mine) == 2:
                 keys_of[user] = mine[0]
@@ -329,7 +329,7 @@ class WindowBounding:
                 mine = keys_of.get(user)
                 if mine is None:
                     keys_of[user] = key
-                elif type(mine) is str:
+                elif type(mine) is not tuple:
                     keys_of[user] = (mine, key)
                 else:
                     keys_of[user] = mine + (key,)
