@@ -47,6 +47,7 @@ from stream_dp.config import config_from_mapping
 from stream_dp.connections import ensure_topics, kafka_producer
 from stream_dp.devstack import DevStack
 from stream_dp.keys import Keys
+from stream_dp.processes import freeze_start_up_heap
 from stream_dp.release.metrics import PHASES, ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.windows import Window
@@ -217,7 +218,8 @@ def measure(args: argparse.Namespace) -> None:
         metrics = ReleaseMetrics(registry)
         ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys)
         worker = ReleaseWorker(cfg, client, ledger, Outbox(ledger, publisher, metrics), metrics,
-                               worker_id="bench", rng=args.seed)
+                               worker_id="bench", rng=args.seed,
+                               after_start=None if args.no_gc_freeze else freeze_start_up_heap)
 
         # baselines, same run: one chunked full read of a window; one acks=all produce of ~1 KB
         open_window(client, keys, 0)
@@ -315,7 +317,7 @@ def measure(args: argparse.Namespace) -> None:
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
-        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load,
+        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "gc_freeze": not args.no_gc_freeze,
         "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
@@ -344,6 +346,8 @@ def main() -> None:
     p.add_argument("--load", type=int, default=0, help="busy-looping processes to run beside it (CPU burner)")
     p.add_argument("--trace", action="store_true", help="list the last window's round trips and produces in order")
     p.add_argument("--shards", type=int, default=1, help="windows.shards: each window stored in this many shards")
+    p.add_argument("--no-gc-freeze", action="store_true",
+                   help="do not freeze the start-up heap after the worker starts (the release process does; for an A/B)")
     run(p.parse_args())
 
 

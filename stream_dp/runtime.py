@@ -309,11 +309,13 @@ def run_release_worker(cfg: Config, *, worker_id: str | None = None, crashpoints
     ``crashpoints``: None in production; crash tests inject one (:mod:`stream_dp.release.crashpoints`)."""
     import threading
 
+    from stream_dp.processes import freeze_start_up_heap
     from stream_dp.release.service import build_worker
 
     def build(registry: object) -> Running:
         extra = {} if crashpoints is None else {"crashpoints": crashpoints}
-        service = build_worker(cfg, registry=registry, worker_id=worker_id, **extra)  # type: ignore[arg-type]
+        service = build_worker(cfg, registry=registry, worker_id=worker_id,  # type: ignore[arg-type]
+                               after_start=freeze_start_up_heap, **extra)
         stop = threading.Event()
         return Running(lambda: service.worker.run(stop), stop.set, service.close,
                        stopping_message="finishing the current window, then stopping")

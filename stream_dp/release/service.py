@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry
 
@@ -43,9 +43,11 @@ def default_worker_id() -> str:
 
 
 def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, worker_id: str | None = None,
-                 rng: Any = None, crashpoints: CrashPoints = NO_CRASHES) -> Service:
+                 rng: Any = None, crashpoints: CrashPoints = NO_CRASHES,
+                 after_start: Callable[[], object] | None = None) -> Service:
     """A ready-to-run release worker for ``cfg`` (production: ``rng=None``, OS entropy); its poll interval,
-    claim TTL and retry backoff come from ``cfg.release``."""
+    claim TTL and retry backoff come from ``cfg.release``; ``after_start`` runs once when the worker's
+    start-up is done (:meth:`ReleaseWorker.start`)."""
     from stream_dp.accounting.ledger import BudgetCap, Ledger
 
     registry = registry if registry is not None else CollectorRegistry()
@@ -62,5 +64,5 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     publisher = Publisher(producer, cfg.kafka.releases_topic)
     outbox = Outbox(ledger, publisher, metrics, crashpoints=crashpoints)
     worker = ReleaseWorker(cfg, client, ledger, outbox, metrics, worker_id=worker_id or default_worker_id(),
-                           rng=rng)
+                           rng=rng, after_start=after_start)
     return Service(worker, publisher, client, registry)

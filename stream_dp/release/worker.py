@@ -66,8 +66,10 @@ class ReleaseWorker:
 
     def __init__(self, cfg: Config, client: redis.Redis, ledger: ReleaseLedger, outbox: Outbox, metrics: ReleaseMetrics, *,
                  worker_id: str, claim_ttl_seconds: float | None = None, poll_seconds: float | None = None,
-                 rng: Any = None, scope_for: Callable[[float], str] | None = None) -> None:
+                 rng: Any = None, scope_for: Callable[[float], str] | None = None,
+                 after_start: Callable[[], object] | None = None) -> None:
         self.cfg = cfg
+        self.after_start = after_start  # called once start() has finished (the process freezes its start-up heap)
         self.keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
         self._client = client
@@ -105,7 +107,8 @@ class ReleaseWorker:
         """What a worker does once, before its first window (idempotent; :meth:`run_once` calls it first):
         the public schedule (recorded by the first process of the deployment, checked against the config),
         the Lua scripts loaded into Redis (so the first window's steps are not refused with ``NOSCRIPT``
-        and sent again), then every stored-but-unpublished release published (:meth:`recover`)."""
+        and sent again), then every stored-but-unpublished release published (:meth:`recover`); last, once,
+        ``after_start`` (the release process passes :func:`~stream_dp.processes.freeze_start_up_heap`)."""
         if self.recovered:
             return
         self.reader.schedule = establish_schedule(self._client, self.keys, self.cfg.windows)
@@ -113,6 +116,8 @@ class ReleaseWorker:
                                     *self.ledger.scripts])
         self.recover()
         self.recovered = True
+        if self.after_start is not None:
+            self.after_start()
 
     def run_once(self) -> Window | None:
         """Start (first call), then release the oldest closable window if one can be claimed."""

@@ -649,3 +649,29 @@ def test_a_state_stored_by_an_older_version_is_scrubbed_and_closed(redis_client)
     state = store.load()
     assert state is not None and state.closed and state.instance == 1
     assert "bit_generator" not in _dump_redis(redis_client)
+
+
+def test_after_start_runs_once_when_start_up_is_done_and_not_when_it_failed(redis_client) -> None:
+    """The release process freezes its start-up heap out of the garbage collector's view through
+    ``after_start`` (stream_dp.processes.freeze_start_up_heap): it must run after start-up (schedule, scripts,
+    recovery) has finished, exactly once, and not for a start that failed."""
+    from stream_dp.schedule import ScheduleMismatch
+
+    keys = Keys("t")
+    calls: list[bool] = []
+    cfg = make_cfg()
+    worker, _, _ = make_worker(redis_client, cfg)
+    worker.after_start = lambda: calls.append(worker.recovered)
+    write_window(redis_client, keys, 0, SIZE, {"a": 5.0})
+    set_watermark(redis_client, keys, 2 * SIZE)
+    assert drain(worker) == 2
+    assert calls == [True]  # once, with start-up finished, however many passes ran
+    worker.start()
+    assert calls == [True]
+
+    other = cfg.replace(windows=dataclasses.replace(cfg.windows, size_seconds=2 * SIZE))  # refused: schedule differs
+    failing, _, _ = make_worker(redis_client, other, worker_id="w2")
+    failing.after_start = lambda: calls.append(failing.recovered)
+    with pytest.raises(ScheduleMismatch):
+        failing.run_once()
+    assert calls == [True]

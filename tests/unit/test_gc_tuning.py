@@ -33,3 +33,30 @@ def test_young_collections_wait_for_the_batches_in_flight_and_cycles_are_still_c
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+FREEZE_CHILD = textwrap.dedent("""
+    import gc, weakref
+    from stream_dp.processes import freeze_start_up_heap
+    class Node:
+        pass
+    kept = [Node() for _ in range(1000)]  # start-up state: lives as long as the process
+    frozen = freeze_start_up_heap()
+    assert frozen == gc.get_freeze_count() and frozen > 1000
+    referrers = [o for o in gc.get_objects() if o is kept]
+    assert not referrers, "start-up objects are still traversed by collections"
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # garbage made after start-up is still collected
+    gone = []
+    ref = weakref.ref(a, gone.append)
+    del a, b
+    gc.collect()
+    assert gone
+    print("ok")
+""")
+
+
+def test_the_start_up_heap_is_frozen_and_later_garbage_still_collected() -> None:
+    out = subprocess.run([sys.executable, "-c", FREEZE_CHILD], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
