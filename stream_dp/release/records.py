@@ -15,6 +15,7 @@ random reference of the staged sparse-vector state, never the state itself). ``s
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -59,14 +60,23 @@ def parse_release_id(rid: str) -> tuple[Window, str]:
 
 
 def cost_block(events: Sequence[DpEvent]) -> dict[str, Any]:
-    """The ``cost`` of one release: its events, basic-composition ε and δ, and zCDP ρ."""
+    """The ``cost`` of one release: its events, basic-composition ε and δ, and zCDP ρ.
+
+    ``epsilon`` is None (JSON ``null``) when basic composition gives no finite ε -- a zCDP-only release
+    (``histogram``): its guarantee is ρ with δ, and the ledger converts the period's total (docs/privacy.md §3).
+    An infinite float has no JSON form: written as ``Infinity`` it made every such record unreadable to a
+    strict JSON parser (browsers, Go, Java, jq) and the dashboard's ``/api/releases`` fail."""
     spent = compose(events)
     return {
         "events": [e.to_dict() for e in events],
-        "epsilon": spent.basic_epsilon if events else 0.0,
+        "epsilon": _finite_or_none(spent.basic_epsilon) if events else 0.0,
         "delta": spent.basic_delta if events else 0.0,
         "rho": spent.rho,
     }
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def events_of(record: Mapping[str, Any]) -> list[DpEvent]:
@@ -145,15 +155,21 @@ def exhausted_draft(window: Window, release_type: str, mechanism: str, parameter
 
 
 def with_budget(record: Mapping[str, Any], budget: Mapping[str, Any]) -> dict[str, Any]:
-    """The published record: the stored one plus the ledger's budget block."""
+    """The published record: the stored one plus the ledger's budget block. A record stored before
+    :func:`cost_block` wrote ``null`` for an unbounded ε (it stored ``Infinity``) is published with ``null``."""
     out = dict(record)
+    cost = out.get("cost")
+    if isinstance(cost, dict) and isinstance(cost.get("epsilon"), float) and not math.isfinite(cost["epsilon"]):
+        out["cost"] = {**cost, "epsilon": None}
     out["budget"] = dict(budget)
     return out
 
 
 def encode(record: Mapping[str, Any]) -> bytes:
-    """Canonical bytes of a record (sorted keys): identical records give identical messages."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    """Canonical bytes of a record (sorted keys): identical records give identical messages. Strict JSON
+    (RFC 8259): a non-finite number raises ``ValueError`` here rather than reach subscribers as ``NaN`` or
+    ``Infinity``, which their parsers refuse."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
 def load_schema() -> dict[str, Any]:
@@ -162,7 +178,10 @@ def load_schema() -> dict[str, Any]:
 
 
 def validate_record(record: Mapping[str, Any]) -> None:
-    """Raise ``jsonschema.ValidationError`` if ``record`` does not follow the release schema (tests, tools)."""
+    """Raise ``jsonschema.ValidationError`` if ``record`` does not follow the release schema, ``ValueError`` if it
+    holds a number strict JSON cannot carry (NaN, ±Infinity: :func:`encode` refuses it) (tests, tools)."""
     import jsonschema  # test/tool dependency only
+
+    encode(record)
 
     jsonschema.Draft202012Validator(load_schema(), format_checker=jsonschema.FormatChecker()).validate(record)

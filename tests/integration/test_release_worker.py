@@ -675,3 +675,58 @@ def test_after_start_runs_once_when_start_up_is_done_and_not_when_it_failed(redi
     with pytest.raises(ScheduleMismatch):
         failing.run_once()
     assert calls == [True]
+
+
+def _strict_json(data: bytes) -> Any:
+    """RFC 8259 JSON only: ``NaN``/``Infinity`` (Python's json extension) refused, as browsers, Go, Java and
+    jq refuse them."""
+    def refuse(token: str) -> Any:
+        raise ValueError(f"not JSON: {token}")
+    return json.loads(data, parse_constant=refuse)
+
+
+class WirePublisher(ListPublisher):
+    """Keeps what a subscriber receives: the bytes of :func:`stream_dp.release.records.encode`."""
+
+    def publish(self, record: dict[str, Any]) -> None:
+        from stream_dp.release.records import encode
+
+        self.records.append(_strict_json(encode(record)))
+
+
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient` is deprecated")
+def test_every_release_type_reaches_subscribers_as_strict_json_and_the_dashboard_serves_it(redis_client) -> None:
+    """A zCDP-only release (histogram) has no finite basic-composition ε; its record carries ``null`` there,
+    never ``Infinity`` (which strict parsers refuse and the dashboard's JSON responses cannot encode)."""
+    from starlette.testclient import TestClient
+
+    from stream_dp.client import check_record
+    from stream_dp.dashboard.app import create_app
+    from stream_dp.dashboard.board import ReleaseBoard
+    from stream_dp.release.records import encode, with_budget
+
+    cfg = make_cfg(histogram={"enabled": True, "epsilon": 2.0, "delta": 1e-7},
+                   sample={"enabled": True, "delta": 1e-5})
+    keys = Keys("t")
+    write_window(redis_client, keys, 0, SIZE, {**{f"hot{j}": float(500 + 100 * j) for j in range(5)}, "rare": 1.0})
+    set_watermark(redis_client, keys, SIZE)
+    worker, pub, ledger = make_worker(redis_client, cfg, WirePublisher())
+    assert drain(worker) == 1
+    assert {r["type"] for r in pub.records} == {"topk", "histogram", "sample"}
+    for rec in pub.records:  # what the ledger stores (and republishes after a crash) is strict JSON too
+        _strict_json(ledger.stored(worker.scope_for(0), rec["release_id"]).encode())
+    histogram = next(r for r in pub.records if r["type"] == "histogram")
+    assert histogram["cost"]["epsilon"] is None and histogram["cost"]["rho"] > 0
+    board = ReleaseBoard()
+    for rec in pub.records:
+        validate_record(rec)
+        assert check_record(rec) == rec  # the subscriber client's check
+        board.add(rec)
+    response = TestClient(create_app(board)).get("/api/releases")
+    assert response.status_code == 200 and response.json()["count"] == 3
+    # a record stored by an earlier version (ε written as a float infinity) is published as null, and a
+    # non-finite number anywhere else is refused before it reaches the topic
+    legacy = {**histogram, "cost": {**histogram["cost"], "epsilon": float("inf")}}
+    assert _strict_json(encode(with_budget(legacy, histogram["budget"])))["cost"]["epsilon"] is None
+    with pytest.raises(ValueError):
+        encode({**histogram, "info": {"x": float("nan")}})
