@@ -68,19 +68,27 @@ class BudgetPlan:
         """One worst-case window, an instance opening included (the most one window can cost)."""
         return self.events(1)
 
-    def windows_fitting(self, cap: BudgetCap, *, lifetime: bool = False) -> int:
-        """Largest n such that n worst-case windows fit ``cap`` (monotone in n: binary search)."""
+    def windows_fitting(self, cap: BudgetCap, *, lifetime: bool = False, at_most: int | None = None) -> int:
+        """Largest n such that n worst-case windows fit ``cap`` (monotone in n: binary search).
+
+        ``at_most``: the largest n of interest, exact below it (a start check only asks whether a period's
+        windows fit). Without it the search stops at ``_SEARCH_LIMIT`` windows ("at least the limit"). Each
+        candidate n composes n windows' events one by one, so an unbounded search under a generous cap
+        (budget.epsilon = 10⁶) cost a worker about a minute of CPU at every start."""
         def fits(n: int) -> bool:
             periods = max(1, math.ceil(n / self.windows_per_period)) if lifetime else 1
             return decide(compose(self.events(n, periods)), cap) == "ok"
 
-        if not fits(1):
+        limit = _SEARCH_LIMIT if at_most is None else at_most
+        if limit < 1 or not fits(1):
             return 0
         lo, hi = 1, 2
-        while hi <= _SEARCH_LIMIT and fits(hi):
+        while hi <= limit and fits(hi):
             lo, hi = hi, hi * 2
-        if hi > _SEARCH_LIMIT:
-            return _SEARCH_LIMIT
+        if hi > limit:
+            if at_most is None:
+                return _SEARCH_LIMIT
+            hi = limit + 1  # lo fits, limit + 1 is not of interest: the answer is in [lo, limit]
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
@@ -180,7 +188,7 @@ def require_full_period(cfg: Config) -> BudgetPlan:
     period holds, unless ``budget.allow_partial_period`` is true. Returns the plan."""
     plan = plan_for(cfg)
     assert plan.period_cap is not None
-    fit = plan.windows_fitting(plan.period_cap)
+    fit = plan.windows_fitting(plan.period_cap, at_most=plan.windows_per_period)
     if fit < plan.windows_per_period and not cfg.budget.allow_partial_period:
         raise ConfigError(
             f"budget.epsilon/budget.delta: only {fit} worst-case window(s) of {cfg.windows.size_seconds} s fit a "

@@ -101,3 +101,30 @@ def test_alerts_open_at_most_the_configured_instances_per_period() -> None:
             assert draft.items == [] and draft.info["unanswered"] == len(counts)
     assert opened == [True, True, False, True]  # the third window of p0 is over the limit; p1 starts afresh
     assert limited == [False, False, True, False]
+
+
+def test_the_start_check_composes_no_more_windows_than_a_period_holds(monkeypatch) -> None:
+    """A generous cap (budget.epsilon = 10⁹, as tests and trial deployments use) once made every worker
+    search up to 10⁶ windows at start, composing each candidate's events one by one (about a minute of CPU):
+    the start check only needs to know whether one period's windows fit."""
+    from stream_dp.release.budget_plan import BudgetPlan
+
+    examined: list[int] = []
+    real = BudgetPlan.events
+
+    def events(self, windows: int, periods: int = 1):  # noqa: ANN001, ANN202
+        examined.append(windows)
+        return real(self, windows, periods)
+
+    monkeypatch.setattr(BudgetPlan, "events", events)
+    cfg = config_from_mapping({"budget": {"epsilon": 1e9, "delta": 0.5}}, environ={})
+    plan = require_full_period(cfg)
+    assert examined and max(examined) <= plan.windows_per_period == 24
+
+
+def test_a_bounded_search_is_exact_below_its_bound() -> None:
+    cfg = config_from_mapping({"releases": {"alerts": {"max_instances_per_period": 0}}}, environ={})
+    plan = plan_for(cfg)
+    assert plan.windows_fitting(plan.period_cap) == 8  # the unbounded answer
+    for at_most, expected in ((24, 8), (9, 8), (8, 8), (7, 7), (5, 5), (1, 1), (0, 0)):
+        assert plan.windows_fitting(plan.period_cap, at_most=at_most) == expected, at_most
