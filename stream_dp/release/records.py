@@ -159,8 +159,8 @@ def with_budget(record: Mapping[str, Any], budget: Mapping[str, Any]) -> dict[st
     :func:`cost_block` wrote ``null`` for an unbounded ε (it stored ``Infinity``) is published with ``null``."""
     out = dict(record)
     cost = out.get("cost")
-    if isinstance(cost, dict) and isinstance(cost.get("epsilon"), float) and not math.isfinite(cost["epsilon"]):
-        out["cost"] = {**cost, "epsilon": None}
+    if isinstance(cost, dict) and isinstance(cost.get("epsilon"), float):
+        out["cost"] = {**cost, "epsilon": _finite_or_none(cost["epsilon"])}
     out["budget"] = dict(budget)
     return out
 
