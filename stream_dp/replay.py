@@ -38,6 +38,7 @@ from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 from stream_dp.config import EventsConfig
+from stream_dp.schedule import record_timestamp_ms
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
@@ -463,7 +464,7 @@ def replay(events: Iterable[Event | None], producer: Any, topic: str, fields: Ev
                 stats.skipped += 1
                 continue
             pacer.wait(item.ts)
-            ts_ms = int(item.ts * 1000) if item.ts is not None and item.ts >= 0 else None
+            ts_ms = record_timestamp_ms(item.ts) if item.ts is not None and item.ts >= 0 else None
             future = producer.send(topic, key=item.user.encode(), value=item.to_json(fields), timestamp_ms=ts_ms)
             if hasattr(future, "add_errback"):
                 future.add_errback(failed)

@@ -45,6 +45,33 @@ def window_start(ts: float, size: int) -> int:
     return int(ts // size) * size
 
 
+def record_timestamp_ms(ts: float) -> int:
+    """The Kafka record timestamp (integer ms) a trusted producer stamps on an event of time ``ts``: the
+    latest millisecond not after ``ts``, i.e. ``ms / 1000 <= ts < (ms + 1) / 1000`` in floating point.
+
+    The ingest accepts a body time only within ``[record time − max_event_delay, record time + max_clock_skew]``
+    (:mod:`stream_dp.ingest.windowing`), so with ``max_event_delay_seconds = 0`` a record time even a fraction of
+    a millisecond after the body time is out of range (dead letter ``event_time_out_of_range``). Rounding to the
+    nearest millisecond stamps half of all sub-millisecond times after themselves, and ``int(ts * 1000)`` does so
+    for about 5 in 10⁶ random times near 2027 (``ts * 1000`` rounds up to a whole number in binary floating
+    point), while it stamps 1.001 as 1000 ms. Here ``record_timestamp_ms(ts) / 1000 <= ts`` always holds (the
+    ingest divides the same way), and a time given in whole milliseconds keeps its millisecond.
+
+    >>> record_timestamp_ms(1800000014.6759999), int(1800000014.6759999 * 1000)
+    (1800000014675, 1800000014676)
+    >>> record_timestamp_ms(1.001), int(1.001 * 1000)
+    (1001, 1000)
+    """
+    if not ts >= 0:
+        raise ValueError(f"an event time must be a number of seconds >= 0, got {ts!r}")
+    ms = round(ts * 1000)  # within one of the answer; the loops settle it in the ingest's own arithmetic
+    while ms / 1000 > ts:
+        ms -= 1
+    while (ms + 1) / 1000 <= ts:
+        ms += 1
+    return ms
+
+
 @dataclass(frozen=True)
 class ReleaseSchedule:
     """Windows ``start + i·size`` (i ≥ 0); a window is due once ``end <= watermark``."""

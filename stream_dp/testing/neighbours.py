@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream_dp.config import Config
+from stream_dp.schedule import record_timestamp_ms
 
 #: A key prefix per run keeps runs on one Redis apart.
 RUN_PREFIX = "nb"
@@ -174,7 +175,7 @@ def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, r
             for off, e in batch:
                 cols = parts.setdefault(e.partition, ([], [], []))
                 cols[0].append(off)
-                cols[1].append(int(round(e.record_time * 1000)))
+                cols[1].append(record_timestamp_ms(e.record_time))
                 cols[2].append(e.value(cfg))
             records = [PartitionRecords(p, *cols) for p, cols in sorted(parts.items())]
             out = applier.apply_one(BatchRequest(records, owned=everything, busy=frozenset(parts),
@@ -206,7 +207,7 @@ def produce_stream(events: Sequence[StreamEvent], cfg: Config, producer: Any, to
     stamped with its record time; clock ticks as null values. ``producer``: a kafka-python KafkaProducer."""
     for e in events:
         producer.send(topic, partition=e.partition, key=b"clock" if e.user is None else e.user.encode(),
-                      value=e.value(cfg), timestamp_ms=int(round(e.record_time * 1000)))
+                      value=e.value(cfg), timestamp_ms=record_timestamp_ms(e.record_time))
     producer.flush()
 
 

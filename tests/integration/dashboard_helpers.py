@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest_helpers import config_mapping, create_topic, produce, stop_worker, write_toml
+from ingest_helpers import config_mapping, create_topic, ground_truth, produce, stop_worker, write_toml
 from ingest_helpers import start_worker as start_ingest
 from release_processes import start_worker as start_release
 from release_processes import stop
 from waiting import wait_for
+from stream_dp.config import load_config
+from stream_dp.ingest.store import WindowStore
+from stream_dp.keys import Keys
 from stream_dp.processes import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,6 +85,23 @@ class Pipeline:
         self.procs.append(start_ingest(self.config, self.tmp_path / "ingest.log"))
         self.procs.append(start_release(self.config, worker_id="r1", log_path=self.tmp_path / "release.log",
                                         claim_ttl=10.0))
+
+    def assert_counted_exactly(self) -> None:
+        """Every event of :func:`events` is in the closed windows' counts in Redis, exactly as the bounding
+        oracle counts it (nothing lost to lateness or dead letters, which would make the hot keys' ranks
+        a matter of chance)."""
+        import redis
+
+        cfg = load_config(self.config)
+        client = redis.Redis.from_url(cfg.redis.url)
+        try:
+            store = WindowStore(client, keys=Keys(cfg.redis.key_prefix), window_size=SIZE,
+                                max_keys_per_user=cfg.contribution.max_keys_per_user)
+            truth = ground_truth(events(), size=SIZE, max_keys=cfg.contribution.max_keys_per_user)
+            ours = [T0 + w * SIZE for w in range(WINDOWS)]
+            assert {s: store.counts(s) for s in ours} == {s: truth[s] for s in ours}
+        finally:
+            client.close()
 
     def stop(self) -> None:
         if len(self.procs) == 2:

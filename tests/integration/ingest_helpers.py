@@ -19,6 +19,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from bounding_oracle import bounded_counts
 from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the ingest tests
 from stream_dp.processes import die_with_parent
+from stream_dp.schedule import record_timestamp_ms
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +50,7 @@ def record_time_ms(ev: dict[str, Any]) -> int | None:
     """The Kafka record timestamp a trusted collector would stamp: the event's own time (as ``stream-dp
     replay`` does), or None (the producer's clock) for events without a numeric ``ts``."""
     ts = ev.get("ts")
-    return int(round(ts * 1000)) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts >= 0 else None
+    return record_timestamp_ms(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts >= 0 else None
 
 
 def produce(bootstrap: str, topic: str, events: list[Any], *, raw: bool = False,

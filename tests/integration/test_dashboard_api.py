@@ -36,6 +36,7 @@ def test_the_api_serves_what_the_release_worker_published(tmp_path, bootstrap_se
         wait_for(lambda: dashboard.get("/healthz")[1]["records"] >= expected, timeout=120,
                    what=f"{expected} releases on the dashboard")
         pipeline.stop()
+        pipeline.assert_counted_exactly()
         published = {rid: json.loads(v[0]) for rid, v in by_release_id(
             read_topic(bootstrap_servers, releases_topic, expect_at_least=expected)).items()}
 

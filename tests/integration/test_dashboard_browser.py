@@ -47,6 +47,7 @@ def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, red
             120, "the ranking to show the last window's top key")
         assert set(shown) <= set(k for w in HOT for k in w), shown  # only keys the stream made popular
         wait_for(lambda: dashboard.get("/healthz")[1]["records"] >= 9, timeout=30, what="all releases on the dashboard")
+        pipeline.assert_counted_exactly()
         chromium.wait_for("Number(document.body.dataset.records) >= 9", 60, "the page to show all releases")
 
         # ⊥: the last window's top-k stopped after its hot keys; the marker and its explanation are shown

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import random
 
 import pytest
 
@@ -151,6 +152,26 @@ def test_replay_produces_json_keyed_by_user_with_event_timestamps():
     assert producer.flushed == 1
     assert (stats.first_ts, stats.last_ts) == (10.0, 11.5)
     assert "replayed 3 events" in stats.summary() and "skipped 1" in stats.summary()
+
+
+def test_replay_never_stamps_a_record_time_after_its_event_time():
+    """With ``windows.max_event_delay_seconds = 0`` the ingest accepts an event only when record time ≤ body
+    time (``ts_ms / 1000.0 <= ts``, the applier's own arithmetic), so the stamp must never be after the event:
+    not for sub-millisecond times (rounding stamps half of them after), not where ``int(ts * 1000)`` rounds up in
+    floating point (the first three times), and a time in whole milliseconds keeps its millisecond."""
+    rnd = random.Random(5)
+    sub_ms = [1800000014.6759999, 1800000049.7779999, 1800000012.0279999,
+              *(1_800_000_000 + rnd.uniform(0, 3600) for _ in range(20_000))]
+    whole_ms = [1.001, 1_800_000_000.123, 964982703.0, *(rnd.randrange(10**12) / 1000 for _ in range(2_000))]
+    # the inputs tell the rule from the two obvious ones: each stamps some of them after the event
+    assert any(round(t * 1000) / 1000.0 > t for t in sub_ms) and any(int(t * 1000) / 1000.0 > t for t in sub_ms)
+    assert any(int(t * 1000) != round(t * 1000) for t in whole_ms)
+    producer = FakeProducer()
+    replay((Event(f"u{i}", "k", t) for i, t in enumerate(sub_ms + whole_ms)), producer, "t", EventsConfig())
+    stamps = [ms for *_, ms in producer.sent]
+    for t, ms in zip(sub_ms, stamps):
+        assert ms / 1000.0 <= t < (ms + 1) / 1000.0, (t, ms)
+    assert stamps[len(sub_ms):] == [round(t * 1000) for t in whole_ms]
 
 
 def test_replay_limit_and_stop():
