@@ -44,7 +44,8 @@ from prometheus_client import CollectorRegistry
 
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import config_from_mapping
-from stream_dp.connections import ensure_topics, kafka_producer
+from stream_dp.connections import ensure_topics
+from stream_dp.release.producers import release_producer
 from stream_dp.devstack import DevStack
 from stream_dp.keys import Keys
 from stream_dp.processes import freeze_start_up_heap
@@ -203,6 +204,7 @@ def measure(args: argparse.Namespace) -> None:
                 "sample": {"scheme": "pps", "tau": args.tau, "epsilon": 0.5, "delta": 1e-6},
             },
             "metrics": {"port": 0},
+            "release": {"kafka_client": args.kafka_client},
         }, environ={})
         client = redis.Redis.from_url(stack.redis_url)
         keys = Keys("bench", args.shards)
@@ -212,8 +214,7 @@ def measure(args: argparse.Namespace) -> None:
               f"{args.shards} shard(s) (loaded in {time.perf_counter() - t:.1f}s)")
 
         ensure_topics(cfg.kafka, {"releases": 1})
-        producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all")
-        publisher = TimedPublisher(producer, "releases")
+        publisher = TimedPublisher(release_producer(cfg), "releases")  # release.kafka_client (--kafka-client)
         registry = CollectorRegistry()
         metrics = ReleaseMetrics(registry)
         ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys)
@@ -232,8 +233,8 @@ def measure(args: argparse.Namespace) -> None:
         base_produce = []
         for _ in range(20):
             t = time.perf_counter()
-            future = producer.send("releases", key=b"baseline", value=b"x" * 1024)
-            producer.flush(timeout=30)
+            future = publisher.producer.send("releases", key=b"baseline", value=b"x" * 1024)
+            publisher.producer.flush(timeout=30)
             future.get(timeout=30)
             base_produce.append(time.perf_counter() - t)
         for shard in range(args.shards):
@@ -252,6 +253,7 @@ def measure(args: argparse.Namespace) -> None:
         cpu_ms: list[float] = []  # the bench process's CPU time per window (worker + producer threads)
         switches: list[int] = []  # its voluntary context switches per window (waits on a socket, a lock)
         last_steps: list[tuple[str, float]] = []
+        slowest: tuple[float, int, list[tuple[str, float]]] | None = None  # (latency, window, steps) for --trace
         for w in range(1, args.windows + 1):
             start = w * SIZE
             open_window(client, keys, start)
@@ -275,6 +277,8 @@ def measure(args: argparse.Namespace) -> None:
             latencies.append(done - t0)
             for t in worker.types:
                 per_type[t].append(publisher.acked[f"{start}-{start + SIZE}.{t}"] - t0)
+            if args.trace and (slowest is None or per_type[args.trace_slowest][-1] > slowest[0]):
+                slowest = (per_type[args.trace_slowest][-1], w, last_steps)
             for p in PHASES:
                 phase_totals[p] += metrics.phase_seconds.labels(p)._value.get() - before[p]
             for t in worker.types:
@@ -290,6 +294,11 @@ def measure(args: argparse.Namespace) -> None:
               " before = the worker's own time since the previous step):")
         for i, ((name, dt), gap) in enumerate(last_steps, 1):
             print(f"  {i:2d}. {name:<70s} {dt * 1e3:7.2f} ms   (before {gap * 1e3:5.2f} ms)")
+        if slowest is not None:
+            print(f"\nThe same for the window whose `{args.trace_slowest}` took longest (window {slowest[1]}, "
+                  f"{slowest[0] * 1e3:.1f} ms):")
+            for i, ((name, dt), gap) in enumerate(slowest[2], 1):
+                print(f"  {i:2d}. {name:<70s} {dt * 1e3:7.2f} ms   (before {gap * 1e3:5.2f} ms)")
     total = sum(latencies)
     other = total - sum(phase_totals.values())
     warm = latencies[1:] if len(latencies) > 1 else latencies
@@ -317,7 +326,7 @@ def measure(args: argparse.Namespace) -> None:
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
-        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "gc_freeze": not args.no_gc_freeze,
+        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
         "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
@@ -345,9 +354,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--load", type=int, default=0, help="busy-looping processes to run beside it (CPU burner)")
     p.add_argument("--trace", action="store_true", help="list the last window's round trips and produces in order")
+    p.add_argument("--trace-slowest", default="alerts", choices=("topk", "alerts", "sample"),
+                   help="with --trace, also list the steps of the window where this type took longest (default alerts)")
     p.add_argument("--shards", type=int, default=1, help="windows.shards: each window stored in this many shards")
     p.add_argument("--no-gc-freeze", action="store_true",
                    help="do not freeze the start-up heap after the worker starts (the release process does; for an A/B)")
+    p.add_argument("--kafka-client", choices=("confluent", "kafka-python"), default="confluent",
+                   help="release.kafka_client: the publisher's producer (default confluent, as the worker's; for an A/B)")
     run(p.parse_args())
 
 

@@ -149,6 +149,23 @@ def kafka_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
     return KafkaProducer(**opts)
 
 
+def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
+    """librdkafka settings for the bootstrap servers, client id and security (SASL / TLS) of ``cfg``: the
+    same connection as :func:`kafka_producer` / :func:`kafka_consumer` make (the confluent-kafka clients:
+    the ingest consumer, the release producer)."""
+    _require_bootstrap(cfg)
+    conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "client.id": cfg.client_id,
+                            "security.protocol": cfg.security_protocol}
+    if cfg.sasl_mechanism:
+        conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
+                     "sasl.password": cfg.sasl_password})
+    for name, key in (("ssl_cafile", "ssl.ca.location"), ("ssl_certfile", "ssl.certificate.location"),
+                      ("ssl_keyfile", "ssl.key.location")):
+        if getattr(cfg, name):
+            conf[key] = getattr(cfg, name)
+    return conf
+
+
 def kafka_consumer(cfg: KafkaConfig, *topics: str, **overrides: Any) -> KafkaConsumer:
     """A consumer with manual commits and the group timings from the config."""
     _require_bootstrap(cfg)

@@ -45,6 +45,7 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from stream_dp.config import KafkaConfig
+from stream_dp.connections import confluent_client_settings
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +106,8 @@ def confluent_settings(cfg: KafkaConfig, *, group_id: str, prefetch_max_kbytes: 
     many KiB of records it has not polled yet -- plus up to one fetch per partition in flight
     (``max.partition.fetch.bytes``, 1 MiB) -- instead of growing by the whole default queue. Fetching
     resumes :data:`FETCH_QUEUE_BACKOFF_MS` after the queue drops below the bound."""
-    if not cfg.bootstrap_servers:
-        raise ValueError("kafka.bootstrap_servers is empty: configure it, or start the embedded dev stack first")
     conf: dict[str, Any] = {
-        "bootstrap.servers": cfg.bootstrap_servers,
-        "client.id": cfg.client_id,
-        "security.protocol": cfg.security_protocol,
+        **confluent_client_settings(cfg),
         "group.id": group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -120,13 +117,6 @@ def confluent_settings(cfg: KafkaConfig, *, group_id: str, prefetch_max_kbytes: 
         "queued.max.messages.kbytes": prefetch_max_kbytes,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
-    if cfg.sasl_mechanism:
-        conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
-                     "sasl.password": cfg.sasl_password})
-    for name, key in (("ssl_cafile", "ssl.ca.location"), ("ssl_certfile", "ssl.certificate.location"),
-                      ("ssl_keyfile", "ssl.key.location")):
-        if getattr(cfg, name):
-            conf[key] = getattr(cfg, name)
     return conf
 
 

@@ -15,12 +15,13 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry
 
 from stream_dp.config import Config
-from stream_dp.connections import ensure_topics, kafka_producer, redis_client
+from stream_dp.connections import ensure_topics, redis_client
 from stream_dp.keys import Keys
 from stream_dp.replication import ReplicationPolicy
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
+from stream_dp.release.producers import release_producer
 from stream_dp.release.worker import ReleaseWorker
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,7 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
                     lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget), replication=replication)
     ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
-    producer = kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5)
-    publisher = Publisher(producer, cfg.kafka.releases_topic)
+    publisher = Publisher(release_producer(cfg), cfg.kafka.releases_topic)
     outbox = Outbox(ledger, publisher, metrics, crashpoints=crashpoints)
     worker = ReleaseWorker(cfg, client, ledger, outbox, metrics, worker_id=worker_id or default_worker_id(),
                            rng=rng, after_start=after_start)

@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable
 
 import redis
+from kafka.errors import KafkaError
 
 from stream_dp.accounting.budget import check_budget_covers
 from stream_dp.accounting.events import DpEvent
@@ -377,7 +378,7 @@ class ReleaseWorker:
                 stop.wait(delay)
                 continue
             except Exception as exc:  # noqa: BLE001 - the loop survives anything one window throws
-                kind = "kafka" if type(exc).__module__.startswith("kafka") else "other"
+                kind = "kafka" if isinstance(exc, KafkaError) else "other"
                 self.metrics.errors.labels(kind).inc()
                 delay = backoff.next_delay()
                 cause = "releases topic unavailable" if kind == "kafka" else "unexpected error"

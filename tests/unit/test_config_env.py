@@ -46,6 +46,7 @@ STRING_VALUES = {
     "releases.watch_topk.noise": "exponential",
     "windows.start": "2026-11-03T00:00:00Z",
     "ingest.kafka_client": "kafka-python",
+    "release.kafka_client": "kafka-python",
 }
 
 
