@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 #: How long librdkafka keeps retrying one record before it reports it failed (its default is 300 s); the
 #: publisher gives up waiting after its own timeout (``outbox.SEND_TIMEOUT_SECONDS``) either way.
 DELIVERY_TIMEOUT_MS = 30_000
+#: Longest the producer waits at start-up for the releases topic's metadata (:meth:`ConfluentProducer.warm_up`).
+WARM_UP_SECONDS = 2.0
 
 
 class ProduceFailed(KafkaError):
@@ -79,6 +81,16 @@ class ConfluentProducer:
         outcome decides whether a publish failed."""
         log.warning("Kafka client reported: %s", err.str())
 
+    def warm_up(self, topic: str, timeout: float = WARM_UP_SECONDS) -> None:
+        """Fetch ``topic``'s metadata now. The idempotent producer acquires its producer id after its first
+        metadata reply; without this, the first record waits ~0.5 s for it (librdkafka's retry timer), which
+        the first release after every start would pay. A broker that does not answer is not an error here:
+        the first publish then waits, or fails, as any other."""
+        try:
+            self._producer.list_topics(topic, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - only a warm-up
+            log.debug("release producer warm-up: no metadata yet (%s)", exc)
+
     def send(self, topic: str, *, key: bytes, value: bytes) -> _Delivery:
         delivery = _Delivery(self)
         try:
@@ -109,4 +121,6 @@ def release_producer(cfg: Config) -> Any:
         return kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5)
     settings = {**confluent_client_settings(cfg.kafka), "enable.idempotence": True, "acks": "all",
                 "linger.ms": 0, "delivery.timeout.ms": DELIVERY_TIMEOUT_MS}
-    return ConfluentProducer(settings)
+    producer = ConfluentProducer(settings)
+    producer.warm_up(cfg.kafka.releases_topic)
+    return producer
