@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest_helpers import config_mapping, create_topic, ground_truth, produce, stop_worker, write_toml
+from ingest_helpers import (config_mapping, create_topic, ground_truth, produce, stop_worker, window_store,
+                            write_toml)
 from ingest_helpers import start_worker as start_ingest
 from release_processes import start_worker as start_release
 from release_processes import stop
 from waiting import wait_for
 from stream_dp.config import load_config
-from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
 from stream_dp.processes import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,8 +94,7 @@ class Pipeline:
         cfg = load_config(self.config)
         client = redis.Redis.from_url(cfg.redis.url)
         try:
-            store = WindowStore(client, keys=Keys(cfg.redis.key_prefix), window_size=SIZE,
-                                max_keys_per_user=cfg.contribution.max_keys_per_user)
+            store = window_store(client, cfg)
             truth = ground_truth(events(), size=SIZE, max_keys=cfg.contribution.max_keys_per_user)
             ours = [T0 + w * SIZE for w in range(WINDOWS)]
             assert {s: store.counts(s) for s in ours} == {s: truth[s] for s in ours}

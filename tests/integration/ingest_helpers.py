@@ -19,6 +19,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from bounding_oracle import bounded_counts
 from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the ingest tests
 from stream_dp.processes import die_with_parent
+from stream_dp.ingest.store import WindowStore
+from stream_dp.keys import Keys
 from stream_dp.schedule import record_timestamp_ms
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,6 +136,14 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
             proc.kill()
             proc.wait(timeout=10)
     return proc.returncode
+
+
+def window_store(client, cfg) -> WindowStore:  # noqa: ANN001
+    """The ingest's window store of ``cfg`` (key prefix, shards, window size, bounding unit and Δ) on ``client``:
+    the tests read the counts through it."""
+    return WindowStore(client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards),
+                       window_size=cfg.windows.size_seconds, unit=cfg.contribution.unit,
+                       max_keys_per_user=cfg.contribution.max_keys_per_user)
 
 
 def redis_counts(store, truth: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:

@@ -9,11 +9,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from stream_dp.config import config_from_mapping
 from stream_dp.ingest.consumers import KAFKA_CLIENTS
-from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
 
 from ingest_helpers import (Running, config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
-                            wait_for)
+                            wait_for, window_store)
 
 pytestmark = pytest.mark.integration
 
@@ -22,11 +20,6 @@ both_clients = pytest.mark.parametrize("client", KAFKA_CLIENTS)
 
 SIZE = 600
 MAX_KEYS = 3
-
-
-def _store(redis_client, cfg) -> WindowStore:
-    return WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix), window_size=cfg.windows.size_seconds,
-                       unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user)
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
@@ -51,7 +44,7 @@ def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=group, size=SIZE,
                                              max_keys=MAX_KEYS, contribution={"unit": unit},
                                              ingest={"kafka_client": client}), environ={})
-    store = _store(redis_client, cfg)
+    store = window_store(redis_client, cfg)
     with Running(cfg) as run:
         wait_for(lambda: run.metric("events_consumed_total") >= len(events) and
                  _committed(bootstrap_servers, group, topic, 4) == len(events), timeout=90, what="all consumed")
@@ -95,7 +88,7 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
     assert set(got) == set(bad)
     assert got[b"{not json"]["reason"] == b"bad_json"
     assert got[b"\xff\xfe"]["source_offset"] == b"1"
-    assert _store(redis_client, cfg).counts(1_800_000_000 // SIZE * SIZE) == {"k": 1}
+    assert window_store(redis_client, cfg).counts(1_800_000_000 // SIZE * SIZE) == {"k": 1}
 
 
 @both_clients
@@ -107,7 +100,7 @@ def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers,
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
                                              max_keys=MAX_KEYS, lateness=30, idle=2.0,
                                              ingest={"kafka_client": client}), environ={})
-    store = _store(redis_client, cfg)
+    store = window_store(redis_client, cfg)
     early = [{"user": f"u{i}", "key": "a", "ts": t0 + i} for i in range(20)]
     later = [{"user": f"u{i}", "key": "b", "ts": t0 + 3 * SIZE + i} for i in range(20)]
     with Running(cfg) as run:
@@ -144,7 +137,7 @@ def test_an_owned_partition_that_receives_nothing_does_not_hold_the_watermark_ba
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
                                              max_keys=MAX_KEYS, lateness=30, idle=2.0,
                                              ingest={"kafka_client": client}), environ={})
-    store = _store(redis_client, cfg)
+    store = window_store(redis_client, cfg)
     with Running(cfg) as run:
         _send(bootstrap_servers, topic, 0, [{"user": f"u{i}", "key": "a", "ts": t0 + i} for i in range(20)])
         # partition 1 has never had a record

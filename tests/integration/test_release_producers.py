@@ -4,7 +4,6 @@ within the publisher's timeout, so the worker counts it as the "kafka" dependenc
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -14,6 +13,7 @@ from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from stream_dp.config import config_from_mapping
+from stream_dp.processes import free_port  # nothing listens there: an unreachable broker
 from stream_dp.connections import confluent_client_settings, ensure_topics
 from stream_dp.release.outbox import Publisher
 from stream_dp.release.producers import ConfluentProducer, release_producer
@@ -31,12 +31,6 @@ CLIENTS = ("confluent", "kafka-python")
 def _cfg(bootstrap: str, client: str, topic: str = "releases"):  # noqa: ANN202
     return config_from_mapping({"kafka": {"bootstrap_servers": bootstrap, "releases_topic": topic},
                                 "release": {"kafka_client": client}}, environ={})
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -59,7 +53,7 @@ def test_each_client_publishes_records_in_order_keyed_by_release_id(bootstrap_se
 def test_an_unreachable_broker_fails_the_publish_with_a_kafka_error_in_time():
     """(kafka-python refuses already to build a producer without a broker, after retrying its bootstrap for
     about 40 s, and leaks its sockets doing so: not tested here.)"""
-    cfg = _cfg(f"127.0.0.1:{_closed_port()}", "confluent")
+    cfg = _cfg(f"127.0.0.1:{free_port()}", "confluent")
     publisher = Publisher(release_producer(cfg), cfg.kafka.releases_topic, timeout=2.0)
     t0 = time.monotonic()
     try:
@@ -77,7 +71,7 @@ def test_the_worker_counts_a_failed_publish_as_the_kafka_dependency(redis_url, t
     from stream_dp.testing.windows import set_watermark
 
     cfg = config_from_mapping({
-        "kafka": {"bootstrap_servers": f"127.0.0.1:{_closed_port()}", "releases_topic": topic_name("releases")},
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}", "releases_topic": topic_name("releases")},
         "redis": {"url": redis_url, "key_prefix": "prod"},
         "windows": {"size_seconds": 60, "start": "60"},
         "budget": {"epsilon": 1e6, "delta": 1e-2, "allow_partial_period": True},
