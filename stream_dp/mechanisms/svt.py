@@ -68,13 +68,18 @@ class SVTAnswer:
     _selection: BranchSelection | None = field(default=None, repr=False, compare=False)
     _threshold: float | None = field(default=None, repr=False, compare=False)
 
-    def published_lower_bound(self, confidence: float = 0.95) -> float | None:
+    def published_lower_bound(self, confidence: float = 0.95, at_least: float = -math.inf) -> float | None:
         """A value the true query answer exceeds with probability ≥ ``confidence`` **given that this answer
         was published in its branch** (None when below): selective inference,
-        :mod:`stream_dp.mechanisms.svt_bounds`. This is the bound the alerts release publishes."""
+        :mod:`stream_dp.mechanisms.svt_bounds`. This is the bound the alerts release publishes.
+
+        ``at_least``: the least value a query can take, known a priori (0 for counts); the bound is never
+        below it, and it is ``at_least`` (``−∞`` by default) when the answer excludes no value
+        (:meth:`~stream_dp.mechanisms.svt_bounds.BranchSelection.lower_bound_of_gap`). Never above the
+        estimate."""
         if not self.above or self._selection is None or self.gap is None or self._threshold is None:
             return None
-        return self._threshold + self._selection.lower_bound_of_gap(self.gap, confidence)
+        return self._threshold + self._selection.lower_bound_of_gap(self.gap, confidence, at_least - self._threshold)
 
     def lower_bound(self, confidence: float = 0.95) -> float | None:
         """A value the true query answer exceeds with probability ``confidence`` (None when below),
@@ -94,7 +99,8 @@ class SVTAnswer:
         return bound
 
 
-def published_lower_bounds(answers: Sequence[SVTAnswer], confidence: float = 0.95) -> list[float | None]:
+def published_lower_bounds(answers: Sequence[SVTAnswer], confidence: float = 0.95,
+                           at_least: float = -math.inf) -> list[float | None]:
     """:meth:`SVTAnswer.published_lower_bound` of each answer (None when below), equal to it answer by
     answer; the answers published in the same branch of one instance are bounded side by side
     (:meth:`~stream_dp.mechanisms.svt_bounds.BranchSelection.lower_bounds_of_gaps`)."""
@@ -104,7 +110,8 @@ def published_lower_bounds(answers: Sequence[SVTAnswer], confidence: float = 0.9
         if ans.above and ans._selection is not None and ans.gap is not None and ans._threshold is not None:
             groups.setdefault((ans._selection, ans._threshold), []).append(i)
     for (selection, threshold), members in groups.items():
-        gaps = selection.lower_bounds_of_gaps([answers[i].gap for i in members], confidence)  # type: ignore[misc]
+        gaps = selection.lower_bounds_of_gaps([answers[i].gap for i in members], confidence,  # type: ignore[misc]
+                                              at_least - threshold)
         for i, g in zip(members, gaps):
             bounds[i] = threshold + g
     return bounds

@@ -341,8 +341,9 @@ class AlertsRun:
                     published.append((item, ans))
                 items.append(item)
             # calibrated given publication (selective inference): covers the count with probability
-            # ≥ confidence among the answers that are published (the window's answers bounded together)
-            bounds = published_lower_bounds([ans for _, ans in published], self.cfg.confidence)
+            # ≥ confidence among the answers that are published (the window's answers bounded together);
+            # a count is never negative: 0 when the answer excludes no count
+            bounds = published_lower_bounds([ans for _, ans in published], self.cfg.confidence, at_least=0.0)
             for (item, _), bound in zip(published, bounds):
                 item["lower_bound"] = number(bound)
         info = {"instance": self.instance, "opened": self.opens, "watchlist_size": len(self.watchlist),

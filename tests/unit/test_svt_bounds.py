@@ -71,6 +71,7 @@ def test_alerts_stream_bounds_cover_with_the_default_noise() -> None:
                 n += 1
                 hits += counts[item["key"]] >= item["lower_bound"]
                 assert type(item["lower_bound"]) is int
+                assert 0 <= item["lower_bound"] <= item["estimate"]  # a count's bound: 0 when none is ruled out
     print(f"alerts stream: published {n}, coverage {hits / n:.3f}")
     assert hits / n >= _floor(n)
 
@@ -97,3 +98,113 @@ def test_bounds_side_by_side_equal_the_bound_of_each_answer(noise):
         assert together == [a.published_lower_bound(confidence) for a in answers]
         compared += sum(a.above for a in answers)
     assert compared >= (150 if noise == "geometric" else 20)
+
+
+def _selections(noise: str, seed: int, n: int):
+    """Branch selections of instances of every shape (ε, k, monotone, adaptive), both branches."""
+    from stream_dp.mechanisms.svt_bounds import BranchSelection
+
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        adaptive = bool(rng.integers(2))
+        svt = AdaptiveSVT(100, k=int(rng.choice([1, 3, 10, 20])), epsilon=float(rng.choice([0.5, 1.0, 2.0, 4.0])),
+                          noise=noise, monotone=bool(rng.integers(2)), adaptive=adaptive, rng=1)
+        for branch in (("top", "middle") if adaptive else ("middle",)):
+            yield rng, BranchSelection(noise, branch, adaptive, svt._top_rate, svt._middle_rate, svt.epsilon0,
+                                       2.0 * svt.sigma)
+
+
+def _direct_upper_tail(sel, d: float, gap: float) -> float:
+    """U(d) summed term by term over the threshold noise's geometric pmf, 400 noise scales past ``d`` (where
+    the terms have long vanished), each tail as exp(−ρ·(exponent)) in log space: no cancellation, no grid."""
+    from stream_dp.mechanisms.svt_noise import noise_offset
+
+    c = sel.threshold_rate
+    h = np.arange(1, max(d, 0.0) + sel.top_margin + 400 / c, dtype=np.float64)
+    log_w = math.log(-math.expm1(-c)) - c * (h - 1)
+    nu = h - noise_offset("geometric", c)
+
+    def log_tail(rate: float, x: np.ndarray) -> np.ndarray:  # log P(N ≥ x), N = G − o integer-valued
+        return -rate * np.maximum(0.0, np.ceil(x - 1e-9) - 1 + noise_offset("geometric", rate))
+
+    top = log_tail(sel.top_rate, sel.top_margin + nu - d)
+    if sel.branch == "top":
+        den, num = log_w + top, log_w + log_tail(sel.top_rate, max(gap, sel.top_margin) + nu - d)
+        return float(math.fsum(np.exp(num)) / math.fsum(np.exp(den)))
+    gate = -np.expm1(top) if sel.adaptive else 1.0
+    den = np.exp(log_w + log_tail(sel.middle_rate, nu - d)) * gate
+    num = np.exp(log_w + log_tail(sel.middle_rate, max(gap, 0.0) + nu - d)) * gate
+    return float(math.fsum(num) / math.fsum(den))
+
+
+def test_geometric_closed_form_equals_the_direct_sum() -> None:
+    """The closed form of U(d) (three geometric series) against the term-by-term sum, from far below the
+    threshold to far above it, where the old 40-scale grid had no support: agree to 1e-10 relative."""
+    checked = 0
+    for rng, sel in _selections("geometric", 3, 30):
+        scale = 1.0 / min(sel.threshold_rate, sel.top_rate, sel.middle_rate)
+        margin = sel.top_margin if sel.branch == "top" else 0.0
+        for _ in range(6):
+            gap = float(np.ceil(margin + rng.uniform(0, 4) * scale))
+            d = float(np.floor(gap + rng.uniform(-80, 60) * scale))
+            direct = _direct_upper_tail(sel, d, gap)
+            if not direct > 1e-250:
+                continue
+            assert sel.upper_tail(d, gap) == pytest.approx(direct, rel=1e-10), (sel, d, gap)
+            checked += 1
+    assert checked >= 200
+
+
+def test_geometric_closed_form_agrees_with_the_grid_where_the_grid_holds() -> None:
+    """Within the grid's range (the threshold noise's pmf to 40 scales) the closed form and the grid sum
+    agree: the same law, summed two ways."""
+    for rng, sel in _selections("geometric", 4, 15):
+        scale = 1.0 / min(sel.threshold_rate, sel.top_rate, sel.middle_rate)
+        margin = sel.top_margin if sel.branch == "top" else 0.0
+        for _ in range(6):
+            gap = float(np.ceil(margin + rng.uniform(0, 3) * scale))
+            d = float(np.floor(gap + rng.uniform(-4, 3) * scale))
+            grid = sel.upper_tail_on_grid(d, gap)
+            if grid > 1e-6:
+                assert sel.upper_tail(d, gap) == pytest.approx(grid, rel=1e-9)
+
+
+@pytest.mark.parametrize("noise", ["geometric", "exponential"])
+def test_far_below_the_threshold_U_is_the_memoryless_limit(noise: str) -> None:
+    """U(d) = exp(−ρ·excess) once d is far below the threshold (one-sided noise: the threshold noise is
+    bounded below and the branch noise's overshoot is memoryless): the limit that decides whether an answer
+    excludes any count at all. Geometric: exact at any integer d that low; exponential: on the grid, at a d
+    where the tails are still far from underflow."""
+    for rng, sel in _selections(noise, 5, 6):
+        rate = sel.top_rate if sel.branch == "top" else sel.middle_rate
+        margin = sel.top_margin if sel.branch == "top" else 0.0
+        gap = float(np.ceil(margin + rng.uniform(0.2, 2) / rate))
+        limit = float(sel.limit_upper_tail(np.array([gap]))[0])
+        d = math.floor(margin - 2.0 / sel.threshold_rate - 10.0 / rate)
+        assert sel.upper_tail(d, gap) == pytest.approx(limit, rel=1e-12 if noise == "geometric" else 1e-6), (sel, gap)
+        if noise == "geometric":  # and as far down as the tails stay representable (e^-200 here)
+            assert sel.upper_tail(math.floor(d - 190.0 / rate), gap) == pytest.approx(limit, rel=1e-12)
+    assert next(_selections("laplace", 5, 1))[1].limit_upper_tail(np.array([1.0])) is None
+
+
+def test_an_answer_that_excludes_no_count_is_bounded_by_the_floor_and_never_above_its_estimate() -> None:
+    """With U(−∞) > α the confidence set is every value: the bound is the floor (0 for counts; −∞ without
+    one), not wherever a tail underflows (old main published e.g. 100 − 1780 for a count of 94). Every
+    bound lies in [floor, estimate]; coverage of the capped bounds is checked by the Monte-Carlo tests."""
+    rng = np.random.default_rng(8)
+    unidentified = capped = 0
+    for _ in range(60):
+        svt = AdaptiveSVT(100, k=10, epsilon=0.5, noise="geometric", rng=int(rng.integers(2**31)))
+        for q in rng.integers(50, 300, 30):
+            if svt.exhausted:
+                break
+            a = svt.process(float(q))
+            if not a.above:
+                continue
+            bound = a.published_lower_bound(CONF, at_least=0.0)
+            assert 0.0 <= bound <= a.estimate
+            if a._selection.limit_upper_tail(np.array([a.gap]))[0] > 1 - CONF:
+                unidentified += 1
+                assert bound == 0.0 and a.published_lower_bound(CONF) == -math.inf
+            capped += bound == a.estimate
+    assert unidentified >= 50
