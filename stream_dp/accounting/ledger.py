@@ -265,8 +265,59 @@ class Ledger:
             out, = ride.run(self.redis, [evalsha_item(script, keys, args)], [script])
         else:
             out = script(keys=keys, args=args)
+        return self._decode_out(out)
+
+    @staticmethod
+    def _decode_out(out: Any) -> tuple[bool, dict[str, Any], str | None]:
         duplicate, result, payload = out
         return bool(int(duplicate)), json.loads(_decode(result)), None if payload is None else _decode(payload)
+
+    def _queued(self, op: str, scope: str, args: list[str]) -> Reads | None:
+        """One script of ``op`` as a command to queue on a :class:`RideAlong` (its reply parsed to the
+        :class:`ChargeResult`); None when the scope is not known to be indexed yet (that takes a write
+        first: run the operation directly)."""
+        if scope not in self._indexed:
+            return None
+        script = self._scripts[op]
+        return Reads([evalsha_item(script, self._scope_keys(scope), args)],
+                     lambda replies: self._result(scope, *self._decode_out(replies[0])), [script])
+
+    def _queueable(self, scope: str, events: list[DpEvent]) -> bool:
+        # with a lifetime cap a costly operation is several scripts in two slots, in an order that matters
+        return self.lifetime_cap is None or scope == LIFETIME_SCOPE or not events
+
+    def charge_reads(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
+                     payload: str | None = None) -> Reads | None:
+        """:meth:`charge` as one command to queue after another step (:meth:`RideAlong.read`): same script,
+        same guarantees, its result in the :class:`~stream_dp.node_batches.Pending`. None when it cannot
+        be one command now (a lifetime cap, or a scope not indexed yet): call :meth:`charge` instead."""
+        self._check_id("release_id", release_id)
+        events, events_json = self._events(events, allow_empty=payload is not None)
+        if not self._queueable(scope, events):
+            return None
+        return self._queued("charge", scope, self._argv("charge", scope, payload, release_id=release_id,
+                                                        cost=Cost.of(events).fields(), events=events_json))
+
+    def reserve_reads(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> Reads | None:
+        """:meth:`reserve` as one command to queue (see :meth:`charge_reads`)."""
+        self._check_id("reservation_id", reservation_id)
+        events, events_json = self._events(events)
+        if not self._queueable(scope, events):
+            return None
+        return self._queued("reserve", scope, self._argv("reserve", scope, reservation_id=reservation_id,
+                                                         cost=Cost.of(events).fields(), events=events_json))
+
+    def settle_reads(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
+                     payload: str | None = None) -> Reads | None:
+        """:meth:`settle` as one command to queue (see :meth:`charge_reads`)."""
+        self._check_id("reservation_id", reservation_id)
+        self._check_id("release_id", release_id)
+        events, events_json = self._events(events)
+        if not self._queueable(scope, events):
+            return None
+        return self._queued("settle", scope, self._argv("settle", scope, payload, reservation_id=reservation_id,
+                                                        release_id=release_id, cost=Cost.of(events).fields(),
+                                                        events=events_json))
 
     def _result(self, scope: str, duplicate: bool, data: dict[str, Any], payload: str | None) -> ChargeResult:
         cap = self._cap_for(scope)

@@ -299,8 +299,9 @@ class AlertsRun:
         limit = cfg.max_instances_per_period
         self.limited = wants and limit > 0 and self.opened_here >= limit
         self.opens = wants and not self.limited
-        if self.opens:
-            svt = self.measurement.open(rng=rng)
+        # an instance opened here draws its noisy threshold when the window is answered (:meth:`answer`), once
+        # its reservation was accepted: building the run draws no noise
+        self._rng = rng
         self.svt = svt
         self.instance = (current.instance if current else 0) + (1 if self.opens else 0)
         # what to reserve: the whole instance's ε when one opens here (a continuing instance was paid for)
@@ -324,6 +325,8 @@ class AlertsRun:
     def answer(self, counts: dict[str, float]) -> tuple[RecordDraft, InstanceState | None]:
         """Answer the watchlist in order until the instance is exhausted; the draft and the state after."""
         items: list[dict[str, Any]] = []
+        if self.opens and self.svt is None:
+            self.svt = self.measurement.open(rng=self._rng)
         svt = self.svt
         usable = svt is not None and not svt.exhausted and (self.opens or self.current.scope == self.scope)  # type: ignore[union-attr]
         if usable:

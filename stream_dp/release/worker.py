@@ -16,8 +16,10 @@ One pass (:meth:`ReleaseWorker.run_once`):
 4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
 
 Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the window's first reads go
-with the claim's ``SET``, top-k's data and the alerts' watched counts with top-k's reservation, and a
-release's mark-published and after-commit writes ahead of the next ledger step (docs/privacy.md §4).
+with the claim's ``SET``, top-k's data and the alerts' watched counts (and an opening instance's
+reservation) with top-k's reservation, the alerts' commit with top-k's settle (the alerts watch keys of
+earlier windows only, :meth:`ReleaseWorker._alerts_ahead`), and a release's mark-published and after-commit
+writes ahead of the next ledger step (docs/privacy.md §4).
 
 :meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start
 (:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished release
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import redis
@@ -54,6 +57,19 @@ from stream_dp.schedule import establish as establish_schedule
 log = logging.getLogger(__name__)
 
 UNREAD = object()  # release_type(stored=...): the caller did not read the stored release
+
+
+@dataclass
+class AlertsAhead:
+    """A window's alerts release travelling in top-k's round trips (:meth:`ReleaseWorker._alerts_ahead`): the
+    run (no noise drawn yet), the opening's hold queued with top-k's reservation, then the commit queued
+    with top-k's settle and the envelope it stores."""
+
+    run: AlertsRun
+    rid: str
+    hold: Pending | None
+    commit: Pending | None = None
+    envelope: Envelope | None = None
 
 
 def default_scope_for(cfg: Config) -> Callable[[float], str]:
@@ -90,6 +106,7 @@ class ReleaseWorker:
         self._first_seen: dict[int, float] = {}
         self._alerts_state: Any = UNREAD  # the alerts state field as read with the window's first batch
         self._watched: Pending | None = None  # the alerts' watched counts, queued on the window's ride-along
+        self._ahead: AlertsAhead | None = None  # the window's alerts, riding on top-k's round trips
 
     def worst_case_events(self) -> dict[str, tuple[DpEvent, ...]]:
         """Per enabled release type, the DP events of its most expensive single release."""
@@ -216,6 +233,7 @@ class ReleaseWorker:
         if "alerts" in self.types and stored.get(release_id(window, "alerts")) is None:
             reads = self.reader.counts_of_reads(window, watch)
             self._watched = ride.read(reads) if reads is not None else None
+        self._ahead = self._alerts_ahead(window, scope, watch, stored, ride)
         try:
             for rtype in self.types:
                 self.claims.renew_if_due(claim)
@@ -226,6 +244,8 @@ class ReleaseWorker:
         except Exception:
             self._send_queued_after_error(ride)
             raise
+        finally:
+            self._ahead = None
         with self.metrics.phase("ledger"):
             ride.flush(self._client)  # the last mark published, before the window is marked released
         self._watched = None
@@ -283,6 +303,7 @@ class ReleaseWorker:
             return self.outbox.stored(scope, rid)  # type: ignore[return-value]
         if not hold.accepted:
             draft = exhausted_draft(window, builder.type, builder.mechanism, builder.parameters(), hold.reason)
+            self._answer_alerts_ahead(builder.type, scope, ride)
             return self.outbox.charge(scope, rid, Envelope(draft.to_record()), (), ride=ride)
         if batched is not None and batched.done:
             data = batched.value
@@ -292,9 +313,72 @@ class ReleaseWorker:
         with self.metrics.phase("mechanism"):
             draft = builder.run(window, data, self.rng)
         del data, batched
+        self._answer_alerts_ahead(builder.type, scope, ride)
         return self.outbox.settle(scope, rid, Envelope(draft.to_record()), draft.events, ride=ride)
 
+    def _alerts_ahead(self, window: Window, scope: str, watch: list[str], stored: dict[str, Committed | None],
+                      ride: RideAlong) -> AlertsAhead | None:
+        """Set the window's alerts up to ride on top-k's round trips, when both are released fresh here.
+
+        The alerts of a window watch keys of *earlier* windows, so they do not wait for this window's top-k:
+        an opening's reservation is queued after top-k's (same round trip), the mechanism runs right after
+        top-k's -- still only once its hold was accepted, and in the same order of noise draws as before --
+        and its commit (the stored record, charged) goes after top-k's settle. The alerts record is then
+        published right after top-k's acknowledgement without a round trip of its own. Each step keeps its
+        guarantees (charged before visible, stored once, never re-rolled); whenever a step cannot be queued
+        (a lifetime cap, a scope not indexed yet, top-k not computed here) the alerts take their usual path."""
+        rid = release_id(window, "alerts")
+        topk = self.builders.get("topk")
+        if (self._watched is None or topk is None or "alerts" not in self.types or self._alerts_state is UNREAD
+                or stored.get(rid) is not None or stored.get(release_id(window, "topk")) is not None
+                or topk.skip_reason(watch) is not None):
+            return None
+        run = AlertsRun(self.cfg.releases.alerts, window, scope, self.alerts_store.from_stored(self._alerts_state),
+                        watch, rng=self.rng)
+        hold = None
+        if run.open_events:
+            hold = self.outbox.reserve_later(scope, rid, run.open_events, ride)
+            if hold is None:
+                return None
+        return AlertsAhead(run, rid, hold)
+
+    def _answer_alerts_ahead(self, rtype: str, scope: str, ride: RideAlong) -> None:
+        """Right before top-k's commit: answer the window's alerts and queue their commit after it."""
+        ahead = self._ahead
+        if rtype != "topk" or ahead is None:
+            return
+        watched = self._watched
+        ready = watched is not None and watched.done and (ahead.hold is None or ahead.hold.done)
+        if not ready or not self.outbox.can_commit_later(scope, ahead.run.open_events):
+            self._ahead = None  # the usual path (a queued hold is idempotent: it is reserved once)
+            return
+        run = ahead.run
+        settle = bool(run.open_events)
+        if ahead.hold is not None:
+            hold = self.outbox.hold_of(ahead.hold)
+            if hold.duplicate and hold.payload is not None:  # another worker settled it: the usual path reads it
+                self._ahead = None
+                return
+            if not hold.accepted:
+                draft, state = run.exhausted(hold.reason)
+                ahead.envelope = self._alerts_envelope(draft, state, ride)
+                ahead.commit = self.outbox.commit_later(scope, ahead.rid, ahead.envelope, (), ride, settle=False)
+                return
+        self._watched = None
+        with self.metrics.phase("mechanism"):
+            draft, state = run.answer(watched.value)  # type: ignore[union-attr]
+        ahead.envelope = self._alerts_envelope(draft, state, ride)
+        ahead.commit = self.outbox.commit_later(scope, ahead.rid, ahead.envelope, draft.events if settle else (),
+                                                ride, settle=settle)
+
     def _release_alerts(self, window: Window, scope: str, rid: str, watch: list[str], ride: RideAlong) -> Committed:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.commit is not None and ahead.envelope is not None:
+            self._alerts_state = UNREAD
+            if not ahead.commit.done:  # top-k took another path: send what is queued now
+                with self.metrics.phase("ledger"):
+                    ride.flush(self._client)
+            return self.outbox.committed_of(scope, rid, ahead.envelope, ahead.commit)
         cfg = self.cfg.releases.alerts
         raw, self._alerts_state = self._alerts_state, UNREAD  # read with the window's first batch, used once
         with self.metrics.phase("redis"):
