@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import redis
 
 from stream_dp.keys import Keys
-from stream_dp.node_batches import RideAlong, run_batched
+from stream_dp.node_batches import Reads, RideAlong, run_batched
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -87,15 +87,28 @@ class WindowClaims:
         holds the claim is simply never used: tokens stay monotone), then ``SET NX PX``."""
         return self.acquire_then_read(start, RideAlong())
 
-    def acquire_then_read(self, start: int, ride: RideAlong) -> Claim | None:
+    def precheck_reads(self, start: int) -> Reads:
+        """The claim's first step for the window starting at ``start`` -- ``EXISTS`` on its claim and a fence
+        ``INCR`` -- as commands to send with another round trip (the worker's poll); parses to
+        ``(held, fence)`` for :meth:`acquire_then_read`'s ``prechecked``. A fence drawn and never used (the
+        window was not the one to claim, or was held) leaves the tokens monotone."""
+        key = self.keys.window_claim(start)
+        fence_key = self.keys.release_index("fence")
+        return Reads([(key, lambda pipe: pipe.exists(key)), (fence_key, lambda pipe: pipe.incr(fence_key))],
+                     lambda replies: (bool(replies[0]), int(replies[1])))
+
+    def acquire_then_read(self, start: int, ride: RideAlong,
+                          prechecked: tuple[bool, int] | None = None) -> Claim | None:
         """:meth:`acquire`, with the reads queued on ``ride`` sent right *after* the ``SET NX PX``, in its
         round trip (on one Redis the same pipeline, so they run once the claim is set; on a cluster after
         it, :meth:`RideAlong.run`). Their results are the window's as seen under the claim -- meaningful
-        only when a claim is returned (else they were read while another worker may hold it: ignore them)."""
+        only when a claim is returned (else they were read while another worker may hold it: ignore them).
+        ``prechecked``: the first step's ``(held, fence)`` when it was sent earlier (:meth:`precheck_reads`)."""
         key = self.keys.window_claim(start)
-        fence_key = self.keys.release_index("fence")
-        held, fence = run_batched(self.r, [(key, lambda pipe: pipe.exists(key)),
-                                           (fence_key, lambda pipe: pipe.incr(fence_key))])
+        if prechecked is None:
+            reads = self.precheck_reads(start)
+            prechecked = reads.parse(run_batched(self.r, reads.items))
+        held, fence = prechecked
         if held:
             return None
         token = f"{self.worker_id}:{int(fence)}"

@@ -45,7 +45,7 @@ import numpy as np
 import redis
 
 from stream_dp.keys import Keys
-from stream_dp.node_batches import Reads, evalsha_item, run_batched
+from stream_dp.node_batches import Pending, Reads, evalsha_item, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 
@@ -277,14 +277,24 @@ class WindowReader:
     def window(self, start: int) -> Window:
         return Window(start, start + self.size)
 
-    def closable(self, *, limit: int = 100) -> list[Window]:
+    def next_guess(self) -> int | None:
+        """The start of the window :meth:`closable` will most likely return first (the first scheduled window
+        after the cursor this reader last saw), or None before the first read: a guess, for callers that
+        want to send a window's first step with the poll (:meth:`closable`'s ``also``)."""
+        if self._cursor_seen is UNSEEN:
+            return None
+        guessed = self.schedule.closed_windows(after=self._cursor_seen, watermark=float("inf"), limit=1)  # type: ignore[arg-type]
+        return guessed[0] if guessed else None
+
+    def closable(self, *, limit: int = 100, also: Reads | None = None, also_result: Pending | None = None) -> list[Window]:
         """Scheduled windows with ``end <= watermark.global`` not yet released, oldest first (at most
         ``limit``): from the ``released_through`` cursor on, skipping windows already released out of order
         (e.g. after a crash between the released mark and the cursor's move).
 
         One round trip when the cursor is where this reader last saw (or moved) it and the closed windows
         are among the next :data:`GUESSED_WINDOWS` after it: their released marks come with the watermark
-        and the cursor. Otherwise one more ``ZMSCORE`` per batch of windows."""
+        and the cursor. Otherwise one more ``ZMSCORE`` per batch of windows. ``also``: independent reads (or
+        idempotent-enough writes) sent in that first round trip; their parsed result lands in ``also_result``."""
         marks, cursor_key = self.keys.watermarks(), self.keys.release_index("released_through")
         index = self.keys.release_index("released")
         items = [(marks, lambda pipe: pipe.hget(marks, "global")), (cursor_key, lambda pipe: pipe.get(cursor_key))]
@@ -294,7 +304,11 @@ class WindowReader:
                    self.schedule.closed_windows(after=self._cursor_seen, watermark=float("inf"), limit=GUESSED_WINDOWS))
         if guessed:
             items.append((index, lambda pipe: pipe.zmscore(index, [str(s) for s in guessed])))
-        raw_wm, raw, *guessed_marks = run_batched(self.r, items)  # one round trip
+        extra = also.items if also is not None else []
+        replies = run_batched(self.r, items + extra)  # one round trip
+        if also is not None and also_result is not None:
+            also_result.value, also_result.done = also.parse(replies[len(items):]), True
+        raw_wm, raw, *guessed_marks = replies[:len(items)]
         cursor = None if raw is None else int(raw)
         self._cursor_seen = cursor
         if raw_wm is None:

@@ -15,7 +15,8 @@ One pass (:meth:`ReleaseWorker.run_once`):
    (top-k: add its released keys to the watchlist; alerts: move the SVT state forward);
 4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
 
-Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the window's first reads go
+Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the claim's first step
+(``EXISTS`` + fence ``INCR``) for the window guessed next goes with the poll, the window's first reads go
 with the claim's ``SET``, top-k's data and the alerts' watched counts (and an opening instance's
 reservation) with top-k's reservation, the alerts' commit with top-k's settle (the alerts watch keys of
 earlier windows only, :meth:`ReleaseWorker._alerts_ahead`), and a release's mark-published and after-commit
@@ -140,8 +141,12 @@ class ReleaseWorker:
     def run_once(self) -> Window | None:
         """Start (first call), then release the oldest closable window if one can be claimed."""
         self.start()
+        # the claim's first step (EXISTS + fence INCR) for the window most likely next goes with the poll
+        guess = self.reader.next_guess()
+        precheck = self.claims.precheck_reads(guess) if guess is not None else None
+        prechecked = Pending()
         with self.metrics.phase("redis"):
-            pending = self.reader.closable()
+            pending = self.reader.closable(also=precheck, also_result=prechecked)
         self.metrics.windows_pending.set(len(pending))
         now = time.time()
         for w in pending:
@@ -156,7 +161,8 @@ class ReleaseWorker:
         first = [ride.read(r) for r in (self.reader.release_state_reads(window), self._watchlist_reads(window),
                                         self.alerts_store.load_reads(), self.outbox.stored_all_reads(scope, rids))]
         with self.metrics.phase("redis"):
-            claim = self.claims.acquire_then_read(window.start, ride)
+            claim = self.claims.acquire_then_read(
+                window.start, ride, prechecked.value if prechecked.done and window.start == guess else None)
         if claim is None:
             return None
         try:

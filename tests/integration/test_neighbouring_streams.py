@@ -48,7 +48,8 @@ class IndexDrivenReader(WindowReader):
     """The schedule as it was before the end-to-end fix: only windows ingest indexed (= received events)
     are released. A deliberately broken variant, to show the harness and the audit catch it."""
 
-    def closable(self, *, limit: int = 100) -> list[Window]:
+    def closable(self, *, limit: int = 100, also=None, also_result=None) -> list[Window]:  # noqa: ANN001
+        # (`also` is not sent: the worker then claims in two round trips, as it does without a guess)
         wm = self.global_watermark()
         if wm is None:
             return []
