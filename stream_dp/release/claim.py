@@ -2,8 +2,10 @@
 
 Several release workers may run (failover; README, Operations). Before releasing a window a worker claims it:
 
-- the **fencing token** comes from one monotone counter (``INCR`` on ``Keys.release_index("fence")``), so a
-  later claim always carries a larger token than an earlier one;
+- the **fencing token** comes from one monotone counter (``INCR`` on ``Keys.release_index("fence")``), so
+  every claim carries a token no other claim had (drawn just before the claim's ``SET``, by the worker's
+  poll for the window it guesses next: tokens are ordered by when they were drawn, and a token drawn for a
+  window that was not claimed is never used);
 - the claim is ``SET <window claim> <token> NX PX <ttl>``: at most one holder at a time, and a dead holder's
   claim expires after ``ttl``;
 - the holder renews it (``PEXPIRE`` only if the value is still its token) between steps -- once a third of
