@@ -189,7 +189,7 @@ def test_far_below_the_threshold_U_is_the_memoryless_limit(noise: str) -> None:
 
 def test_an_answer_that_excludes_no_count_is_bounded_by_the_floor_and_never_above_its_estimate() -> None:
     """With U(−∞) > α the confidence set is every value: the bound is the floor (0 for counts; −∞ without
-    one), not wherever a tail underflows (old main published e.g. 100 − 1780 for a count of 94). Every
+    one), not wherever a tail underflows (old main published e.g. −1580 for a count of 94 at threshold 100). Every
     bound lies in [floor, estimate]; coverage of the capped bounds is checked by the Monte-Carlo tests."""
     rng = np.random.default_rng(8)
     unidentified = capped = 0
