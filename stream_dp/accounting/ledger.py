@@ -272,40 +272,38 @@ class Ledger:
         duplicate, result, payload = out
         return bool(int(duplicate)), json.loads(_decode(result)), None if payload is None else _decode(payload)
 
-    def _queued(self, op: str, scope: str, args: list[str]) -> Reads | None:
+    def _queued(self, op: str, scope: str, args: list[str]) -> Reads:
         """One script of ``op`` as a command to queue on a :class:`RideAlong` (its reply parsed to the
-        :class:`ChargeResult`); None when the scope is not known to be indexed yet (that takes a write
-        first: run the operation directly)."""
-        if scope not in self._indexed:
-            return None
+        :class:`ChargeResult`)."""
         script = self._scripts[op]
         return Reads([evalsha_item(script, self._scope_keys(scope), args)],
                      lambda replies: self._result(scope, *self._decode_out(replies[0])), [script])
 
-    def _queueable(self, scope: str, events: list[DpEvent]) -> bool:
-        # with a lifetime cap a costly operation is several scripts in two slots, in an order that matters
-        return self.lifetime_cap is None or scope == LIFETIME_SCOPE or not events
+    def queueable(self, scope: str, events: Sequence[DpEvent]) -> bool:
+        """Whether an operation of ``events`` on ``scope`` can be one queued command now (:meth:`charge_reads`
+        and its siblings): not with a lifetime cap (a costly operation is then several scripts in two slots,
+        in an order that matters), nor before the scope is known to be indexed (that takes a write first)."""
+        return ((self.lifetime_cap is None or scope == LIFETIME_SCOPE or not events)
+                and scope in self._indexed)
 
     def charge_reads(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
                      payload: str | None = None) -> Reads | None:
         """:meth:`charge` as one command to queue after another step (:meth:`RideAlong.read`): same script,
         same guarantees, its result in the :class:`~stream_dp.node_batches.Pending`. None when it cannot
-        be one command now (a lifetime cap, or a scope not indexed yet): call :meth:`charge` instead."""
+        be one command now (:meth:`queueable`): call :meth:`charge` instead."""
         self._check_id("release_id", release_id)
         events, events_json = self._events(events, allow_empty=payload is not None)
-        if not self._queueable(scope, events):
+        if not self.queueable(scope, events):
             return None
-        return self._queued("charge", scope, self._argv("charge", scope, payload, release_id=release_id,
-                                                        cost=Cost.of(events).fields(), events=events_json))
+        return self._queued("charge", scope, self._charge_argv(scope, release_id, events, events_json, payload))
 
     def reserve_reads(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> Reads | None:
         """:meth:`reserve` as one command to queue (see :meth:`charge_reads`)."""
         self._check_id("reservation_id", reservation_id)
         events, events_json = self._events(events)
-        if not self._queueable(scope, events):
+        if not self.queueable(scope, events):
             return None
-        return self._queued("reserve", scope, self._argv("reserve", scope, reservation_id=reservation_id,
-                                                         cost=Cost.of(events).fields(), events=events_json))
+        return self._queued("reserve", scope, self._reserve_argv(scope, reservation_id, events, events_json))
 
     def settle_reads(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
                      payload: str | None = None) -> Reads | None:
@@ -313,11 +311,10 @@ class Ledger:
         self._check_id("reservation_id", reservation_id)
         self._check_id("release_id", release_id)
         events, events_json = self._events(events)
-        if not self._queueable(scope, events):
+        if not self.queueable(scope, events):
             return None
-        return self._queued("settle", scope, self._argv("settle", scope, payload, reservation_id=reservation_id,
-                                                        release_id=release_id, cost=Cost.of(events).fields(),
-                                                        events=events_json))
+        return self._queued("settle", scope,
+                            self._settle_argv(scope, reservation_id, release_id, events, events_json, payload))
 
     def _result(self, scope: str, duplicate: bool, data: dict[str, Any], payload: str | None) -> ChargeResult:
         cap = self._cap_for(scope)
@@ -345,22 +342,33 @@ class Ledger:
         return events, json.dumps([e.to_dict() for e in events], separators=(",", ":"))
 
     # --- single-scope operations ------------------------------------------------------------------
+    def _charge_argv(self, scope: str, release_id: str, events: list[DpEvent], events_json: str,
+                     payload: str | None) -> list[str]:
+        return self._argv("charge", scope, payload, release_id=release_id, cost=Cost.of(events).fields(),
+                          events=events_json)
+
+    def _reserve_argv(self, scope: str, reservation_id: str, events: list[DpEvent], events_json: str) -> list[str]:
+        return self._argv("reserve", scope, reservation_id=reservation_id, cost=Cost.of(events).fields(),
+                          events=events_json)
+
+    def _settle_argv(self, scope: str, reservation_id: str, release_id: str, events: list[DpEvent],
+                     events_json: str, payload: str | None) -> list[str]:
+        return self._argv("settle", scope, payload, reservation_id=reservation_id, release_id=release_id,
+                          cost=Cost.of(events).fields(), events=events_json)
+
     def _charge_one(self, scope: str, release_id: str, events: list[DpEvent], events_json: str,
                     payload: str | None, ride: RideAlong | None = None) -> ChargeResult:
-        args = self._argv("charge", scope, payload, release_id=release_id, cost=Cost.of(events).fields(),
-                          events=events_json)
+        args = self._charge_argv(scope, release_id, events, events_json, payload)
         return self._result(scope, *self._run("charge", scope, args, ride))
 
     def _reserve_one(self, scope: str, reservation_id: str, events: list[DpEvent], events_json: str,
                      ride: RideAlong | None = None) -> ChargeResult:
-        args = self._argv("reserve", scope, reservation_id=reservation_id, cost=Cost.of(events).fields(),
-                          events=events_json)
+        args = self._reserve_argv(scope, reservation_id, events, events_json)
         return self._result(scope, *self._run("reserve", scope, args, ride))
 
     def _settle_one(self, scope: str, reservation_id: str, release_id: str, events: list[DpEvent],
                     events_json: str, payload: str | None, ride: RideAlong | None = None) -> ChargeResult:
-        args = self._argv("settle", scope, payload, reservation_id=reservation_id, release_id=release_id,
-                          cost=Cost.of(events).fields(), events=events_json)
+        args = self._settle_argv(scope, reservation_id, release_id, events, events_json, payload)
         return self._result(scope, *self._run("settle", scope, args, ride))
 
     def _ride_alone(self, ride: RideAlong | None) -> None:

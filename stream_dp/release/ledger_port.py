@@ -12,9 +12,10 @@ release side relies on are stated here, and are tested on the Redis ledger (test
 - ``ride`` (:class:`~stream_dp.node_batches.RideAlong`): the operation sends the queued writes ahead of its
   own step and the queued reads after it, in the same round trip where it can (else in one of their own
   first); the operation's guarantees are unchanged.
-- optional ``reserve_reads`` / ``settle_reads`` / ``charge_reads`` (the Redis ledger has them): the same
-  operation as one command to queue after another step (:meth:`~stream_dp.node_batches.RideAlong.read`),
-  or None when it cannot be one command now; a ledger without them makes the worker run each directly.
+- optional ``queueable`` and ``reserve_reads`` / ``settle_reads`` / ``charge_reads`` (the Redis ledger has
+  them): the same operation as one command to queue after another step
+  (:meth:`~stream_dp.node_batches.RideAlong.read`), or None when it cannot be one command now
+  (``queueable`` says so beforehand); a ledger without them makes the worker run each directly.
 """
 
 from __future__ import annotations

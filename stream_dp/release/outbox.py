@@ -163,8 +163,8 @@ class Outbox:
     def can_commit_later(self, scope: str, events: tuple) -> bool:
         """Whether :meth:`commit_later` can queue a commit of ``events`` now (ask before the mechanism runs:
         its output must then be committed, not recomputed)."""
-        reads = getattr(self.ledger, "charge_reads", None)
-        return reads is not None and reads(scope, "probe", list(events), payload="") is not None
+        queueable = getattr(self.ledger, "queueable", None)  # optional in ReleaseLedger, with the *_reads
+        return queueable is not None and queueable(scope, list(events))
 
     def commit_later(self, scope: str, rid: str, envelope: Envelope, events: tuple, ride: RideAlong, *,
                      settle: bool) -> Pending:
