@@ -281,10 +281,14 @@ class WindowReader:
         """The start of the window :meth:`closable` will most likely return first (the first scheduled window
         after the cursor this reader last saw), or None before the first read: a guess, for callers that
         want to send a window's first step with the poll (:meth:`closable`'s ``also``)."""
-        if self._cursor_seen is UNSEEN:
-            return None
-        guessed = self.schedule.closed_windows(after=self._cursor_seen, watermark=float("inf"), limit=1)  # type: ignore[arg-type]
+        guessed = self._guessed(1)
         return guessed[0] if guessed else None
+
+    def _guessed(self, n: int) -> list[int]:
+        """The next ``n`` scheduled windows after the cursor this reader last saw (none before it saw one)."""
+        if self._cursor_seen is UNSEEN:
+            return []
+        return self.schedule.closed_windows(after=self._cursor_seen, watermark=float("inf"), limit=n)  # type: ignore[arg-type]
 
     def closable(self, *, limit: int = 100, also: Reads | None = None, also_result: Pending | None = None) -> list[Window]:
         """Scheduled windows with ``end <= watermark.global`` not yet released, oldest first (at most
@@ -300,8 +304,7 @@ class WindowReader:
         items = [(marks, lambda pipe: pipe.hget(marks, "global")), (cursor_key, lambda pipe: pipe.get(cursor_key))]
         # the released marks of the next few windows after the cursor this reader last saw, in the same round
         # trip (a guess: when the cursor or the closed windows turn out otherwise, they are read again)
-        guessed = ([] if self._cursor_seen is UNSEEN else
-                   self.schedule.closed_windows(after=self._cursor_seen, watermark=float("inf"), limit=GUESSED_WINDOWS))
+        guessed = self._guessed(GUESSED_WINDOWS)
         if guessed:
             items.append((index, lambda pipe: pipe.zmscore(index, [str(s) for s in guessed])))
         extra = also.items if also is not None else []
