@@ -137,36 +137,41 @@ def _direct_upper_tail(sel, d: float, gap: float) -> float:
     return float(math.fsum(num) / math.fsum(den))
 
 
+def _points(seed: int, n: int, gap_scales: float, d_scales: tuple[float, float]):
+    """(selection, d, gap) for geometric instances of every shape: six integer gaps per branch within
+    ``gap_scales`` noise scales above the branch test's margin, each with an integer d spread over
+    ``d_scales`` noise scales around it."""
+    for rng, sel in _selections("geometric", seed, n):
+        scale = 1.0 / min(sel.threshold_rate, sel.top_rate, sel.middle_rate)
+        margin = sel.top_margin if sel.branch == "top" else 0.0
+        for _ in range(6):
+            gap = float(np.ceil(margin + rng.uniform(0, gap_scales) * scale))
+            yield sel, float(np.floor(gap + rng.uniform(*d_scales) * scale)), gap
+
+
 def test_geometric_closed_form_equals_the_direct_sum() -> None:
     """The closed form of U(d) (three geometric series) against the term-by-term sum, from far below the
     threshold to far above it, where the old 40-scale grid had no support: agree to 1e-10 relative."""
     checked = 0
-    for rng, sel in _selections("geometric", 3, 30):
-        scale = 1.0 / min(sel.threshold_rate, sel.top_rate, sel.middle_rate)
-        margin = sel.top_margin if sel.branch == "top" else 0.0
-        for _ in range(6):
-            gap = float(np.ceil(margin + rng.uniform(0, 4) * scale))
-            d = float(np.floor(gap + rng.uniform(-80, 60) * scale))
-            direct = _direct_upper_tail(sel, d, gap)
-            if not direct > 1e-250:
-                continue
-            assert sel.upper_tail(d, gap) == pytest.approx(direct, rel=1e-10), (sel, d, gap)
-            checked += 1
+    for sel, d, gap in _points(3, 30, 4, (-80, 60)):
+        direct = _direct_upper_tail(sel, d, gap)
+        if not direct > 1e-250:
+            continue
+        assert sel.upper_tail(d, gap) == pytest.approx(direct, rel=1e-10), (sel, d, gap)
+        checked += 1
     assert checked >= 200
 
 
 def test_geometric_closed_form_agrees_with_the_grid_where_the_grid_holds() -> None:
     """Within the grid's range (the threshold noise's pmf to 40 scales) the closed form and the grid sum
     agree: the same law, summed two ways."""
-    for rng, sel in _selections("geometric", 4, 15):
-        scale = 1.0 / min(sel.threshold_rate, sel.top_rate, sel.middle_rate)
-        margin = sel.top_margin if sel.branch == "top" else 0.0
-        for _ in range(6):
-            gap = float(np.ceil(margin + rng.uniform(0, 3) * scale))
-            d = float(np.floor(gap + rng.uniform(-4, 3) * scale))
-            grid = sel.upper_tail_on_grid(d, gap)
-            if grid > 1e-6:
-                assert sel.upper_tail(d, gap) == pytest.approx(grid, rel=1e-9)
+    checked = 0
+    for sel, d, gap in _points(4, 15, 3, (-4, 3)):
+        grid = sel.upper_tail_on_grid(d, gap)
+        if grid > 1e-6:
+            assert sel.upper_tail(d, gap) == pytest.approx(grid, rel=1e-9)
+            checked += 1
+    assert checked >= 60
 
 
 @pytest.mark.parametrize("noise", ["geometric", "exponential"])
