@@ -232,11 +232,11 @@ class BranchSelection:
 
     def lower_bounds_of_gaps(self, gaps: Sequence[float], confidence: float,
                              floor: float = -math.inf) -> list[float]:
-        """:meth:`lower_bound_of_gap` of every gap (``floor``: the least value ``d`` can take). For geometric noise the integer bisections run side by side
-        (one closed-form :meth:`upper_tails` per step for all gaps); ``U`` is evaluated elementwise and every
-        gap takes the steps it would take alone, so each bound equals the bound of that gap alone.
-        Continuous noise integrates over a 6001-point grid, where side by side is not faster: one gap at a
-        time."""
+        """:meth:`lower_bound_of_gap` of every gap (``floor``: the least value ``d`` can take). For geometric
+        noise the integer bisections run side by side (one closed-form :meth:`upper_tails` per step for all
+        gaps); ``U`` is evaluated elementwise and every gap takes the steps it would take alone, so each bound
+        equals the bound of that gap alone. Continuous noise integrates over a 6001-point grid, where side by
+        side is not faster: one gap at a time."""
         if not 0 < confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
         if self.noise != "geometric":
