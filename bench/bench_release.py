@@ -132,7 +132,8 @@ def _command_name(args: Any) -> str:
 
 
 class TimedPublisher(Publisher):
-    """Remembers when each record was acknowledged."""
+    """Remembers when each record was acknowledged: records sent together (top-k and the alerts riding on
+    it) count as acknowledged once the last of them is, when the outbox goes on."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -140,12 +141,15 @@ class TimedPublisher(Publisher):
 
         self.trace: RoundTrips | None = None
 
-    def publish(self, record: dict[str, Any]) -> None:
+    def publish_all(self, records: Any) -> tuple[int, Exception | None]:
         t = time.perf_counter()
-        super().publish(record)
-        self.acked[record["release_id"]] = time.perf_counter()
+        acked, error = super().publish_all(records)
+        now = time.perf_counter()
+        for record in records[:acked]:
+            self.acked[record["release_id"]] = now
         if self.trace is not None:
-            self.trace.add(f"kafka produce {record['type']}", t)
+            self.trace.add("kafka produce " + "+".join(record["type"] for record in records), t)
+        return acked, error
 
 
 def zipf_counts(n: int, a: float, top: float) -> np.ndarray:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from stream_dp.node_batches import Pending, Reads, RideAlong
@@ -51,16 +52,41 @@ class Publisher:
         self.timeout = timeout
 
     def publish(self, record: dict[str, Any]) -> None:
-        """Send one record and wait for the broker's acknowledgement (raises on failure).
+        """Send one record and wait for the broker's acknowledgement (raises on failure)."""
+        _, error = self.publish_all([record])
+        if error is not None:
+            raise error
 
-        ``flush`` hands the record to the sender at once instead of after the producer's ``linger_ms``:
-        a release is one record whose acknowledgement is awaited right away, so lingering is pure latency.
+    def publish_all(self, records: Sequence[dict[str, Any]]) -> tuple[int, Exception | None]:
+        """Send every record, then wait for their acknowledgements in send order, so a record does not wait
+        out the broker round trip of the one before it. Returns how many records, from the first, the broker
+        acknowledged, and the error that stopped the rest (None: every one was).
+
+        ``flush`` hands the records to the sender at once instead of after the producer's ``linger_ms``: a
+        release is awaited right away, so lingering is pure latency. The producer is idempotent with
+        ``acks=all``, so on one partition the records are appended in send order; a record sent after one
+        that failed may have been appended all the same, but is not counted: its release stays
+        stored-but-unpublished and is published again (identical bytes), as after a crash.
         """
-        future = self.producer.send(self.topic, key=record["release_id"].encode(), value=encode(record))
+        futures, error = [], None
+        for record in records:
+            try:
+                futures.append(self.producer.send(self.topic, key=record["release_id"].encode(), value=encode(record)))
+            except Exception as exc:  # noqa: BLE001 - handed back with the acknowledged count, then raised
+                error = exc
+                break
         flush = getattr(self.producer, "flush", None)  # stand-ins without a send buffer have none
-        if flush is not None:
-            flush(timeout=self.timeout)
-        future.get(timeout=self.timeout)
+        try:
+            if futures and flush is not None:
+                flush(timeout=self.timeout)
+        except Exception as exc:  # noqa: BLE001 - as above (none counted: which ones arrived is unknown)
+            return 0, exc
+        for acked, future in enumerate(futures):
+            try:
+                future.get(timeout=self.timeout)
+            except Exception as exc:  # noqa: BLE001 - as above
+                return acked, exc
+        return len(futures), error
 
     def close(self) -> None:
         self.producer.close()
@@ -202,25 +228,50 @@ class Outbox:
             raise RuntimeError(f"ledger charged release {rid} again instead of returning its first result")
         return result
 
-    # --- steps 2 and 3 ---------------------------------------------------------------------------
+    # --- steps 2 to 4 ----------------------------------------------------------------------------
     def publish(self, committed: Committed, *, ride: RideAlong | None = None) -> dict[str, Any]:
-        """Publish the stored record (plus the ledger's budget block) and mark it published.
+        """Publish the stored record (plus the ledger's budget block) and mark it published (:meth:`publish_all`
+        of one release)."""
+        return self.publish_all([committed], ride=ride)[0]
 
-        ``ride``: the mark is queued to go ahead of the worker's next Redis step (the ``after_mark`` crash
-        point is reached once it went); until then the release is stored-but-unpublished, which a crash
-        turns into a republication of the identical record (as a crash before the mark always did)."""
-        record = with_budget(committed.envelope.record, committed.result.budget_block(committed.scope, self.ledger.cap))
+    def publish_all(self, batch: Sequence[Committed], *, ride: RideAlong | None = None) -> list[dict[str, Any]]:
+        """Publish stored releases together: each confirmed on the replicas, all handed to the broker before
+        the first acknowledgement is awaited, then each acknowledged one marked published, in order. Every
+        record of ``batch`` is committed (charged and stored) before any of them is sent, so each is still
+        charged before it is visible; a record the broker did not acknowledge (or one after it) stays
+        stored-but-unpublished, and the first error is raised once the acknowledged ones are marked.
+
+        ``ride``: the marks are queued to go ahead of the worker's next Redis step (the ``after_mark`` crash
+        point is reached once they went); until then the releases are stored-but-unpublished, which a crash
+        turns into a republication of the identical records (as a crash before the mark always did)."""
+        records = [with_budget(c.envelope.record, c.result.budget_block(c.scope, self.ledger.cap)) for c in batch]
         with self.metrics.phase("ledger"):
-            self.ledger.confirm(committed.scope, committed.release_id,  # published ⇒ charge replicated
-                                events=events_of(committed.envelope.record))
+            for c in batch:  # published ⇒ charge replicated
+                self.ledger.confirm(c.scope, c.release_id, events=events_of(c.envelope.record))
         with self.metrics.phase("kafka"):
-            self.publisher.publish(record)
-        self.crashpoints.reached("after_publish")
-        with self.metrics.phase("ledger"):
-            self.ledger.mark_published(committed.scope, committed.release_id, ride=ride,
-                                       on_sent=lambda: self.crashpoints.reached("after_mark"))
-        self._count(record, fresh=committed.fresh)
-        return record
+            acked, error = self._produce(records)
+        for committed, record in zip(batch[:acked], records):
+            self.crashpoints.reached("after_publish")
+            with self.metrics.phase("ledger"):
+                self.ledger.mark_published(committed.scope, committed.release_id, ride=ride,
+                                           on_sent=lambda: self.crashpoints.reached("after_mark"))
+            self._count(record, fresh=committed.fresh)
+        if error is not None:
+            raise error
+        return records
+
+    def _produce(self, records: list[dict[str, Any]]) -> tuple[int, Exception | None]:
+        """:meth:`Publisher.publish_all`; a publisher with ``publish`` only (a test's collector) is handed the
+        records one by one, each once the one before returned."""
+        publish_all = getattr(self.publisher, "publish_all", None)
+        if publish_all is not None:
+            return publish_all(records)
+        for acked, record in enumerate(records):
+            try:
+                self.publisher.publish(record)
+            except Exception as exc:  # noqa: BLE001 - raised by publish_all once the acknowledged are marked
+                return acked, exc
+        return len(records), None
 
     def _count(self, record: dict[str, Any], *, fresh: bool) -> None:
         m = self.metrics

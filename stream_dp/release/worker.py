@@ -241,12 +241,19 @@ class ReleaseWorker:
             self._watched = ride.read(reads) if reads is not None else None
         self._ahead = self._alerts_ahead(window, scope, watch, stored, ride)
         try:
+            published: set[str] = set()
             for rtype in self.types:
+                if rtype in published:
+                    continue
                 self.claims.renew_if_due(claim)
-                committed = self.release_type(window, rtype, scope, watch,
-                                              stored=stored[release_id(window, rtype)], ride=ride)
-                self.outbox.publish(committed, ride=ride)
-                self._after_commit(rtype, window, committed, ride)
+                batch = [(rtype, self.release_type(window, rtype, scope, watch,
+                                                   stored=stored[release_id(window, rtype)], ride=ride))]
+                if self._alerts_committed_with(rtype):  # committed in top-k's round trip: published with it
+                    batch.append(("alerts", self.release_type(window, "alerts", scope, watch, stored=None, ride=ride)))
+                self.outbox.publish_all([committed for _, committed in batch], ride=ride)
+                for t, committed in batch:
+                    self._after_commit(t, window, committed, ride)
+                    published.add(t)
         except Exception:
             self._send_queued_after_error(ride)
             raise
@@ -376,6 +383,14 @@ class ReleaseWorker:
         ahead.envelope = self._alerts_envelope(draft, state, ride)
         ahead.commit = self.outbox.commit_later(scope, ahead.rid, ahead.envelope, draft.events if settle else (),
                                                 ride, settle=settle)
+
+    def _alerts_committed_with(self, rtype: str) -> bool:
+        """Whether the window's alerts were committed in the round trip of ``rtype``'s commit (top-k's), so
+        that both records are handed to the broker together (:meth:`Outbox.publish_all`: each was charged
+        and stored before either is sent). Decided from which steps were queued, never from the data."""
+        ahead = self._ahead
+        return (rtype == "topk" and ahead is not None and ahead.envelope is not None and ahead.commit is not None
+                and ahead.commit.done)
 
     def _release_alerts(self, window: Window, scope: str, rid: str, watch: list[str], ride: RideAlong) -> Committed:
         ahead, self._ahead = self._ahead, None

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import redis
+from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from stream_dp.accounting.budget import scope_for
@@ -61,6 +62,22 @@ def window_counts(i: int) -> dict[str, float]:
     return {f"key-{j}": float(100 * (j + 1) + i) for j in range(20)}
 
 
+def what_redis_holds(client: redis.Redis, ledger: Ledger, keys: Keys, record: dict[str, Any]) -> dict[str, Any]:
+    """Whether ``record``'s release is stored, charged and unpublished, and its staged SVT state (if any) exists."""
+    rid, scope = record["release_id"], record["budget"]["scope"]
+    payload = ledger.stored(scope, rid)
+    ref = None
+    if payload is not None and record["type"] == "alerts":
+        ref = (Envelope.loads(payload).state or {}).get("alerts_state_ref")
+    return {
+        "rid": rid,
+        "stored": payload is not None,
+        "charged": bool(client.hexists(keys.ledger(scope, "charges"), rid)),
+        "unpublished": rid in ledger.unpublished(scope),
+        "staged": None if ref is None else bool(client.hexists(keys.svt(SVT_NAME, "pending"), ref)),
+    }
+
+
 class CheckingPublisher:
     """At each publish, records what Redis holds for the release being handed to the broker."""
 
@@ -70,18 +87,7 @@ class CheckingPublisher:
         self.seen: list[dict[str, Any]] = []
 
     def publish(self, record: dict[str, Any]) -> None:
-        rid, scope = record["release_id"], record["budget"]["scope"]
-        payload = self.ledger.stored(scope, rid)
-        ref = None
-        if payload is not None and record["type"] == "alerts":
-            ref = (Envelope.loads(payload).state or {}).get("alerts_state_ref")
-        self.seen.append({
-            "rid": rid,
-            "stored": payload is not None,
-            "charged": bool(self.client.hexists(self.keys.ledger(scope, "charges"), rid)),
-            "unpublished": rid in self.ledger.unpublished(scope),
-            "staged": None if ref is None else bool(self.client.hexists(self.keys.svt(SVT_NAME, "pending"), ref)),
-        })
+        self.seen.append(what_redis_holds(self.client, self.ledger, self.keys, record))
         self.records.append(json.loads(json.dumps(record)))
 
     def close(self) -> None:
@@ -292,3 +298,129 @@ def test_an_opening_reserved_in_top_k_round_trip_runs_its_mechanism_only_once_ac
     else:
         assert alerts["status"] == "budget_exhausted" and alerts["items"] == []
     assert ledger.unpublished(scope) == []
+
+
+class ObservedProducer:
+    """The real release producer, watched: logs each send (and what Redis holds for that release right then),
+    each flush and each acknowledgement the publisher awaited. ``lose_ack``: the awaited acknowledgement of that
+    release id fails once, after the broker's real one arrived (an acknowledgement lost on its way back)."""
+
+    def __init__(self, producer: Any, client: redis.Redis, ledger: Ledger, keys: Keys, *, lose_ack: str | None = None):
+        self.producer, self.client, self.ledger, self.keys = producer, client, ledger, keys
+        self.lose_ack = lose_ack
+        self.log: list[str] = []
+        self.seen: list[dict[str, Any]] = []
+
+    def send(self, topic: str, *, key: bytes, value: bytes) -> "ObservedDelivery":
+        record = json.loads(value)
+        self.seen.append(what_redis_holds(self.client, self.ledger, self.keys, record))
+        self.log.append(f"send {record['release_id']}")
+        return ObservedDelivery(self, self.producer.send(topic, key=key, value=value), record["release_id"])
+
+    def flush(self, timeout: float | None = None) -> None:
+        self.log.append("flush")
+        self.producer.flush(timeout)
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+class ObservedDelivery:
+    def __init__(self, owner: ObservedProducer, delivery: Any, rid: str) -> None:
+        self.owner, self.delivery, self.rid = owner, delivery, rid
+
+    def get(self, timeout: float | None = None) -> None:
+        self.delivery.get(timeout)
+        if self.owner.lose_ack == self.rid:
+            from stream_dp.release.producers import ProduceFailed
+
+            self.owner.lose_ack = None
+            raise ProduceFailed(f"no acknowledgement of {self.rid} came back (test)")
+        self.owner.log.append(f"acked {self.rid}")
+
+
+def observed_worker(client: redis.Redis, bootstrap: str, topic: str, **observe: Any) -> tuple[ReleaseWorker, ObservedProducer, Ledger]:
+    from stream_dp.connections import ensure_topics
+    from stream_dp.release.outbox import Publisher
+    from stream_dp.release.producers import release_producer
+
+    cfg = make_cfg()
+    cfg = dataclasses.replace(cfg, kafka=dataclasses.replace(cfg.kafka, bootstrap_servers=bootstrap, releases_topic=topic))
+    ensure_topics(cfg.kafka, {topic: 1})
+    keys = Keys(cfg.redis.key_prefix)
+    ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys)
+    producer = ObservedProducer(release_producer(cfg), client, ledger, keys, **observe)
+    worker, _, ledger = make_worker(client, cfg, Publisher(producer, topic, timeout=20))
+    return worker, producer, ledger
+
+
+def test_top_k_and_the_alerts_riding_on_it_are_both_sent_before_an_acknowledgement_is_awaited(
+        redis_client, bootstrap_servers, topic_name) -> None:
+    """The alerts record, committed in top-k's round trip, goes to the broker right behind top-k's, not one
+    broker round trip later; both were charged, stored (and the alerts' state staged) before either was
+    sent, and neither is marked published before its acknowledgement. On the topic: every record once, in
+    release order. (Publishing them one after the other fails the order of the log.)"""
+    from release_processes import read_topic
+
+    topic = topic_name("releases")
+    worker, producer, ledger = observed_worker(redis_client, bootstrap_servers, topic)
+    keys = Keys("t")
+    try:
+        for i in range(3):
+            write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+            set_watermark(redis_client, keys, (i + 1) * SIZE)
+            assert worker.run_once() is not None
+    finally:
+        worker.outbox.publisher.close()
+    # window 0 indexes the budget scope: nothing rides there yet (the usual path, one record at a time)
+    expected = [f"{step} 0-{SIZE}.{t}" if step else "flush" for t in ("topk", "alerts", "sample")
+                for step in ("send", "", "acked")]
+    for i in (1, 2):
+        w = f"{i * SIZE}-{(i + 1) * SIZE}"
+        expected += [f"send {w}.topk", f"send {w}.alerts", "flush", f"acked {w}.topk", f"acked {w}.alerts",
+                     f"send {w}.sample", "flush", f"acked {w}.sample"]
+    assert producer.log == expected
+    for seen in producer.seen:
+        assert seen["stored"] and seen["charged"] and seen["unpublished"], seen
+        assert seen["staged"] in (None, True), seen
+    assert ledger.unpublished(scope_for(0, 86400)) == []
+    on_topic = read_topic(bootstrap_servers, topic, expect_at_least=9)
+    assert [key for key, _ in on_topic] == [e.split()[1] for e in expected if e.startswith("send ")]
+
+
+def test_an_alerts_record_acknowledged_behind_a_failed_top_k_stays_unpublished_and_is_published_again_identically(
+        redis_client, bootstrap_servers, topic_name) -> None:
+    """Top-k's acknowledgement fails, the alerts' (sent right behind it) arrives: the pass fails, neither is
+    marked published (the alerts follow a failure), the sample is not released yet. The next pass publishes
+    both stored records again, byte for byte, and the sample; every release is charged once."""
+    from release_processes import by_release_id, read_topic
+
+    topic = topic_name("releases")
+    worker, producer, ledger = observed_worker(redis_client, bootstrap_servers, topic, lose_ack=f"{SIZE}-{2 * SIZE}.topk")
+    keys = Keys("t")
+    scope = scope_for(0, 86400)
+    w = f"{SIZE}-{2 * SIZE}"
+    try:
+        write_window(redis_client, keys, 0, SIZE, window_counts(0))
+        write_window(redis_client, keys, SIZE, SIZE, window_counts(1))
+        set_watermark(redis_client, keys, SIZE)
+        assert worker.run_once() is not None
+        set_watermark(redis_client, keys, 2 * SIZE)
+        with pytest.raises(KafkaError, match="no acknowledgement"):
+            worker.run_once()
+        assert producer.log[-3:] == [f"send {w}.topk", f"send {w}.alerts", "flush"]  # top-k's ack lost
+        on_topic = [key for key, _ in read_topic(bootstrap_servers, topic, expect_at_least=5)]
+        assert on_topic[-2:] == [f"{w}.topk", f"{w}.alerts"]  # the broker has both (flush waited for them) ...
+        assert sorted(ledger.unpublished(scope)) == [f"{w}.alerts", f"{w}.topk"]  # ... but it is not marked
+        assert ledger.stored(scope, f"{w}.sample") is None
+        released = worker.run_once()
+        assert released is not None and released.start == SIZE
+    finally:
+        worker.outbox.publisher.close()
+    assert ledger.unpublished(scope) == []
+    got = by_release_id(read_topic(bootstrap_servers, topic, expect_at_least=8))
+    assert len(got[f"{w}.topk"]) == 2 and got[f"{w}.topk"][0] == got[f"{w}.topk"][1]
+    assert len(got[f"{w}.alerts"]) == 2 and got[f"{w}.alerts"][0] == got[f"{w}.alerts"][1]
+    assert len(got[f"{w}.sample"]) == 1
+    report = ledger.verify(scope)
+    assert report.ok and report.open_reservations == 0, report.problems
