@@ -21,7 +21,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-__all__ = ["Pending", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "load_scripts", "node_client", "refresh_slots",
+__all__ = ["Pending", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
            "run_batched", "run_in_order", "run_reads", "run_with_scripts"]
 
 #: Replies meaning "the key's master is changing" (failover, resharding, loading): retry later.
@@ -112,16 +112,25 @@ class Reads:
         self.scripts = list(scripts)  # the scripts its items run by SHA (evalsha_item)
 
 
+def joined(*reads: Reads) -> Reads:
+    """``reads`` as one :class:`Reads`, their items in order; it parses to the list of each one's result."""
+
+    def parse(replies: list[Any]) -> list[Any]:
+        out, pos = [], 0
+        for r in reads:
+            out.append(r.parse(replies[pos:pos + len(r.items)]))
+            pos += len(r.items)
+        return out
+
+    return Reads([item for r in reads for item in r.items], parse, [sc for r in reads for sc in r.scripts])
+
+
 def run_reads(client: Any, *reads: Reads) -> list[Any]:
     """Send every read of ``reads`` in one :func:`run_batched` (one round trip on a single Redis, one per
     master on a cluster) and return each ``parse``'s result, in order. Only for reads: no order among them."""
-    items = [item for r in reads for item in r.items]
-    replies = run_with_scripts(client, items, [sc for r in reads for sc in r.scripts], ordered=False) if items else []
-    out, pos = [], 0
-    for r in reads:
-        out.append(r.parse(replies[pos:pos + len(r.items)]))
-        pos += len(r.items)
-    return out
+    together = joined(*reads)
+    replies = run_with_scripts(client, together.items, together.scripts, ordered=False) if together.items else []
+    return together.parse(replies)
 
 
 Item = tuple[str, Callable[[Pipeline], None]]

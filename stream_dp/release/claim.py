@@ -115,8 +115,11 @@ class WindowClaims:
             return None
         token = f"{self.worker_id}:{int(fence)}"
         sent = time.monotonic()
-        ok, = ride.run(self.r, [(key, lambda pipe: pipe.set(key, token, nx=True, px=self.ttl_ms))])
-        if ok:
+        # the GET makes the step safe to send twice (a batch whose scripts Redis lacked is sent again,
+        # :func:`~stream_dp.node_batches.run_with_scripts`): the fence is fresh, so the token is ours alone
+        ok, holder = ride.run(self.r, [(key, lambda pipe: pipe.set(key, token, nx=True, px=self.ttl_ms)),
+                                       (key, lambda pipe: pipe.get(key))])
+        if ok or (holder is not None and holder.decode() == token):
             self._set_at[token] = sent
             return Claim(start, key, token)
         return None

@@ -43,7 +43,7 @@ from stream_dp.accounting.events import DpEvent
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
-from stream_dp.node_batches import Pending, Reads, RideAlong, load_scripts, run_reads
+from stream_dp.node_batches import Pending, Reads, RideAlong, joined, load_scripts, run_reads
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
@@ -71,6 +71,14 @@ class AlertsAhead:
     hold: Pending | None
     commit: Pending | None = None
     envelope: Envelope | None = None
+
+
+@dataclass
+class TopkAhead:
+    """Top-k's reservation and data, sent in the claim's round trip (:meth:`ReleaseWorker._topk_ahead`)."""
+
+    hold: Pending
+    data: Pending
 
 
 def default_scope_for(cfg: Config) -> Callable[[float], str]:
@@ -108,6 +116,7 @@ class ReleaseWorker:
         self._alerts_state: Any = UNREAD  # the alerts state field as read with the window's first batch
         self._watched: Pending | None = None  # the alerts' watched counts, queued on the window's ride-along
         self._ahead: AlertsAhead | None = None  # the window's alerts, riding on top-k's round trips
+        self._topk_ahead: TopkAhead | None = None  # top-k's hold and data, sent with the claim
 
     def worst_case_events(self) -> dict[str, tuple[DpEvent, ...]]:
         """Per enabled release type, the DP events of its most expensive single release."""
@@ -141,12 +150,15 @@ class ReleaseWorker:
     def run_once(self) -> Window | None:
         """Start (first call), then release the oldest closable window if one can be claimed."""
         self.start()
-        # the claim's first step (EXISTS + fence INCR) for the window most likely next goes with the poll
+        # the claim's first step (EXISTS + fence INCR) for the window most likely next goes with the poll, and
+        # that window's watchlist: read after the released marks, so when the guess is right every earlier
+        # window was released -- and its top-k keys added -- before it was read (nothing adds to it later)
         guess = self.reader.next_guess()
-        precheck = self.claims.precheck_reads(guess) if guess is not None else None
-        prechecked = Pending()
+        polled = Pending()
+        also = None if guess is None else joined(self.claims.precheck_reads(guess),
+                                                  self._watchlist_reads(self.reader.window(guess)))
         with self.metrics.phase("redis"):
-            pending = self.reader.closable(also=precheck, also_result=prechecked)
+            pending = self.reader.closable(also=also, also_result=polled)
         self.metrics.windows_pending.set(len(pending))
         now = time.time()
         for w in pending:
@@ -154,19 +166,25 @@ class ReleaseWorker:
         if not pending:
             return None
         window = pending[0]
+        prechecked, watch = polled.value if polled.done and window.start == guess else (None, None)
         # checked under the claim: the previous holder may have released it since `closable()` ran
         # ... with the other reads a release of the window starts with, sent right after the claim's SET
         scope, rids = self.scope_for(window.start), [release_id(window, t) for t in self.types]
         ride = RideAlong()
-        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self._watchlist_reads(window),
-                                        self.alerts_store.load_reads(), self.outbox.stored_all_reads(scope, rids))]
+        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self.alerts_store.load_reads(),
+                                        self.outbox.stored_all_reads(scope, rids))]
+        watch_read = ride.read(self._watchlist_reads(window)) if watch is None else None
+        self._topk_ahead = self._topk_in_claim(window, scope, ride)
+        self._watched = self._watched_reads(window, watch, ride) if watch is not None else None
         with self.metrics.phase("redis"):
-            claim = self.claims.acquire_then_read(
-                window.start, ride, prechecked.value if prechecked.done and window.start == guess else None)
+            claim = self.claims.acquire_then_read(window.start, ride, prechecked)
         if claim is None:
+            self._topk_ahead = self._watched = None
             return None
         try:
-            (done, closed_at), watch, alerts_state, payloads = (p.value for p in first)
+            (done, closed_at), alerts_state, payloads = (p.value for p in first)
+            if watch_read is not None:
+                watch = watch_read.value
             with self.metrics.phase("redis"):
                 if done:  # finish what a crash after the fenced released mark left undone (idempotent)
                     self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
@@ -179,8 +197,33 @@ class ReleaseWorker:
             log.warning("lost the claim on window %s while releasing it; another worker continues", window.label)
             return None
         finally:
+            self._topk_ahead = self._watched = None
             self.claims.drop(claim)
         return window
+
+    def _topk_in_claim(self, window: Window, scope: str, ride: RideAlong) -> TopkAhead | None:
+        """Queue top-k's reservation and data to go right after the claim's ``SET`` (one round trip fewer
+        than reserving once the claim is held). Sent whether or not the claim is won: a reservation is
+        idempotent per release id, so a worker that loses the race has reserved the holder's hold, which the
+        holder's own reservation returns and its settle replaces (a window already released or stored
+        returns the stored release instead); the data is a read of a closed window. The mechanism still runs
+        only under the claim, once the hold is accepted. None when top-k cannot take this path (not first,
+        a known domain, a lifetime cap or a scope not indexed yet): it reserves as usual."""
+        topk = self.builders.get("topk")
+        if topk is None or self.types[0] != "topk":
+            return None
+        reads = topk.read_in_batch(self.reader, window, [])  # top-k's data and skip reason ignore the watchlist
+        if reads is None:
+            return None
+        hold = self.outbox.reserve_later(scope, release_id(window, "topk"), topk.measurement.privacy_map(), ride)
+        return None if hold is None else TopkAhead(hold, ride.read(reads))
+
+    def _watched_reads(self, window: Window, watch: list[str], ride: RideAlong) -> Pending | None:
+        """Queue the alerts' watched counts (a public key list, read-only) on ``ride``."""
+        if "alerts" not in self.types:
+            return None
+        reads = self.reader.counts_of_reads(window, watch)
+        return ride.read(reads) if reads is not None else None
 
     def recover(self) -> int:
         """Publish every stored-but-unpublished release first (on start). Each under its window's claim: a
@@ -234,11 +277,13 @@ class ReleaseWorker:
         if stored is None:
             stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
         ride = RideAlong()
-        # the alerts' watched counts (a public key list, read-only) go with the window's next round trip
-        self._watched = None
-        if "alerts" in self.types and stored.get(release_id(window, "alerts")) is None:
-            reads = self.reader.counts_of_reads(window, watch)
-            self._watched = ride.read(reads) if reads is not None else None
+        # the alerts' watched counts go with the window's next round trip (unless they came with the claim)
+        if stored.get(release_id(window, "alerts")) is not None:
+            self._watched = None
+        elif self._watched is None:
+            self._watched = self._watched_reads(window, watch, ride)
+        if stored.get(release_id(window, "topk")) is not None:
+            self._topk_ahead = None
         self._ahead = self._alerts_ahead(window, scope, watch, stored, ride)
         try:
             published: set[str] = set()
@@ -258,7 +303,7 @@ class ReleaseWorker:
             self._send_queued_after_error(ride)
             raise
         finally:
-            self._ahead = None
+            self._ahead = self._topk_ahead = None
         with self.metrics.phase("ledger"):
             ride.flush(self._client)  # the last mark published, before the window is marked released
         self._watched = None
@@ -307,11 +352,16 @@ class ReleaseWorker:
         if skip is not None:
             draft = RecordDraft(window, builder.type, builder.mechanism, builder.parameters(), info={"skipped": skip})
             return self.outbox.charge(scope, rid, Envelope(draft.to_record()), (), ride=ride)
-        # the mechanism's data, when one command reads it, comes back in the reservation's round trip: reading
-        # a closed window reveals nothing, and the mechanism still runs only once the hold is accepted
-        reads = builder.read_in_batch(self.reader, window, watch)
-        batched = ride.read(reads) if reads is not None else None
-        hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map(), ride=ride)
+        # the mechanism's data, when one command reads it, comes back in the reservation's round trip (top-k's:
+        # in the claim's, :meth:`_topk_in_claim`): reading a closed window reveals nothing, and the mechanism
+        # still runs only once the hold is accepted
+        ahead, self._topk_ahead = (self._topk_ahead, None) if builder.type == "topk" else (None, self._topk_ahead)
+        if ahead is not None and ahead.hold.done:
+            batched, hold = ahead.data, self.outbox.hold_of(ahead.hold)
+        else:
+            reads = builder.read_in_batch(self.reader, window, watch)
+            batched = ride.read(reads) if reads is not None else None
+            hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map(), ride=ride)
         if hold.duplicate and hold.payload is not None:  # another worker settled it meanwhile
             return self.outbox.stored(scope, rid)  # type: ignore[return-value]
         if not hold.accepted:
@@ -361,7 +411,9 @@ class ReleaseWorker:
         if rtype != "topk" or ahead is None:
             return
         watched = self._watched
-        ready = watched is not None and watched.done and (ahead.hold is None or ahead.hold.done)
+        if ahead.hold is not None and not ahead.hold.done:
+            return  # the opening's hold goes with top-k's commit; the alerts follow on their own (_release_alerts)
+        ready = watched is not None and watched.done
         if not ready or not self.outbox.can_commit_later(scope, ahead.run.open_events):
             self._ahead = None  # the usual path (a queued hold is idempotent: it is reserved once)
             return
@@ -400,13 +452,20 @@ class ReleaseWorker:
                 with self.metrics.phase("ledger"):
                     ride.flush(self._client)
             return self.outbox.committed_of(scope, rid, ahead.envelope, ahead.commit)
-        cfg = self.cfg.releases.alerts
         raw, self._alerts_state = self._alerts_state, UNREAD  # read with the window's first batch, used once
-        with self.metrics.phase("redis"):
-            current = self.alerts_store.load() if raw is UNREAD else self.alerts_store.from_stored(raw)
-        run = AlertsRun(cfg, window, scope, current, watch, rng=self.rng)
-        if run.open_events:
-            hold = self.outbox.reserve(scope, rid, run.open_events, ride=ride)
+        if ahead is not None and ahead.commit is None and ahead.hold is not None:
+            # an opening whose hold went with top-k's commit (a queued hold not sent yet goes now)
+            run = ahead.run
+            if not ahead.hold.done:
+                with self.metrics.phase("ledger"):
+                    ride.flush(self._client)
+            hold = self.outbox.hold_of(ahead.hold)
+        else:
+            with self.metrics.phase("redis"):
+                current = self.alerts_store.load() if raw is UNREAD else self.alerts_store.from_stored(raw)
+            run = AlertsRun(self.cfg.releases.alerts, window, scope, current, watch, rng=self.rng)
+            hold = self.outbox.reserve(scope, rid, run.open_events, ride=ride) if run.open_events else None
+        if hold is not None:
             if hold.duplicate and hold.payload is not None:
                 return self.outbox.stored(scope, rid)  # type: ignore[return-value]
             if not hold.accepted:

@@ -102,6 +102,22 @@ def test_reservation_counts_until_settled_and_settle_charges_actual(ledger):
     assert report.ok and report.open_reservations == 0 and report.charges == 2
 
 
+def test_a_release_id_is_held_or_charged_never_both(ledger):
+    """A hold and a direct charge under one id (a worker that reserved for a window while another charged
+    its status record): the charge drops the hold, and a later reserve of the id returns the charge, so
+    no hold is left that nothing would settle. (Without either rule verify counts an open reservation.)"""
+    worst = [PureDpEvent(0.4)]
+    assert ledger.reserve("s", "w1.topk", worst).accepted
+    status = ledger.charge("s", "w1.topk", [], payload="EXHAUSTED")
+    assert status.accepted and not status.duplicate and status.spent == Cost().spent()  # the hold is gone
+    again = ledger.reserve("s", "w1.topk", worst)
+    assert again.duplicate and again.payload == "EXHAUSTED"
+    assert ledger.settle("s", "w1.topk", "w1.topk", worst, payload="LATE").payload == "EXHAUSTED"
+    assert ledger.reserve("s", "w2.topk", worst).accepted and ledger.reserve("s", "w2.topk", worst).duplicate
+    report = ledger.verify("s")
+    assert report.ok and report.open_reservations == 1 and report.charges == 1, report.problems
+
+
 def test_settle_unknown_reservation_is_refused(ledger, redis_client):
     result = ledger.settle("s", "nope", "r", [PureDpEvent(0.1)], payload="P")
     assert not result.accepted and result.reason == "unknown_reservation" and not result.exhausted

@@ -6,6 +6,9 @@ if settled_as then
   local dup = duplicate_charge(settled_as)
   if dup then return dup end
 end
+-- an id already charged as a release (e.g. a status record): that charge, and no hold that nothing would settle
+local charged = duplicate_charge(rid)
+if charged then return charged end
 local first = redis.call('HGET', KEYS[7], rid)
 if first and redis.call('HEXISTS', KEYS[6], rid) == 1 then
   return {1, first, false}
