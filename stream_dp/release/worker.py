@@ -16,11 +16,12 @@ One pass (:meth:`ReleaseWorker.run_once`):
 4. when every type is published: set the retention TTL on the window's keys and mark it released (fenced).
 
 Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the claim's first step
-(``EXISTS`` + fence ``INCR``) for the window guessed next goes with the poll, the window's first reads go
-with the claim's ``SET``, top-k's data and the alerts' watched counts (and an opening instance's
-reservation) with top-k's reservation, the alerts' commit with top-k's settle (the alerts watch keys of
-earlier windows only, :meth:`ReleaseWorker._alerts_ahead`), and a release's mark-published and after-commit
-writes ahead of the next ledger step (docs/privacy.md §4).
+(``EXISTS`` + fence ``INCR``) and the watchlist of the window guessed next go with the poll; the window's
+first reads, top-k's reservation and data and the alerts' watched counts with the claim's ``SET``
+(:meth:`ReleaseWorker._topk_in_claim`); the alerts' commit (or an opening instance's reservation) with
+top-k's settle (the alerts watch keys of earlier windows only, :meth:`ReleaseWorker._alerts_ahead`), and
+the two records then go to the broker together; a release's mark-published and after-commit writes go
+ahead of the next ledger step (docs/privacy.md §4).
 
 :meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start
 (:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished release
@@ -75,7 +76,7 @@ class AlertsAhead:
 
 @dataclass
 class TopkAhead:
-    """Top-k's reservation and data, sent in the claim's round trip (:meth:`ReleaseWorker._topk_ahead`)."""
+    """Top-k's reservation and data, sent in the claim's round trip (:meth:`ReleaseWorker._topk_in_claim`)."""
 
     hold: Pending
     data: Pending
@@ -150,13 +151,9 @@ class ReleaseWorker:
     def run_once(self) -> Window | None:
         """Start (first call), then release the oldest closable window if one can be claimed."""
         self.start()
-        # the claim's first step (EXISTS + fence INCR) for the window most likely next goes with the poll, and
-        # that window's watchlist: read after the released marks, so when the guess is right every earlier
-        # window was released -- and its top-k keys added -- before it was read (nothing adds to it later)
         guess = self.reader.next_guess()
         polled = Pending()
-        also = None if guess is None else joined(self.claims.precheck_reads(guess),
-                                                  self._watchlist_reads(self.reader.window(guess)))
+        also = None if guess is None else self._poll_reads(self.reader.window(guess))
         with self.metrics.phase("redis"):
             pending = self.reader.closable(also=also, also_result=polled)
         self.metrics.windows_pending.set(len(pending))
@@ -166,25 +163,31 @@ class ReleaseWorker:
         if not pending:
             return None
         window = pending[0]
-        prechecked, watch = polled.value if polled.done and window.start == guess else (None, None)
+        prechecked, watch, alerts_state = polled.value if polled.done and window.start == guess else (None, None, UNREAD)
         # checked under the claim: the previous holder may have released it since `closable()` ran
         # ... with the other reads a release of the window starts with, sent right after the claim's SET
         scope, rids = self.scope_for(window.start), [release_id(window, t) for t in self.types]
         ride = RideAlong()
-        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self.alerts_store.load_reads(),
-                                        self.outbox.stored_all_reads(scope, rids))]
+        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self.outbox.stored_all_reads(scope, rids))]
         watch_read = ride.read(self._watchlist_reads(window)) if watch is None else None
+        state_read = ride.read(self.alerts_store.load_reads()) if alerts_state is UNREAD else None
         self._topk_ahead = self._topk_in_claim(window, scope, ride)
-        self._watched = self._watched_reads(window, watch, ride) if watch is not None else None
+        if watch is not None:
+            self._watched = self._watched_reads(window, watch, ride)
+            if alerts_state is not UNREAD:  # the alerts' opening (if any) reserves right after top-k
+                self._alerts_state = alerts_state
+                self._ahead = self._alerts_ahead(window, scope, watch, {}, ride)
         with self.metrics.phase("redis"):
             claim = self.claims.acquire_then_read(window.start, ride, prechecked)
         if claim is None:
-            self._topk_ahead = self._watched = None
+            self._forget_ahead()
             return None
         try:
-            (done, closed_at), alerts_state, payloads = (p.value for p in first)
+            (done, closed_at), payloads = (p.value for p in first)
             if watch_read is not None:
                 watch = watch_read.value
+            if state_read is not None:
+                alerts_state = state_read.value
             with self.metrics.phase("redis"):
                 if done:  # finish what a crash after the fenced released mark left undone (idempotent)
                     self.reader.finish_released(window, retention_seconds=self.cfg.windows.retention_seconds)
@@ -197,9 +200,28 @@ class ReleaseWorker:
             log.warning("lost the claim on window %s while releasing it; another worker continues", window.label)
             return None
         finally:
-            self._topk_ahead = self._watched = None
+            self._forget_ahead()
             self.claims.drop(claim)
         return window
+
+    def _poll_reads(self, guess: Window) -> Reads:
+        """What the poll reads for the window it guesses next: the claim's first step (``EXISTS`` + fence
+        ``INCR``), its watchlist (keys first released before it) and the alerts' state; parses to
+        ``(prechecked, watchlist, alerts state field)``.
+
+        The guess is the first window after the cursor the last poll saw. When it is right, every earlier
+        window was released -- its top-k keys added to the watchlist, its alerts state applied -- before
+        that poll, and only a release of the guessed window itself changes them after: that part of the
+        watchlist never (``ZADD NX``), the state once the window's alerts are stored, which the claim's
+        round trip then reads (a stored release is published as stored, never run again)."""
+        state = (self.alerts_store.load_reads() if "alerts" in self.types
+                 else Reads([], lambda replies: UNREAD))
+        return joined(self.claims.precheck_reads(guess.start), self._watchlist_reads(guess), state)
+
+    def _forget_ahead(self) -> None:
+        """Drop what was set up to ride on a window's round trips (the window is done, lost or failed)."""
+        self._topk_ahead = self._watched = self._ahead = None
+        self._alerts_state = UNREAD
 
     def _topk_in_claim(self, window: Window, scope: str, ride: RideAlong) -> TopkAhead | None:
         """Queue top-k's reservation and data to go right after the claim's ``SET`` (one round trip fewer
@@ -284,7 +306,10 @@ class ReleaseWorker:
             self._watched = self._watched_reads(window, watch, ride)
         if stored.get(release_id(window, "topk")) is not None:
             self._topk_ahead = None
-        self._ahead = self._alerts_ahead(window, scope, watch, stored, ride)
+        if self._ahead is None:
+            self._ahead = self._alerts_ahead(window, scope, watch, stored, ride)
+        elif stored.get(release_id(window, "alerts")) is not None or stored.get(release_id(window, "topk")) is not None:
+            self._ahead = None  # set up with the claim, before the stored releases were read (a queued hold is idempotent)
         try:
             published: set[str] = set()
             for rtype in self.types:
@@ -355,7 +380,9 @@ class ReleaseWorker:
         # the mechanism's data, when one command reads it, comes back in the reservation's round trip (top-k's:
         # in the claim's, :meth:`_topk_in_claim`): reading a closed window reveals nothing, and the mechanism
         # still runs only once the hold is accepted
-        ahead, self._topk_ahead = (self._topk_ahead, None) if builder.type == "topk" else (None, self._topk_ahead)
+        ahead = None
+        if builder.type == "topk":
+            ahead, self._topk_ahead = self._topk_ahead, None
         if ahead is not None and ahead.hold.done:
             batched, hold = ahead.data, self.outbox.hold_of(ahead.hold)
         else:
@@ -384,12 +411,14 @@ class ReleaseWorker:
         """Set the window's alerts up to ride on top-k's round trips, when both are released fresh here.
 
         The alerts of a window watch keys of *earlier* windows, so they do not wait for this window's top-k:
-        an opening's reservation is queued after top-k's (same round trip), the mechanism runs right after
-        top-k's -- still only once its hold was accepted, and in the same order of noise draws as before --
-        and its commit (the stored record, charged) goes after top-k's settle. The alerts record is then
-        published right after top-k's acknowledgement without a round trip of its own. Each step keeps its
-        guarantees (charged before visible, stored once, never re-rolled); whenever a step cannot be queued
-        (a lifetime cap, a scope not indexed yet, top-k not computed here) the alerts take their usual path."""
+        the mechanism runs right after top-k's -- only once its hold (if it opens an instance) was accepted,
+        and in the same order of noise draws as before -- and its commit (the stored record, charged) goes
+        after top-k's settle; both records are then handed to the broker together. An opening's reservation
+        is queued to go with top-k's next round trip: its reservation when top-k reserves on its own, else
+        (top-k reserved with the claim) its settle, and then the alerts commit in a round trip of their own
+        right after top-k's publication (:meth:`_release_alerts`). Each step keeps its guarantees (charged
+        before visible, stored once, never re-rolled); whenever a step cannot be queued (a lifetime cap, a
+        scope not indexed yet, top-k not computed here) the alerts take their usual path."""
         rid = release_id(window, "alerts")
         topk = self.builders.get("topk")
         if (self._watched is None or topk is None or "alerts" not in self.types or self._alerts_state is UNREAD
