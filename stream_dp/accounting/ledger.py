@@ -403,7 +403,9 @@ class Ledger:
         written. Idempotent: a repeat returns the first result and the first payload (``duplicate=True``).
         With a ``payload``, ``events`` may be empty: a zero-cost record (a budget-exhausted status record, or
         an alerts release whose sparse-vector instance was charged when it opened) is stored and published
-        through the same idempotent outbox, so a release id never gets two different records.
+        through the same idempotent outbox, so a release id never gets two different records. An open hold
+        under the same id (:meth:`reserve`) is dropped when the charge is accepted: nothing else can be
+        published under the id any more, and a hold that nothing settles would count against the cap for good.
         """
         self._check_id("release_id", release_id)
         events, events_json = self._events(events, allow_empty=payload is not None)
@@ -428,7 +430,8 @@ class Ledger:
         """Hold the maximum cost ``events`` before running a mechanism whose final cost is known only after.
 
         The hold counts against the cap until :meth:`settle` (or :meth:`cancel`). Idempotent per
-        reservation id (a repeat returns the first result; if already settled, the settled charge).
+        reservation id (a repeat returns the first result; if already settled, the settled charge; an id
+        already charged as a release -- e.g. a status record -- returns that charge and holds nothing).
         """
         self._check_id("reservation_id", reservation_id)
         events, events_json = self._events(events)

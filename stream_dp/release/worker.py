@@ -171,6 +171,7 @@ class ReleaseWorker:
         first = [ride.read(r) for r in (self.reader.release_state_reads(window), self.outbox.stored_all_reads(scope, rids))]
         watch_read = ride.read(self._watchlist_reads(window)) if watch is None else None
         state_read = ride.read(self.alerts_store.load_reads()) if alerts_state is UNREAD else None
+        self._forget_ahead()  # nothing of an earlier pass that failed midway
         self._topk_ahead = self._topk_in_claim(window, scope, ride)
         if watch is not None:
             self._watched = self._watched_reads(window, watch, ride)
