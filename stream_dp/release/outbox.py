@@ -28,8 +28,8 @@ so a republished record is byte-identical to the first publication.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stream_dp.node_batches import Pending, Reads, RideAlong

@@ -300,16 +300,18 @@ class ReleaseWorker:
         if stored is None:
             stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
         ride = RideAlong()
+        topk_stored = stored.get(release_id(window, "topk")) is not None
+        alerts_stored = stored.get(release_id(window, "alerts")) is not None
         # the alerts' watched counts go with the window's next round trip (unless they came with the claim)
-        if stored.get(release_id(window, "alerts")) is not None:
+        if alerts_stored:
             self._watched = None
         elif self._watched is None:
             self._watched = self._watched_reads(window, watch, ride)
-        if stored.get(release_id(window, "topk")) is not None:
+        if topk_stored:
             self._topk_ahead = None
         if self._ahead is None:
             self._ahead = self._alerts_ahead(window, scope, watch, stored, ride)
-        elif stored.get(release_id(window, "alerts")) is not None or stored.get(release_id(window, "topk")) is not None:
+        elif topk_stored or alerts_stored:
             self._ahead = None  # set up with the claim, before the stored releases were read (a queued hold is idempotent)
         try:
             published: set[str] = set()
