@@ -91,6 +91,12 @@ class Keys:
         """Hash: partition → watermark (epoch seconds), plus field ``global`` (min over active ones)."""
         return f"{self.prefix}:{{ingest}}:watermarks"
 
+    def window_closes(self) -> str:
+        """Stream: one entry (field ``watermark``) each time the global watermark passes the end of a scheduled
+        window, written by ingest in the step that installs the watermark (capped at about 64 entries). The
+        release worker blocks on it between passes instead of waiting out its poll interval."""
+        return f"{self.prefix}:{{ingest}}:closes"
+
     # --- ledger ----------------------------------------------------------------------------------
     def ledger(self, scope: str, part: str) -> str:
         """One part (``totals``, ``log``, ``charges``, ``reservations``…) of a ledger scope."""

@@ -510,7 +510,8 @@ class WindowStore:
                          keys=[self.keys.window_meta(start, shard)], args=[start, start + self.window_size, target],
                          client=pipe))
                     for start in to_close for shard in range(self.keys.shards)])
-            current = _text(self._finalize(keys=[self.keys.watermarks()], args=[target]))
+            current = _text(self._finalize(keys=[self.keys.watermarks(), self.keys.window_closes()],
+                                            args=[target, self.window_size]))
             open_count = int(self.client.zcount(self.keys.windows_index(),
                                                 f"({float(current) - self.window_size!r}", "+inf"))
         return WatermarkState(

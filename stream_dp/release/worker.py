@@ -23,7 +23,9 @@ top-k's settle (the alerts watch keys of earlier windows only, :meth:`ReleaseWor
 the two records then go to the broker together; a release's mark-published and after-commit writes go
 ahead of the next ledger step (docs/privacy.md §4).
 
-:meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set. On start
+:meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set; with nothing due it blocks until
+ingest reports a window closed (:mod:`stream_dp.release.wakeup`), at most ``release.poll_interval_seconds``,
+so a window is claimed right after the watermark passes its end. On start
 (:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished release
 first (:meth:`ReleaseWorker.recover`).
 """
@@ -52,6 +54,7 @@ from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
+from stream_dp.release.wakeup import WindowCloses
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.rng import make_rng
 from stream_dp.schedule import establish as establish_schedule
@@ -110,6 +113,7 @@ class ReleaseWorker:
         self.builders: dict[str, Builder] = {t: BUILDERS[t](cfg) for t in self.types if t in BUILDERS}
         self.check_budget_covers_each_release()
         self.poll_seconds = poll_seconds or cfg.release.poll_interval_seconds
+        self.closes = WindowCloses(client, self.keys)  # the wait between passes: woken when ingest closes a window
         self.rng = make_rng(rng)
         self.scope_for = scope_for or default_scope_for(cfg)
         self.recovered = False
@@ -140,6 +144,7 @@ class ReleaseWorker:
         ``after_start`` (the release process passes :func:`~stream_dp.processes.freeze_start_up_heap`)."""
         if self.recovered:
             return
+        self.closes.start()  # before the first pass: a window closed from now on wakes the first wait
         self.reader.schedule = establish_schedule(self._client, self.keys, self.cfg.windows)
         load_scripts(self._client, [*self.reader.scripts, *self.claims.scripts, *self.alerts_store.scripts,
                                     *self.ledger.scripts])
@@ -582,6 +587,6 @@ class ReleaseWorker:
                               type(exc).__name__, delay, backoff.failures + 1)
                 stop.wait(delay)
                 continue
-            if released is None:
-                stop.wait(self.poll_seconds)
+            if released is None:  # nothing due: wait for ingest to close a window, at most one poll interval
+                self.closes.wait(self.poll_seconds, stop)
         log.info("release worker %s stopped: stop requested", self.claims.worker_id)
