@@ -8,9 +8,14 @@ windows (each a server-side COPY of one template sorted set).
 
 ``--load N`` runs N busy-looping processes beside it (a CPU burner, for the "under load" figures).
 
-Reported: p50 / p99 of close → last record acknowledged by the broker (the worker is started -- schedule,
-Lua scripts, recovery -- before the first window closes, then driven directly, so its idle poll interval
--- 0.5 s by default -- is not included; each window's line gives the per-type times too), per-type publish latency, and the share of
+Reported: p50 / p99 of close → last record acknowledged by the broker, each window's line giving the
+per-type times too. The worker is started -- schedule, Lua scripts, recovery -- before the first window
+closes and then runs its own loop (:meth:`ReleaseWorker.run`) in a thread, waiting between windows as in
+production; a window closes through ingest's own watermark step (:meth:`WindowStore.advance_watermark`:
+the watermark scripts, the window marked closed, the close notice the waiting worker wakes on), and the
+clock starts right before that step. ``--direct`` measures the way the runs before 12-02 did: the global
+watermark set with one ``HSET``, then one pass driven directly (no wait, no wake-up). Also reported: the
+per-type publish latency, and the share of
 the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka produce (from the worker's
 ``stream_dp_release_phase_seconds_total``). Baselines measured in the same run: one full chunked read of
 the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait: what the release publisher does). The last
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -47,6 +53,7 @@ from stream_dp.config import config_from_mapping
 from stream_dp.connections import ensure_topics
 from stream_dp.release.producers import release_producer
 from stream_dp.devstack import DevStack
+from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 from stream_dp.processes import freeze_start_up_heap
 from stream_dp.release.metrics import PHASES, ReleaseMetrics
@@ -68,8 +75,9 @@ class RoundTrips:
     def __init__(self) -> None:
         self.steps: list[tuple[str, float]] = []
         self.gaps: list[float] = []  # per step: time since the previous step ended (the worker's own work)
-        self._last_end = time.perf_counter()
+        self._last_end = self._started = time.perf_counter()
         self._real: dict[str, Any] = {}
+        self.thread: int | None = None  # record only this thread's steps (the worker's own loop); None: all
 
     def install(self) -> None:
         from redis.client import Pipeline
@@ -100,11 +108,15 @@ class RoundTrips:
         """Forget the steps so far; the next step's "before" time counts from now."""
         self.steps.clear()
         self.gaps.clear()
-        self._last_end = time.perf_counter()
+        self._last_end = self._started = time.perf_counter()
 
     def add(self, name: str, started: float) -> None:
-        """Record a step that started at ``started`` (perf_counter) and ends now."""
+        """Record a step that started at ``started`` (perf_counter) and ends now. A step that began before
+        :meth:`start` (the worker's blocking wait for the close) counts from there."""
+        if self.thread is not None and threading.get_ident() != self.thread:
+            return
         end = time.perf_counter()
+        started = max(started, self._started)
         self.steps.append((name, end - started))
         self.gaps.append(max(0.0, started - self._last_end))
         self._last_end = end
@@ -138,15 +150,23 @@ class TimedPublisher(Publisher):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.acked: dict[str, float] = {}
-
+        self._acked_changed = threading.Condition()
         self.trace: RoundTrips | None = None
+
+    def wait_acked(self, release_ids: list[str], timeout: float) -> None:
+        """Block until every one of ``release_ids`` was acknowledged (the worker runs its own loop)."""
+        with self._acked_changed:
+            if not self._acked_changed.wait_for(lambda: all(r in self.acked for r in release_ids), timeout):
+                raise TimeoutError(f"releases {release_ids} not all published within {timeout} s")
 
     def publish_all(self, records: Any) -> tuple[int, Exception | None]:
         t = time.perf_counter()
         acked, error = super().publish_all(records)
         now = time.perf_counter()
-        for record in records[:acked]:
-            self.acked[record["release_id"]] = now
+        with self._acked_changed:
+            for record in records[:acked]:
+                self.acked[record["release_id"]] = now
+            self._acked_changed.notify_all()
         if self.trace is not None:
             self.trace.add("kafka produce " + "+".join(record["type"] for record in records), t)
         return acked, error
@@ -258,38 +278,62 @@ def measure(args: argparse.Namespace) -> None:
         switches: list[int] = []  # its voluntary context switches per window (waits on a socket, a lock)
         last_steps: list[tuple[str, float]] = []
         slowest: tuple[float, int, list[tuple[str, float]]] | None = None  # (latency, window, steps) for --trace
-        for w in range(1, args.windows + 1):
-            start = w * SIZE
-            open_window(client, keys, start)
-            before = {p: metrics.phase_seconds.labels(p)._value.get() for p in PHASES}
-            usage0 = resource.getrusage(resource.RUSAGE_SELF)
-            t0 = time.perf_counter()
-            set_watermark(client, keys, start + SIZE)  # the window closes now
-            trips.start()
+        store = WindowStore(client, keys=keys, window_size=SIZE)  # ingest's watermark step (loop mode)
+        stop, loop = threading.Event(), None
+        if not args.direct:  # the worker's own loop: it waits for ingest's close notice between windows
+            store.advance_watermark({0: (float(SIZE), True)}, known_partitions=[0], idle_timeout=1e9)
+            loop = threading.Thread(target=worker.run, args=(stop,), name="release-worker", daemon=True)
+            loop.start()
+            trips.thread = loop.ident
             trips.install()
-            try:
-                released = worker.run_once()
-            finally:
+        try:
+            for w in range(1, args.windows + 1):
+                start = w * SIZE
+                rids = [f"{start}-{start + SIZE}.{t}" for t in worker.types]
+                open_window(client, keys, start)
+                if loop is not None and not worker.closes.waiting.wait(timeout=60):
+                    raise TimeoutError("the release worker did not come back to waiting for a close")
+                before = {p: metrics.phase_seconds.labels(p)._value.get() for p in PHASES}
+                usage0 = resource.getrusage(resource.RUSAGE_SELF)
+                main_cpu0 = time.thread_time()
+                t0 = time.perf_counter()
+                trips.start()
+                if loop is None:  # driven directly: the watermark set, then one pass
+                    set_watermark(client, keys, start + SIZE)  # the window closes now
+                    trips.install()
+                    try:
+                        released = worker.run_once()
+                    finally:
+                        trips.uninstall()
+                    assert released is not None and released.start == start, "the window was not released"
+                else:  # ingest's step closes the window and notifies; the waiting worker takes it from there
+                    store.advance_watermark({0: (float(start + SIZE), True)}, known_partitions=[0], idle_timeout=1e9)
+                    main_cpu = time.thread_time() - main_cpu0
+                    publisher.wait_acked(rids, timeout=120)
+                usage1 = resource.getrusage(resource.RUSAGE_SELF)
+                own = 0.0 if loop is None else main_cpu * 1e3  # the bench's own ingest step is not the worker's
+                cpu_ms.append((usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime) * 1e3 - own)
+                switches.append(usage1.ru_nvcsw - usage0.ru_nvcsw)
+                round_trips.append(trips.redis_count())
+                last_steps = list(zip(trips.steps, trips.gaps))
+                done = max(publisher.acked[r] for r in rids)
+                latencies.append(done - t0)
+                for t, r in zip(worker.types, rids):
+                    per_type[t].append(publisher.acked[r] - t0)
+                if args.trace and (slowest is None or per_type[args.trace_slowest][-1] > slowest[0]):
+                    slowest = (per_type[args.trace_slowest][-1], w, last_steps)
+                for p in PHASES:
+                    phase_totals[p] += metrics.phase_seconds.labels(p)._value.get() - before[p]
+                for t, r in zip(worker.types, rids):
+                    stored = ledger.stored(worker.scope_for(start), r)
+                    items[t].append(stored.count('"key"') if stored else 0)
+                print(f"window {w}: close → all published {latencies[-1]:.3f}s ("
+                      + ", ".join(f"{t} {per_type[t][-1]:.3f}s" for t in worker.types) + ")")
+        finally:
+            stop.set()
+            if loop is not None:
+                loop.join(timeout=30)
                 trips.uninstall()
-            usage1 = resource.getrusage(resource.RUSAGE_SELF)
-            cpu_ms.append((usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime) * 1e3)
-            switches.append(usage1.ru_nvcsw - usage0.ru_nvcsw)
-            round_trips.append(trips.redis_count())
-            last_steps = list(zip(trips.steps, trips.gaps))
-            assert released is not None and released.start == start, "the window was not released"
-            done = max(publisher.acked[f"{start}-{start + SIZE}.{t}"] for t in worker.types)
-            latencies.append(done - t0)
-            for t in worker.types:
-                per_type[t].append(publisher.acked[f"{start}-{start + SIZE}.{t}"] - t0)
-            if args.trace and (slowest is None or per_type[args.trace_slowest][-1] > slowest[0]):
-                slowest = (per_type[args.trace_slowest][-1], w, last_steps)
-            for p in PHASES:
-                phase_totals[p] += metrics.phase_seconds.labels(p)._value.get() - before[p]
-            for t in worker.types:
-                stored = ledger.stored(worker.scope_for(start), f"{start}-{start + SIZE}.{t}")
-                items[t].append(stored.count('"key"') if stored else 0)
-            print(f"window {w}: close → all published {latencies[-1]:.3f}s ("
-                  + ", ".join(f"{t} {per_type[t][-1]:.3f}s" for t in worker.types) + ")")
         publisher.close()
         client.close()
 
@@ -330,7 +374,7 @@ def measure(args: argparse.Namespace) -> None:
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
-        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
+        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else "loop", "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
         "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
@@ -363,6 +407,9 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=1, help="windows.shards: each window stored in this many shards")
     p.add_argument("--no-gc-freeze", action="store_true",
                    help="do not freeze the start-up heap after the worker starts (the release process does; for an A/B)")
+    p.add_argument("--direct", action="store_true",
+                   help="drive the worker directly (the watermark set, then one pass) instead of its own loop woken "
+                        "by ingest's close notice (the runs before 12-02 15:30 measured this way)")
     p.add_argument("--kafka-client", choices=("confluent", "kafka-python"), default="confluent",
                    help="release.kafka_client: the publisher's producer (default confluent, as the worker's; for an A/B)")
     run(p.parse_args())
