@@ -280,6 +280,17 @@ def measure(args: argparse.Namespace) -> None:
         slowest: tuple[float, int, list[tuple[str, float]]] | None = None  # (latency, window, steps) for --trace
         store = WindowStore(client, keys=keys, window_size=SIZE)  # ingest's watermark step (loop mode)
         stop, loop = threading.Event(), None
+        if args.poll_only:  # the loop as it was before the close notice: sleep out the poll interval (an A/B)
+            closes = worker.closes
+
+            def sleep_out(seconds: float, stop: threading.Event) -> bool:
+                closes.waiting.set()
+                try:
+                    return stop.wait(seconds)
+                finally:
+                    closes.waiting.clear()
+
+            closes.wait = sleep_out  # type: ignore[method-assign]
         if not args.direct:  # the worker's own loop: it waits for ingest's close notice between windows
             store.advance_watermark({0: (float(SIZE), True)}, known_partitions=[0], idle_timeout=1e9)
             loop = threading.Thread(target=worker.run, args=(stop,), name="release-worker", daemon=True)
@@ -374,7 +385,7 @@ def measure(args: argparse.Namespace) -> None:
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
-        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else "loop", "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
+        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
         "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
@@ -410,6 +421,9 @@ def main() -> None:
     p.add_argument("--direct", action="store_true",
                    help="drive the worker directly (the watermark set, then one pass) instead of its own loop woken "
                         "by ingest's close notice (the runs before 12-02 15:30 measured this way)")
+    p.add_argument("--poll-only", action="store_true",
+                   help="the worker's loop without the close notice: it sleeps out release.poll_interval_seconds "
+                        "(0.5 s) between passes, as before 12-02 (an A/B)")
     p.add_argument("--kafka-client", choices=("confluent", "kafka-python"), default="confluent",
                    help="release.kafka_client: the publisher's producer (default confluent, as the worker's; for an A/B)")
     run(p.parse_args())
