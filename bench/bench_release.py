@@ -281,16 +281,33 @@ def measure(args: argparse.Namespace) -> None:
         store = WindowStore(client, keys=keys, window_size=SIZE)  # ingest's watermark step (loop mode)
         stop, loop = threading.Event(), None
         if args.poll_only:  # the loop as it was before the close notice: sleep out the poll interval (an A/B)
-            closes = worker.closes
+            passes = worker.run_once
 
-            def sleep_out(seconds: float, stop: threading.Event) -> bool:
-                closes.waiting.set()
-                try:
-                    return stop.wait(seconds)
-                finally:
-                    closes.waiting.clear()
+            def polling(*, wait_seconds: float = 0.0) -> Any:
+                if wait_seconds > 0:
+                    worker.closes.waiting.set()
+                    try:
+                        stop.wait(wait_seconds)
+                    finally:
+                        worker.closes.waiting.clear()
+                return passes()
 
-            closes.wait = sleep_out  # type: ignore[method-assign]
+            worker.run_once = polling  # type: ignore[method-assign]
+
+        def idle() -> bool:
+            """The worker is waiting for the next close: its pass's read is blocked in Redis (sleeping, with
+            ``--poll-only``)."""
+            if args.poll_only:
+                return worker.closes.waiting.is_set()
+            return int(client.info("clients")["blocked_clients"]) > 0
+
+        def wait_idle() -> None:
+            deadline = time.monotonic() + 60
+            while not idle():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the release worker did not come back to waiting for a close")
+                time.sleep(0.002)
+
         if not args.direct:  # the worker's own loop: it waits for ingest's close notice between windows
             store.advance_watermark({0: (float(SIZE), True)}, known_partitions=[0], idle_timeout=1e9)
             loop = threading.Thread(target=worker.run, args=(stop,), name="release-worker", daemon=True)
@@ -302,8 +319,8 @@ def measure(args: argparse.Namespace) -> None:
                 start = w * SIZE
                 rids = [f"{start}-{start + SIZE}.{t}" for t in worker.types]
                 open_window(client, keys, start)
-                if loop is not None and not worker.closes.waiting.wait(timeout=60):
-                    raise TimeoutError("the release worker did not come back to waiting for a close")
+                if loop is not None:
+                    wait_idle()
                 before = {p: metrics.phase_seconds.labels(p)._value.get() for p in PHASES}
                 usage0 = resource.getrusage(resource.RUSAGE_SELF)
                 main_cpu0 = time.thread_time()
@@ -319,8 +336,9 @@ def measure(args: argparse.Namespace) -> None:
                     assert released is not None and released.start == start, "the window was not released"
                 else:  # ingest's step closes the window and notifies; the waiting worker takes it from there
                     store.advance_watermark({0: (float(start + SIZE), True)}, known_partitions=[0], idle_timeout=1e9)
-                    main_cpu = time.thread_time() - main_cpu0
                     publisher.wait_acked(rids, timeout=120)
+                    wait_idle()  # the pass finished (and the next poll found nothing): CPU and round trips so far
+                    main_cpu = time.thread_time() - main_cpu0  # this thread's: the ingest step, the waits
                 usage1 = resource.getrusage(resource.RUSAGE_SELF)
                 own = 0.0 if loop is None else main_cpu * 1e3  # the bench's own ingest step is not the worker's
                 cpu_ms.append((usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime) * 1e3 - own)

@@ -312,7 +312,7 @@ class IngestConfig:
 class ReleaseConfig:
     """The release worker's loop (``stream-dp release``; ``--poll-seconds`` / ``--claim-ttl-seconds`` override)."""
 
-    poll_interval_seconds: Positive = 0.5  # longest wait between passes when no window is due (a window close wakes it)
+    poll_interval_seconds: Positive = 0.5  # longest an idle pass waits for a window close notice (and a stop request waits)
     claim_ttl_seconds: Positive = 30.0  # a dead worker's claim on a window expires after this long
     backoff_initial_seconds: Positive = 0.2  # first retry delay after Redis or the broker failed
     backoff_max_seconds: Number = 10.0  # cap of the exponential retry delay

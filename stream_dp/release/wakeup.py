@@ -1,44 +1,45 @@
 """Wake the release worker when a window closes, instead of at its next poll.
 
 Ingest adds an entry to a Redis stream (:meth:`~stream_dp.keys.Keys.window_closes`) in the same script that
-installs a global watermark past the end of a scheduled window (``ingest/lua/finalize_watermark.lua``). The
-worker, with nothing to release, blocks on that stream for at most ``release.poll_interval_seconds``: a
-window is then claimed milliseconds after the watermark passes its end, not up to a poll interval later;
-the poll interval stays the fallback (a lost or missed entry, an older ingest) and the cap on how long a
-worker waits.
+installs a global watermark past the end of a scheduled window (``ingest/lua/finalize_watermark.lua``). A
+worker whose last pass found nothing to do starts its next pass with a blocking read of that stream
+(``XREAD BLOCK``, at most ``release.poll_interval_seconds``) *in the pass's first round trip*: Redis holds
+the reply until an entry arrives or the time is up, then runs the pass's reads right behind it on the same
+connection (the watermark is in the stream's slot, so it is always read after the entry). A window is thus
+claimed milliseconds after the watermark passes its end, with no round trip added; the poll interval stays
+the fallback (an entry trimmed or never written) and the longest a stop request waits.
 
-No entry is ever missed between a pass and the wait: the worker remembers the newest entry it has seen (at
-start: the newest in the stream) and reads every entry after it, so a window closed while a pass ran wakes
-the next wait at once (a pass that finds nothing costs one round trip). Entries carry only the watermark,
-which is inside the trusted boundary (docs/privacy.md §7), and waking earlier changes no record: which
-windows are released and what they hold is decided by the pass, exactly as after a poll.
+No entry is ever missed between passes: the worker remembers the newest entry it has read (at start: the
+newest in the stream) and reads every entry after it, so a window closed while a pass ran makes the next
+read return at once. Entries carry only the watermark, which is inside the trusted boundary (docs/privacy.md
+§7), and waking earlier changes no record: which windows are released and what they hold is decided by the
+pass, exactly as after a poll.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
+from typing import Any
 
 import redis
 
 from stream_dp.keys import Keys
+from stream_dp.node_batches import Reads
 
-log = logging.getLogger(__name__)
-
-#: Longest single blocking read: a stop request is noticed within this long even with a long poll interval.
-MAX_BLOCK_SECONDS = 0.25
+#: Longest blocking read, as a share of the Redis client's socket timeout (a longer one would time out).
+SOCKET_TIMEOUT_SHARE = 0.8
 
 
 class WindowCloses:
-    """The worker's wait between passes: returns early when ingest reports a window closed."""
+    """The worker's view of ingest's close notices: where it has read up to, and the blocking read to start
+    a pass with."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, max_block_seconds: float = MAX_BLOCK_SECONDS) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, *, max_block_seconds: float) -> None:
         self._client = client
         self._key = keys.window_closes()
         self._max_block = max_block_seconds
-        self._last: str | None = None  # id of the newest entry seen; None until start()
-        #: set while the worker waits for a close (between passes); for tests and the benchmark
+        self._last: str | None = None  # id of the newest entry read; None until start()
+        #: set while a pass waits for a close (its first round trip blocks); for tests and the benchmark
         self.waiting = threading.Event()
 
     def start(self) -> None:
@@ -46,33 +47,21 @@ class WindowCloses:
         newest = self._client.xrevrange(self._key, count=1)
         self._last = _text(newest[0][0]) if newest else "0-0"
 
-    def wait(self, seconds: float, stop: threading.Event) -> bool:
-        """Block until a window closes after the newest entry seen (True), ``seconds`` pass or ``stop`` is set
-        (False). Redis unreachable: waits out the rest like a poll (the next pass reports the error)."""
+    def wait_reads(self, seconds: float) -> Reads:
+        """A blocking read of the entries after the newest one read (at most ``seconds``, capped so the
+        connection's socket timeout is not reached), to go *first* in a pass's first round trip; parses to
+        whether an entry came (and remembers the newest)."""
         if self._last is None:
             self.start()
-        deadline = time.monotonic() + seconds
-        self.waiting.set()
-        try:
-            while not stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                block_ms = max(1, int(min(left, self._max_block) * 1000))
-                try:
-                    reply = self._client.xread({self._key: self._last}, count=64, block=block_ms)
-                except (redis.RedisError, OSError) as exc:
-                    log.debug("waiting for a window close failed (%s); waiting out the poll interval",
-                              type(exc).__name__)
-                    stop.wait(max(0.0, deadline - time.monotonic()))
-                    return False
-                entries = _entries(reply)
-                if entries:
-                    self._last = _text(entries[-1][0])
-                    return True
-            return False
-        finally:
-            self.waiting.clear()
+        key, after = self._key, self._last
+        block_ms = max(1, int(min(seconds, self._max_block) * 1000))  # BLOCK 0 would wait for ever
+        return Reads([(key, lambda pipe: pipe.xread({key: after}, count=64, block=block_ms))], self._consume)
+
+    def _consume(self, replies: list[Any]) -> bool:
+        entries = _entries(replies[0])
+        if entries:
+            self._last = _text(entries[-1][0])
+        return bool(entries)
 
 
 def _entries(reply: object) -> list:
@@ -80,7 +69,7 @@ def _entries(reply: object) -> list:
     if not reply:
         return []
     if isinstance(reply, dict):
-        return next(iter(reply.values()), [[]])[0] if reply else []
+        return next(iter(reply.values()))[0]
     return reply[0][1]  # type: ignore[index]
 
 

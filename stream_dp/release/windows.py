@@ -290,7 +290,8 @@ class WindowReader:
             return []
         return self.schedule.closed_windows(after=self._cursor_seen, watermark=float("inf"), limit=n)  # type: ignore[arg-type]
 
-    def closable(self, *, limit: int = 100, also: Reads | None = None, also_result: Pending | None = None) -> list[Window]:
+    def closable(self, *, limit: int = 100, also: Reads | None = None, also_result: Pending | None = None,
+                 first: Reads | None = None) -> list[Window]:
         """Scheduled windows with ``end <= watermark.global`` not yet released, oldest first (at most
         ``limit``): from the ``released_through`` cursor on, skipping windows already released out of order
         (e.g. after a crash between the released mark and the cursor's move).
@@ -298,7 +299,9 @@ class WindowReader:
         One round trip when the cursor is where this reader last saw (or moved) it and the closed windows
         are among the next :data:`GUESSED_WINDOWS` after it: their released marks come with the watermark
         and the cursor. Otherwise one more ``ZMSCORE`` per batch of windows. ``also``: independent reads (or
-        idempotent-enough writes) sent in that first round trip; their parsed result lands in ``also_result``."""
+        idempotent-enough writes) sent in that first round trip; their parsed result lands in ``also_result``.
+        ``first``: reads sent ahead of everything else in that round trip -- the worker's blocking wait for a
+        close notice (:mod:`stream_dp.release.wakeup`), which Redis answers before it runs what follows."""
         marks, cursor_key = self.keys.watermarks(), self.keys.release_index("released_through")
         index = self.keys.release_index("released")
         items = [(marks, lambda pipe: pipe.hget(marks, "global")), (cursor_key, lambda pipe: pipe.get(cursor_key))]
@@ -308,7 +311,11 @@ class WindowReader:
         if guessed:
             items.append((index, lambda pipe: pipe.zmscore(index, [str(s) for s in guessed])))
         extra = also.items if also is not None else []
-        replies = run_batched(self.r, items + extra)  # one round trip
+        lead = first.items if first is not None else []
+        replies = run_batched(self.r, lead + items + extra)  # one round trip
+        if first is not None:
+            first.parse(replies[:len(lead)])
+            replies = replies[len(lead):]
         if also is not None and also_result is not None:
             also_result.value, also_result.done = also.parse(replies[len(items):]), True
         raw_wm, raw, *guessed_marks = replies[:len(items)]

@@ -23,9 +23,10 @@ top-k's settle (the alerts watch keys of earlier windows only, :meth:`ReleaseWor
 the two records then go to the broker together; a release's mark-published and after-commit writes go
 ahead of the next ledger step (docs/privacy.md §4).
 
-:meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set; with nothing due it blocks until
-ingest reports a window closed (:mod:`stream_dp.release.wakeup`), at most ``release.poll_interval_seconds``,
-so a window is claimed right after the watermark passes its end. On start
+:meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set; after a pass with nothing due, the
+next pass's first round trip waits in Redis for ingest's close notice (:mod:`stream_dp.release.wakeup`), at
+most ``release.poll_interval_seconds``, so a window is claimed right after the watermark passes its end. On
+start
 (:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished release
 first (:meth:`ReleaseWorker.recover`).
 """
@@ -54,7 +55,7 @@ from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
-from stream_dp.release.wakeup import WindowCloses
+from stream_dp.release.wakeup import SOCKET_TIMEOUT_SHARE, WindowCloses
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.rng import make_rng
 from stream_dp.schedule import establish as establish_schedule
@@ -113,7 +114,9 @@ class ReleaseWorker:
         self.builders: dict[str, Builder] = {t: BUILDERS[t](cfg) for t in self.types if t in BUILDERS}
         self.check_budget_covers_each_release()
         self.poll_seconds = poll_seconds or cfg.release.poll_interval_seconds
-        self.closes = WindowCloses(client, self.keys)  # the wait between passes: woken when ingest closes a window
+        # an idle worker's next pass waits in Redis for ingest's close notice (stream_dp.release.wakeup)
+        self.closes = WindowCloses(client, self.keys,
+                                   max_block_seconds=SOCKET_TIMEOUT_SHARE * cfg.redis.socket_timeout_seconds)
         self.rng = make_rng(rng)
         self.scope_for = scope_for or default_scope_for(cfg)
         self.recovered = False
@@ -144,7 +147,7 @@ class ReleaseWorker:
         ``after_start`` (the release process passes :func:`~stream_dp.processes.freeze_start_up_heap`)."""
         if self.recovered:
             return
-        self.closes.start()  # before the first pass: a window closed from now on wakes the first wait
+        self.closes.start()  # before the first pass: a window closed from now on ends the first wait
         self.reader.schedule = establish_schedule(self._client, self.keys, self.cfg.windows)
         load_scripts(self._client, [*self.reader.scripts, *self.claims.scripts, *self.alerts_store.scripts,
                                     *self.ledger.scripts])
@@ -153,14 +156,26 @@ class ReleaseWorker:
         if self.after_start is not None:
             self.after_start()
 
-    def run_once(self) -> Window | None:
-        """Start (first call), then release the oldest closable window if one can be claimed."""
+    def run_once(self, *, wait_seconds: float = 0.0) -> Window | None:
+        """Start (first call), then release the oldest closable window if one can be claimed.
+
+        ``wait_seconds`` > 0: the pass's first round trip starts with a blocking read of ingest's close
+        notices (:mod:`stream_dp.release.wakeup`): it returns when a window closes or after that long, and
+        the poll's reads run right behind it. That wait (and the poll riding on it) is not phase time."""
         self.start()
         guess = self.reader.next_guess()
         polled = Pending()
         also = None if guess is None else self._poll_reads(self.reader.window(guess))
-        with self.metrics.phase("redis"):
-            pending = self.reader.closable(also=also, also_result=polled)
+        if wait_seconds > 0:
+            self.closes.waiting.set()
+            try:
+                pending = self.reader.closable(also=also, also_result=polled,
+                                               first=self.closes.wait_reads(wait_seconds))
+            finally:
+                self.closes.waiting.clear()
+        else:
+            with self.metrics.phase("redis"):
+                pending = self.reader.closable(also=also, also_result=polled)
         self.metrics.windows_pending.set(len(pending))
         now = time.time()
         for w in pending:
@@ -567,9 +582,10 @@ class ReleaseWorker:
         errors (:class:`~stream_dp.backoff.Backoff`, reset after a pass that succeeded)."""
         backoff = Backoff(self.cfg.release.backoff_initial_seconds, self.cfg.release.backoff_max_seconds)
         log.info("release worker %s started (types: %s)", self.claims.worker_id, ", ".join(self.types))
+        wait = 0.0
         while not stop.is_set():
             try:
-                released = self.run_once()
+                released = self.run_once(wait_seconds=wait)
                 backoff.reset()
             except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:  # cluster: no node reachable
                 self.metrics.errors.labels("redis").inc()
@@ -577,6 +593,7 @@ class ReleaseWorker:
                 log.warning("release pass failed: redis unavailable (%s: %s); retrying in %.2fs (attempt %d)",
                             type(exc).__name__, exc, delay, backoff.failures + 1)
                 stop.wait(delay)
+                wait = 0.0  # the retry polls at once
                 continue
             except Exception as exc:  # noqa: BLE001 - the loop survives anything one window throws
                 kind = "kafka" if isinstance(exc, KafkaError) else "other"
@@ -586,7 +603,9 @@ class ReleaseWorker:
                 log.exception("release pass failed: %s (%s); retrying in %.2fs (attempt %d)", cause,
                               type(exc).__name__, delay, backoff.failures + 1)
                 stop.wait(delay)
+                wait = 0.0  # the retry polls at once
                 continue
-            if released is None:  # nothing due: wait for ingest to close a window, at most one poll interval
-                self.closes.wait(self.poll_seconds, stop)
+            # nothing due: the next pass first waits (in Redis) for ingest to close a window, at most one poll
+            # interval -- also the longest a stop request waits
+            wait = 0.0 if released is not None else self.poll_seconds
         log.info("release worker %s stopped: stop requested", self.claims.worker_id)

@@ -3,14 +3,17 @@ store scripts, the worker's own loop; a 3-master cluster for the stream's slot).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
+from stream_dp.node_batches import node_client, run_reads
 from stream_dp.release.wakeup import WindowCloses
 from stream_dp.testing.windows import write_window
 from cluster_helpers import local_cluster
@@ -20,6 +23,7 @@ from waiting import wait_for
 pytestmark = pytest.mark.integration
 
 LONG_POLL = 120.0  # far longer than any wait below: only a wake-up can release a window in time
+LONG_TIMEOUT = 300.0  # the socket timeout of the clients whose reads block that long
 
 
 def _advance(store: WindowStore, watermark: float) -> None:
@@ -51,40 +55,43 @@ def test_a_close_before_the_wait_is_not_missed_and_each_entry_wakes_once(redis_c
     keys = Keys("t")
     store = WindowStore(redis_client, keys=keys, window_size=SIZE)
     _advance(store, 30.0)
-    closes, stop = WindowCloses(redis_client, keys), threading.Event()
+    closes = WindowCloses(redis_client, keys, max_block_seconds=LONG_POLL)
     closes.start()  # the worker's start: entries before it are the first pass's business
-    assert closes.wait(0.3, stop) is False
+    assert run_reads(redis_client, closes.wait_reads(0.3)) == [False]
     _advance(store, SIZE + 1.0)  # while a pass runs, before the worker waits again
     t = time.monotonic()
-    assert closes.wait(LONG_POLL, stop) is True
+    assert run_reads(redis_client, closes.wait_reads(LONG_POLL)) == [True]
     assert time.monotonic() - t < 5
-    assert closes.wait(0.3, stop) is False  # that entry is spent
+    assert run_reads(redis_client, closes.wait_reads(0.3)) == [False]  # that entry is spent
 
 
-def test_a_stop_request_ends_a_long_wait_promptly(redis_client) -> None:
-    closes, stop = WindowCloses(redis_client, Keys("t")), threading.Event()
-    closes.start()
-    outcome: list[bool] = []
-    waiter = threading.Thread(target=lambda: outcome.append(closes.wait(LONG_POLL, stop)))
-    waiter.start()
-    wait_for(closes.waiting.is_set, timeout=10, what="the wait to start")
-    stop.set()
-    waiter.join(timeout=5)
-    assert not waiter.is_alive() and outcome == [False]
-
-
-def test_a_waiting_worker_releases_a_window_as_soon_as_ingest_closes_it(redis_client) -> None:
+def test_the_wait_is_capped_below_the_socket_timeout(redis_client) -> None:
     cfg = make_cfg()
-    worker, publisher, _ = make_worker(redis_client, cfg)
+    worker, _, _ = make_worker(redis_client, dataclasses.replace(
+        cfg, redis=dataclasses.replace(cfg.redis, socket_timeout_seconds=1.0)))
+    worker.closes.start()
+    t = time.monotonic()
+    assert run_reads(redis_client, worker.closes.wait_reads(LONG_POLL)) == [False]  # 0.8 × 1 s, not 120 s
+    assert 0.7 < time.monotonic() - t < 10
+
+
+def _release_on_close(client, keys_prefix: str) -> None:
+    """A worker whose idle pass waits 120 s releases a window as soon as ingest's watermark step closes it;
+    the poll's reads ride behind the wait, so the watermark they see is the new one."""
+    cfg = make_cfg()  # the client's socket timeout (300 s): one read may block the whole 120 s
+    cfg = dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, key_prefix=keys_prefix,
+                                                             socket_timeout_seconds=LONG_TIMEOUT))
+    worker, publisher, _ = make_worker(client, cfg)
     worker.poll_seconds = LONG_POLL
-    store = WindowStore(redis_client, keys=worker.keys, window_size=SIZE)
-    write_window(redis_client, worker.keys, 0, SIZE, window_counts(0))
+    store = WindowStore(client, keys=worker.keys, window_size=SIZE)
+    write_window(client, worker.keys, 0, SIZE, window_counts(0))
     _advance(store, 30.0)  # [0, 60) still open
     stop = threading.Event()
     loop = threading.Thread(target=worker.run, args=(stop,), daemon=True)
     loop.start()
     try:
-        wait_for(worker.closes.waiting.is_set, timeout=30, what="the worker to finish its first pass and wait")
+        # the first pass finds nothing; the second waits for a close: its read is blocked in Redis
+        wait_for(lambda: _blocked(client, worker.keys), timeout=30, what="the worker's read to block in Redis")
         assert publisher.records == []
         t = time.monotonic()
         _advance(store, SIZE + 0.5)
@@ -95,14 +102,37 @@ def test_a_waiting_worker_releases_a_window_as_soon_as_ingest_closes_it(redis_cl
         assert [r["type"] for r in publisher.records] == ["topk"]
     finally:
         stop.set()
+        client.xadd(worker.keys.window_closes(), {"watermark": "wake"})  # ends the 120 s wait now
         loop.join(timeout=10)
+    assert not loop.is_alive()
+
+
+def _blocked(client, keys: Keys) -> bool:
+    """Whether a client is blocked on the node holding the close notices (the worker's pass, waiting)."""
+    return int(node_client(client, keys.window_closes()).info("clients")["blocked_clients"]) > 0
+
+
+def test_a_waiting_worker_releases_a_window_as_soon_as_ingest_closes_it(redis_url) -> None:
+    with redis.Redis.from_url(redis_url, socket_timeout=LONG_TIMEOUT) as client:
+        _release_on_close(client, "t")
+
+
+def test_an_idle_worker_stops_within_one_poll_interval(redis_client) -> None:
+    worker, _, _ = make_worker(redis_client, make_cfg())
+    worker.poll_seconds = 1.0
+    stop = threading.Event()
+    loop = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    loop.start()
+    wait_for(worker.closes.waiting.is_set, timeout=30, what="the worker to wait for a close")
+    stop.set()
+    loop.join(timeout=10)
     assert not loop.is_alive()
 
 
 @pytest.fixture
 def cluster(tmp_path) -> Iterator:
     with local_cluster(tmp_path, masters=3) as nodes:
-        client = nodes.client()
+        client = nodes.client(socket_timeout=LONG_TIMEOUT)
         try:
             yield client
         finally:
@@ -112,16 +142,4 @@ def cluster(tmp_path) -> Iterator:
 def test_the_wake_up_works_on_a_redis_cluster(cluster) -> None:
     keys = Keys("c")
     assert cluster.keyslot(keys.window_closes()) == cluster.keyslot(keys.watermarks())  # one script, one slot
-    store = WindowStore(cluster, keys=keys, window_size=SIZE)
-    _advance(store, 30.0)
-    closes, stop = WindowCloses(cluster, keys), threading.Event()
-    closes.start()
-    waiter_outcome: list[bool] = []
-    waiter = threading.Thread(target=lambda: waiter_outcome.append(closes.wait(LONG_POLL, stop)))
-    waiter.start()
-    wait_for(closes.waiting.is_set, timeout=10, what="the wait to start")
-    _advance(store, SIZE + 1.0)
-    waiter.join(timeout=20)
-    stop.set()
-    waiter.join(timeout=5)
-    assert waiter_outcome == [True]
+    _release_on_close(cluster, "c")
