@@ -358,6 +358,10 @@ def measure(args: argparse.Namespace) -> None:
                     items[t].append(stored.count('"key"') if stored else 0)
                 print(f"window {w}: close → all published {latencies[-1]:.3f}s ("
                       + ", ".join(f"{t} {per_type[t][-1]:.3f}s" for t in worker.types) + ")")
+                # drop the released window's counts now (untimed, synchronous: nothing is freed in the background
+                # while the next window is measured); left to the retention TTL, 200 windows of 10⁶ keys held
+                # ~24 GB in Redis and the kernel killed it
+                client.delete(*(keys.window_counts(start, shard) for shard in range(args.shards)))
         finally:
             stop.set()
             if loop is not None:
