@@ -361,7 +361,8 @@ def measure(args: argparse.Namespace) -> None:
                 # drop the released window's counts now (untimed, synchronous: nothing is freed in the background
                 # while the next window is measured); left to the retention TTL, 200 windows of 10⁶ keys held
                 # ~24 GB in Redis and the kernel killed it
-                client.delete(*(keys.window_counts(start, shard) for shard in range(args.shards)))
+                if not args.keep_windows:
+                    client.delete(*(keys.window_counts(start, shard) for shard in range(args.shards)))
         finally:
             stop.set()
             if loop is not None:
@@ -407,7 +408,7 @@ def measure(args: argparse.Namespace) -> None:
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
-        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
+        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "keep_windows": args.keep_windows, "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
         "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
@@ -446,6 +447,9 @@ def main() -> None:
     p.add_argument("--poll-only", action="store_true",
                    help="the worker's loop without the close notice: it sleeps out release.poll_interval_seconds "
                         "(0.5 s) between passes, as before 12-02 (an A/B)")
+    p.add_argument("--keep-windows", action="store_true",
+                   help="leave released windows to the retention TTL instead of deleting each before the next "
+                        "(as before 12-02; ~120 MB of Redis memory per 10⁶-key window; an A/B)")
     p.add_argument("--kafka-client", choices=("confluent", "kafka-python"), default="confluent",
                    help="release.kafka_client: the publisher's producer (default confluent, as the worker's; for an A/B)")
     run(p.parse_args())
