@@ -26,9 +26,8 @@ ahead of the next ledger step (docs/privacy.md §4).
 :meth:`ReleaseWorker.run` loops with bounded waits until ``stop`` is set; after a pass with nothing due, the
 next pass's first round trip waits in Redis for ingest's close notice (:mod:`stream_dp.release.wakeup`), at
 most ``release.poll_interval_seconds``, so a window is claimed right after the watermark passes its end. On
-start
-(:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished release
-first (:meth:`ReleaseWorker.recover`).
+start (:meth:`ReleaseWorker.start`) it loads its Lua scripts and publishes every stored-but-unpublished
+release first (:meth:`ReleaseWorker.recover`).
 """
 
 from __future__ import annotations
