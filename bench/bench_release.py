@@ -52,6 +52,7 @@ from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import config_from_mapping
 from stream_dp.connections import ensure_topics
 from stream_dp.release.producers import release_producer
+from stream_dp.devcluster import wait_until
 from stream_dp.devstack import DevStack
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
@@ -281,15 +282,15 @@ def measure(args: argparse.Namespace) -> None:
         store = WindowStore(client, keys=keys, window_size=SIZE)  # ingest's watermark step (loop mode)
         stop, loop = threading.Event(), None
         if args.poll_only:  # the loop as it was before the close notice: sleep out the poll interval (an A/B)
-            passes = worker.run_once
+            passes, sleeping = worker.run_once, threading.Event()
 
             def polling(*, wait_seconds: float = 0.0) -> Any:
                 if wait_seconds > 0:
-                    worker.closes.waiting.set()
+                    sleeping.set()
                     try:
                         stop.wait(wait_seconds)
                     finally:
-                        worker.closes.waiting.clear()
+                        sleeping.clear()
                 return passes()
 
             worker.run_once = polling  # type: ignore[method-assign]
@@ -298,15 +299,11 @@ def measure(args: argparse.Namespace) -> None:
             """The worker is waiting for the next close: its pass's read is blocked in Redis (sleeping, with
             ``--poll-only``)."""
             if args.poll_only:
-                return worker.closes.waiting.is_set()
+                return sleeping.is_set()
             return int(client.info("clients")["blocked_clients"]) > 0
 
         def wait_idle() -> None:
-            deadline = time.monotonic() + 60
-            while not idle():
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the release worker did not come back to waiting for a close")
-                time.sleep(0.002)
+            wait_until(idle, timeout=60, what="the release worker to wait for a close again", interval=0.002)
 
         if not args.direct:  # the worker's own loop: it waits for ingest's close notice between windows
             store.advance_watermark({0: (float(SIZE), True)}, known_partitions=[0], idle_timeout=1e9)

@@ -18,7 +18,6 @@ pass, exactly as after a poll.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import redis
@@ -39,8 +38,6 @@ class WindowCloses:
         self._key = keys.window_closes()
         self._max_block = max_block_seconds
         self._last: str | None = None  # id of the newest entry read; None until start()
-        #: set while a pass waits for a close (its first round trip blocks); for tests and the benchmark
-        self.waiting = threading.Event()
 
     def start(self) -> None:
         """Remember the newest entry now: entries before it are windows the first pass will see anyway."""

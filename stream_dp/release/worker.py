@@ -166,12 +166,7 @@ class ReleaseWorker:
         polled = Pending()
         also = None if guess is None else self._poll_reads(self.reader.window(guess))
         if wait_seconds > 0:
-            self.closes.waiting.set()
-            try:
-                pending = self.reader.closable(also=also, also_result=polled,
-                                               first=self.closes.wait_reads(wait_seconds))
-            finally:
-                self.closes.waiting.clear()
+            pending = self.reader.closable(also=also, also_result=polled, first=self.closes.wait_reads(wait_seconds))
         else:
             with self.metrics.phase("redis"):
                 pending = self.reader.closable(also=also, also_result=polled)

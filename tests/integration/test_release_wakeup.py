@@ -98,7 +98,7 @@ def _release_on_close(client, keys_prefix: str) -> None:
         wait_for(lambda: [r for r in publisher.records if r["window"]["start"] == 0], timeout=20,
                  what="the closed window's top-k (a worker that only polls takes 120 s)")
         assert time.monotonic() - t < 20
-        wait_for(worker.closes.waiting.is_set, timeout=30, what="the worker to wait again")
+        wait_for(lambda: _blocked(client, worker.keys), timeout=30, what="the worker to wait again")
         assert [r["type"] for r in publisher.records] == ["topk"]
     finally:
         stop.set()
@@ -123,7 +123,7 @@ def test_an_idle_worker_stops_within_one_poll_interval(redis_client) -> None:
     stop = threading.Event()
     loop = threading.Thread(target=worker.run, args=(stop,), daemon=True)
     loop.start()
-    wait_for(worker.closes.waiting.is_set, timeout=30, what="the worker to wait for a close")
+    wait_for(lambda: _blocked(redis_client, worker.keys), timeout=30, what="the worker's read to block in Redis")
     stop.set()
     loop.join(timeout=10)
     assert not loop.is_alive()
