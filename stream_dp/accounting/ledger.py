@@ -279,6 +279,27 @@ class Ledger:
         return Reads([evalsha_item(script, self._scope_keys(scope), args)],
                      lambda replies: self._result(scope, *self._decode_out(replies[0])), [script])
 
+    def index_ahead(self, scope: str) -> None:
+        """Put ``scope`` in the scope index before its first operation, so that operation can be one queued
+        command (:meth:`queueable`) instead of an ``SADD`` of its own followed by its script. The release
+        worker calls it while idle for the window it expects next (the first window of each budget period
+        would otherwise take the slow path). An indexed scope may stay empty; nothing else changes.
+
+        With ``redis.min_replicas_acked`` > 0 the ``SADD`` goes with the index's fence and a ``WAIT`` (as in
+        :meth:`confirm`), and the scope counts as indexed only once replicated (:class:`NotReplicated`
+        otherwise: the first operation then adds it itself)."""
+        self._scope_keys(scope)  # the scope's name is checked here too
+        if scope in self._indexed:
+            return
+        policy = self.replication
+        if not policy.replicas:
+            self.redis.sadd(self._index_key(), scope)
+        else:
+            index_fence = f"{self.keys.prefix}:{{ledger}}:replicated"  # the scope index's slot
+            write_then_wait(self.redis, index_fence, policy.replicas, policy.timeout_ms,
+                            lambda pipe: (pipe.set(index_fence, f"index:{scope}"), pipe.sadd(self._index_key(), scope)))
+        self._indexed.add(scope)
+
     def queueable(self, scope: str, events: Sequence[DpEvent]) -> bool:
         """Whether an operation of ``events`` on ``scope`` can be one queued command now (:meth:`charge_reads`
         and its siblings): not with a lifetime cap (a costly operation is then several scripts in two slots,

@@ -16,6 +16,8 @@ release side relies on are stated here, and are tested on the Redis ledger (test
   them): the same operation as one command to queue after another step
   (:meth:`~stream_dp.node_batches.RideAlong.read`), or None when it cannot be one command now
   (``queueable`` says so beforehand); a ledger without them makes the worker run each directly.
+- optional ``index_ahead(scope)`` (the Redis ledger has it): prepare a scope before its first operation
+  (the idle worker calls it for the window it expects next), so that operation can be queued too.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from stream_dp.devstack import Service
 from stream_dp.keys import Keys
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox
-from stream_dp.replication import ReplicationPolicy
+from stream_dp.replication import NotReplicated, ReplicationPolicy
 from cluster_helpers import master_with_replica
 
 pytestmark = pytest.mark.integration
@@ -214,3 +214,41 @@ def test_confirm_leaves_the_scope_in_the_index_even_if_a_failover_had_lost_it(ma
         publisher.confirm("t", "a")
         assert publisher.charge("t", "b", ev(), payload="B").accepted
         assert "t" in publisher.scopes() and "t" in {v.decode() for v in r.smembers(INDEX)}
+
+
+def test_a_scope_indexed_ahead_is_not_added_again_by_its_first_operation(redis_client) -> None:
+    """What the idle release worker does for the window it expects next: the new period's first operations
+    skip the SADD and can be queued (``queueable``), as in any later window of the period."""
+    ledger = Ledger(redis_client, CAP, keys=KEYS)
+    assert not ledger.queueable("next", ev())
+    start = sadds(redis_client)
+    ledger.index_ahead("next")
+    ledger.index_ahead("next")  # once per scope
+    assert sadds(redis_client) - start == 1 and "next" in indexed(redis_client)
+    assert ledger.queueable("next", ev())
+    assert ledger.reserve("next", "a", ev()).accepted
+    assert ledger.charge("next", "b", ev(), payload="B").accepted
+    assert sadds(redis_client) - start == 1
+    assert ledger.scopes() == ["next"]
+    with pytest.raises(ValueError, match="scope"):
+        ledger.index_ahead("a{b}")
+
+
+def test_with_replicas_a_scope_counts_as_indexed_ahead_only_once_replicated(master_and_replica) -> None:
+    master, replica = master_and_replica
+    with redis.Redis(port=master.port) as m, redis.Redis(port=replica.port) as r:
+        ledger = Ledger(m, CAP, keys=KEYS, replication=REPLICATED)
+        ledger.index_ahead("next")
+        assert {v.decode() for v in r.smembers(INDEX)} == {"next"}  # on the replica when it returns
+        start = sadds(m)
+        assert ledger.charge("next", "a", ev(), payload="A").accepted
+        assert sadds(m) == start and ledger.queueable("next", ev())
+
+        # two replicas required, one exists: the WAIT falls short, the scope is not taken as indexed
+        strict = Ledger(m, CAP, keys=KEYS, replication=ReplicationPolicy(2, 50))
+        with pytest.raises(NotReplicated):
+            strict.index_ahead("later")
+        assert not strict.queueable("later", ev())
+        start = sadds(m)
+        assert strict.reserve("later", "a", ev()).accepted
+        assert sadds(m) - start == 1  # its first operation adds it itself

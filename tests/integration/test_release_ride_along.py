@@ -482,3 +482,39 @@ def test_a_worker_that_loses_the_window_after_its_poll_leaves_no_hold_behind(red
     assert pub_a.records[1]["info"]["opened"]
     report = ledger.verify(scope)
     assert report.ok and report.open_reservations == 0, report.problems
+
+
+def test_the_first_window_of_a_budget_period_takes_the_same_round_trips_once_the_worker_idled_before_it(
+        redis_client, monkeypatch) -> None:
+    """A window whose budget period (ledger scope) is new used to add the scope to the ledger's index first:
+    its top-k reserved on its own and its alerts went to the broker after it (three more round trips). An
+    idle worker now indexes the scope of the window it expects next before it waits, so that window is
+    released like any other: top-k three round trips after the poll, the alerts with it."""
+    cfg = make_cfg()
+    cfg = dataclasses.replace(cfg, budget=dataclasses.replace(cfg.budget, period_seconds=2 * SIZE))
+    keys = Keys("t")
+    for i in range(3):
+        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+    set_watermark(redis_client, keys, 2 * SIZE)
+    trips: list[RoundTrips] = []
+    pub = ListPublisher(lambda record: trips and trips[0].mark(f"published {record['release_id']}"))
+    worker, _, ledger = make_worker(redis_client, cfg, pub)
+    assert worker.run_once() is not None and worker.run_once() is not None  # windows 0 and 1: the first period
+    new_scope = worker.scope_for(2 * SIZE)
+    assert new_scope != worker.scope_for(SIZE)
+    # what the worker's loop does next: a pass at once (nothing due), then an idle pass waiting for a close
+    assert worker.run_once() is None
+    assert new_scope not in ledger.scopes()
+    assert worker.run_once(wait_seconds=0.05) is None  # no close notice comes: it waits that long
+    assert new_scope in ledger.scopes()
+    trips.append(RoundTrips(monkeypatch))
+    set_watermark(redis_client, keys, 3 * SIZE)
+    trips[0].mark("run 2")
+    assert worker.run_once() is not None
+    window = f"{2 * SIZE}-{3 * SIZE}"
+    assert trips[0].between("run 2", f"published {window}.topk") == 3, " ".join(trips[0].steps)
+    assert trips[0].between(f"published {window}.topk", f"published {window}.alerts") == 0, " ".join(trips[0].steps)
+    assert [r["status"] for r in pub.records] == ["released"] * 9
+    for scope in (worker.scope_for(0), new_scope):
+        report = ledger.verify(scope)
+        assert report.ok and report.open_reservations == 0, report.problems
