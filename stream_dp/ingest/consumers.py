@@ -174,6 +174,7 @@ class ConfluentConsumer:
         self._commits: list[_CommitInFlight] = []
         self._listener: RevokeListener | None = None
         self._fatal: str | None = None
+        self._all_brokers_down: str | None = None  # librdkafka's last "all brokers down" report, until reached again
         self._consumer = Consumer({**settings, "on_commit": self._on_commit, "error_cb": self._on_error,
                                    "logger": logging.getLogger("stream_dp.ingest.librdkafka")})
 
@@ -258,6 +259,7 @@ class ConfluentConsumer:
             _raise_as_kafka_error(exc, "polling")
         if not msgs:
             return {}
+        self._all_brokers_down = None  # records came: the brokers are reachable
         errors = list(map(Message.error, msgs))
         if any(map(is_not, errors, repeat(None))):  # by identity: a KafkaError's == None raises
             for m, err in zip(msgs, errors):
@@ -386,9 +388,27 @@ class ConfluentConsumer:
             pending.callback(pending.offsets, outcome)
 
     def _on_error(self, err: Any) -> None:
+        from confluent_kafka import KafkaError as CKError
+
         if err.fatal():
             self._fatal = err.str()
+        if err.code() == CKError._ALL_BROKERS_DOWN:
+            self._all_brokers_down = err.str()
         log.warning("Kafka client error: %s", err.str())
+
+    def unreachable(self, timeout: float = 1.0) -> str | None:
+        """Why the brokers cannot be reached, or None. librdkafka reports "all brokers down" only through its
+        error callback (during :meth:`poll`) and keeps retrying by itself, so a poll during an outage just
+        returns nothing; once such a report came, this asks the cluster for its metadata (one round trip of
+        at most ``timeout`` seconds) and clears the report when it answers. Records arriving clear it too."""
+        if self._all_brokers_down is None:
+            return None
+        try:
+            self._consumer.list_topics(timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - a KafkaException: still unreachable
+            return f"{self._all_brokers_down} ({exc})"
+        self._all_brokers_down = None
+        return None
 
     # --- end ---------------------------------------------------------------------------------------------
     def close(self, autocommit: bool = False) -> None:

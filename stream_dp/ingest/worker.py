@@ -46,7 +46,7 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
-from stream_dp.ingest.consumers import records_of
+from stream_dp.ingest.consumers import ConfluentError, records_of
 from stream_dp.ingest.runners import ThreadRunner
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
@@ -125,6 +125,7 @@ class IngestWorker:
                                              timeout_seconds=cfg.ingest.dead_letter_timeout_seconds)
         self.commits = OffsetCommits(consumer, self.topic, metrics, self.dead_letters)
         self._progressed = False  # a batch outcome came back applied since the last failure
+        self._kafka_down = False  # the consumer reported the brokers unreachable (:meth:`_brokers_unreachable`)
         self._stop = threading.Event()
         self._known_partitions: set[int] = set()
         self._revoked: set[int] = set()  # revoked since the last request (the applier forgets their clocks)
@@ -182,6 +183,8 @@ class IngestWorker:
         except KafkaError as exc:
             self._failed("kafka", exc, [])
             return
+        if not records and self._brokers_unreachable():
+            return
         lags = self.commits.lags()  # once per step: the request's watermark inputs and the lag metric
         batch = self._prepare(records, lags) if records else None
         try:
@@ -206,6 +209,22 @@ class IngestWorker:
             self._progressed = False
         self.metrics.up.set(1)
         self.metrics.lag.set(sum(lags.values()))
+
+    def _brokers_unreachable(self) -> bool:
+        """After an empty poll: whether the consumer knows the brokers to be unreachable (confluent-kafka reports
+        that only through its error callback and returns nothing meanwhile; kafka-python's poll raises). Then the
+        step counts as a failed Kafka call: ``dependency_up{kafka}`` and ``up`` go to 0 and the loop backs off, as
+        when a poll raises. The first step that reaches the brokers again sets ``dependency_up{kafka}`` to 1."""
+        check = getattr(self.consumer, "unreachable", None)
+        why = check() if check is not None else None
+        if why is None:
+            if self._kafka_down:
+                self._kafka_down = False
+                self.metrics.dependency_up.labels(dependency="kafka").set(1)
+            return False
+        self._kafka_down = True
+        self._failed("kafka", ConfluentError(f"all brokers down: {why}"), [])
+        return True
 
     def _abandon(self, polled: "_Batch | None") -> list["_Batch"]:
         """After a failure: the batches to rewind to — the one that failed, those still in flight, the

@@ -267,3 +267,47 @@ def test_applier_process_killed_worker_exits_non_zero_and_a_restart_finishes_exa
     _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
     assert redis_counts(store, truth) == truth
+
+
+def _scrape_gauges(port: int) -> dict[str, float]:
+    """The ingest worker's ``up`` and ``dependency_up{kafka}`` gauges from its /metrics endpoint."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("stream_dp_ingest_up "):
+            out["up"] = float(line.split()[-1])
+        elif line.startswith('stream_dp_ingest_dependency_up{dependency="kafka"}'):
+            out["kafka"] = float(line.split()[-1])
+    return out
+
+
+def test_broker_stopped_under_an_idle_confluent_worker_is_reported_down_then_up_again(own_stack, topic_name,
+                                                                                       tmp_path):
+    """librdkafka reports "all brokers down" only through its error callback and keeps retrying, so a poll during
+    the outage returns nothing: the worker used to report ``up`` = 1 and ``dependency_up{kafka}`` = 1 (its last
+    commit) for as long as the broker was gone. Now both drop to 0 while it is stopped and come back once it runs
+    again (memory storage: the restarted broker has no topics, which the worker survives)."""
+    from stream_dp.processes import free_port
+
+    port = free_port()
+    bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
+    topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=2_000, seed=21,
+                                            client="confluent", metrics={"port": port, "host": "127.0.0.1"})
+    proc = start_worker(cfg_file, tmp_path / "worker.log")
+    try:
+        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=90, interval=0.3,
+                 what="every event committed")
+        wait_for(lambda: _scrape_gauges(port) == {"up": 1.0, "kafka": 1.0}, timeout=30, what="the worker up")
+        own_stack.broker.stop()
+        wait_for(lambda: _scrape_gauges(port) == {"up": 0.0, "kafka": 0.0}, timeout=60, interval=0.2,
+                 what="the worker reporting Kafka down")
+        assert "Kafka broker unavailable" in (tmp_path / "worker.log").read_text()
+        assert proc.poll() is None, "the worker must survive the outage"
+        own_stack.broker.start()
+        wait_for(lambda: _scrape_gauges(port) == {"up": 1.0, "kafka": 1.0}, timeout=60, interval=0.2,
+                 what="the worker reporting Kafka up again")
+    finally:
+        code = stop_worker(proc)
+    assert code == 0
