@@ -211,10 +211,12 @@ class IngestWorker:
         self.metrics.lag.set(sum(lags.values()))
 
     def _brokers_unreachable(self) -> bool:
-        """After an empty poll: whether the consumer knows the brokers to be unreachable (confluent-kafka reports
-        that only through its error callback and returns nothing meanwhile; kafka-python's poll raises). Then the
-        step counts as a failed Kafka call: ``dependency_up{kafka}`` and ``up`` go to 0 and the loop backs off, as
-        when a poll raises. The first step that reaches the brokers again sets ``dependency_up{kafka}`` to 1."""
+        """After an empty poll: whether the consumer knows the brokers to be unreachable
+        (:meth:`~stream_dp.ingest.consumers.ConfluentConsumer.unreachable`: confluent-kafka reports that only
+        through its error callback and returns nothing meanwhile; kafka-python's consumer has no such report).
+        Then the step counts as a failed Kafka call: ``dependency_up{kafka}`` and ``up`` go to 0 and the loop
+        backs off, as when a poll raises. The first step that reaches the brokers again sets
+        ``dependency_up{kafka}`` to 1."""
         check = getattr(self.consumer, "unreachable", None)
         why = check() if check is not None else None
         if why is None:
