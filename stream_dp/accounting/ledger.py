@@ -291,14 +291,11 @@ class Ledger:
         self._scope_keys(scope)  # the scope's name is checked here too
         if scope in self._indexed:
             return
-        policy = self.replication
-        if not policy.replicas:
-            self.redis.sadd(self._index_key(), scope)
+        if self.replication.replicas:
+            self._confirm_indexed([scope], fence_value=f"index:{scope}")
         else:
-            index_fence = f"{self.keys.prefix}:{{ledger}}:replicated"  # the scope index's slot
-            write_then_wait(self.redis, index_fence, policy.replicas, policy.timeout_ms,
-                            lambda pipe: (pipe.set(index_fence, f"index:{scope}"), pipe.sadd(self._index_key(), scope)))
-        self._indexed.add(scope)
+            self.redis.sadd(self._index_key(), scope)
+            self._indexed.add(scope)
 
     def queueable(self, scope: str, events: Sequence[DpEvent]) -> bool:
         """Whether an operation of ``events`` on ``scope`` can be one queued command now (:meth:`charge_reads`
@@ -528,9 +525,16 @@ class Ledger:
         if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
             scopes.append(LIFETIME_SCOPE)
             self._confirm_lifetime_hold(scope, release_id, events, events_json)
+        self._confirm_indexed(scopes, fence_value=release_id)
+
+    def _confirm_indexed(self, scopes: list[str], *, fence_value: str) -> None:
+        """Add ``scopes`` to the scope index with the index's fence write (``fence_value``) and ``WAIT`` for the
+        required replicas on the index's master (same slot, one round trip); once confirmed, later operations
+        skip the ``SADD``. Raises :class:`NotReplicated` when the replicas did not acknowledge in time."""
+        policy = self.replication
         index_fence = f"{self.keys.prefix}:{{ledger}}:replicated"  # the scope index's slot
         write_then_wait(self.redis, index_fence, policy.replicas, policy.timeout_ms,
-                        lambda pipe: (pipe.set(index_fence, release_id), pipe.sadd(self._index_key(), *scopes)))
+                        lambda pipe: (pipe.set(index_fence, fence_value), pipe.sadd(self._index_key(), *scopes)))
         # these scopes are in the index on its master and its replicas: later operations may skip the SADD
         self._indexed.update(scopes)
 

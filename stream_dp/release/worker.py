@@ -164,10 +164,11 @@ class ReleaseWorker:
         the poll's reads run right behind it. That wait (and the poll riding on it) is not phase time."""
         self.start()
         guess = self.reader.next_guess()
-        if wait_seconds > 0 and guess is not None:
-            self._index_ahead(self.reader.window(guess))
+        guessed = None if guess is None else self.reader.window(guess)
+        if wait_seconds > 0 and guessed is not None:
+            self._index_ahead(guessed)
         polled = Pending()
-        also = None if guess is None else self._poll_reads(self.reader.window(guess))
+        also = None if guessed is None else self._poll_reads(guessed)
         if wait_seconds > 0:
             pending = self.reader.closable(also=also, also_result=polled, first=self.closes.wait_reads(wait_seconds))
         else:

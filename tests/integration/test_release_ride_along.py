@@ -110,6 +110,18 @@ class ListPublisher:
         pass
 
 
+def counted_worker(client: redis.Redis, cfg: Config, keys: Keys, windows: int
+                   ) -> tuple[ReleaseWorker, ListPublisher, Ledger, list["RoundTrips"]]:
+    """``windows`` windows written, and a worker whose publisher marks each record in the round-trip count
+    once the test appends its :class:`RoundTrips` to the returned list."""
+    for i in range(windows):
+        write_window(client, keys, i * SIZE, SIZE, window_counts(i))
+    trips: list[RoundTrips] = []
+    pub = ListPublisher(lambda record: trips and trips[0].mark(f"published {record['release_id']}"))
+    worker, _, ledger = make_worker(client, cfg, pub)
+    return worker, pub, ledger, trips
+
+
 def make_worker(client: redis.Redis, cfg: Config, publisher: Any = None) -> tuple[ReleaseWorker, Any, Ledger]:
     keys = Keys(cfg.redis.key_prefix)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
@@ -192,12 +204,8 @@ def test_top_k_and_alerts_take_few_round_trips(redis_client, monkeypatch, thresh
     cfg = dataclasses.replace(cfg, releases=dataclasses.replace(
         cfg.releases, alerts=dataclasses.replace(cfg.releases.alerts, threshold=threshold)))
     keys = Keys("t")
-    for i in range(3):
-        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+    worker, pub, ledger, trips = counted_worker(redis_client, cfg, keys, 3)
     set_watermark(redis_client, keys, 3 * SIZE)
-    trips: list[RoundTrips] = []
-    pub = ListPublisher(lambda record: trips and trips[0].mark(f"published {record['release_id']}"))
-    worker, _, ledger = make_worker(redis_client, cfg, pub)
     worker.run_once()  # the first window: scripts loaded, the scope indexed (once per process)
     trips.append(RoundTrips(monkeypatch))
     for i in (1, 2):
@@ -493,12 +501,8 @@ def test_the_first_window_of_a_budget_period_takes_the_same_round_trips_once_the
     cfg = make_cfg()
     cfg = dataclasses.replace(cfg, budget=dataclasses.replace(cfg.budget, period_seconds=2 * SIZE))
     keys = Keys("t")
-    for i in range(3):
-        write_window(redis_client, keys, i * SIZE, SIZE, window_counts(i))
+    worker, pub, ledger, trips = counted_worker(redis_client, cfg, keys, 3)
     set_watermark(redis_client, keys, 2 * SIZE)
-    trips: list[RoundTrips] = []
-    pub = ListPublisher(lambda record: trips and trips[0].mark(f"published {record['release_id']}"))
-    worker, _, ledger = make_worker(redis_client, cfg, pub)
     assert worker.run_once() is not None and worker.run_once() is not None  # windows 0 and 1: the first period
     new_scope = worker.scope_for(2 * SIZE)
     assert new_scope != worker.scope_for(SIZE)
