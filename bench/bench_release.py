@@ -22,7 +22,9 @@ it), then one pass driven directly (no wait, no wake-up). Also reported: the
 per-type publish latency, and the share of
 the time spent in Redis reads, mechanisms, ledger steps (Redis Lua) and Kafka produce (from the worker's
 ``stream_dp_release_phase_seconds_total``). Baselines measured in the same run: one full chunked read of
-the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait: what the release publisher does). The last
+the window (the floor for sampling) and one acks=all produce of a record-sized message (send, flush, wait:
+what the release publisher does), back to back and after an idle gap, and a Redis PING the same two ways (a
+release's first steps come after the worker, the broker and redis-server idled until the close). The last
 stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
 ``--trace`` lists the Redis round trips (one per command sent alone, one per pipeline) and produces of the
@@ -46,6 +48,7 @@ import resource
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -206,6 +209,30 @@ def open_window(client: redis.Redis, keys: Keys, start: int) -> None:
     client.zadd(keys.windows_index(), {str(start): start})
 
 
+#: The idle gap before each after-idle baseline round trip: longer than the kernel keeps a CPU polling before it
+#: halts, shorter than any window.
+IDLE_GAP = 0.05
+
+
+def produce_once(publisher: Publisher) -> None:
+    """One acks=all produce of a record-sized message, as the release publisher does it: send, flush, wait."""
+    future = publisher.producer.send("releases", key=b"baseline", value=b"x" * 1024)
+    publisher.producer.flush(timeout=30)
+    future.get(timeout=30)
+
+
+def timed_round_trips(call: Callable[[], Any], *, idle: float, times: int = 20) -> list[float]:
+    """Seconds each of ``times`` calls took, each after ``idle`` seconds with nothing sent (0: back to back)."""
+    out = []
+    for _ in range(times):
+        if idle:
+            time.sleep(idle)  # the condition measured is the idle gap itself
+        t = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t)
+    return out
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
@@ -259,17 +286,18 @@ def measure(args: argparse.Namespace) -> None:
             t = time.perf_counter()
             worker.reader.all_counts(Window(0, SIZE))
             base_read.append(time.perf_counter() - t)
-        base_produce = []
-        for _ in range(20):
-            t = time.perf_counter()
-            future = publisher.producer.send("releases", key=b"baseline", value=b"x" * 1024)
-            publisher.producer.flush(timeout=30)
-            future.get(timeout=30)
-            base_produce.append(time.perf_counter() - t)
+        base_produce = timed_round_trips(lambda: produce_once(publisher), idle=0.0)
+        # what a release pays: its first produce and Redis step come after the worker (and the broker, and
+        # redis-server) sat idle waiting for the close, which costs more than back to back on this machine
+        idle_produce = timed_round_trips(lambda: produce_once(publisher), idle=IDLE_GAP)
+        hot_ping = timed_round_trips(client.ping, idle=0.0)
+        idle_ping = timed_round_trips(client.ping, idle=IDLE_GAP)
         for shard in range(args.shards):
             client.delete(keys.window_counts(0, shard), keys.window_meta(0, shard))
         client.zrem(keys.windows_index(), "0")
         read_ms, produce_ms = statistics.median(base_read) * 1e3, statistics.median(base_produce) * 1e3
+        idle_produce_ms = statistics.median(idle_produce) * 1e3
+        hot_ping_ms, idle_ping_ms = statistics.median(hot_ping) * 1e3, statistics.median(idle_ping) * 1e3
 
         worker.start()  # worker start-up (schedule, Lua scripts loaded, recovery), before any window closes
         latencies: list[float] = []
@@ -414,6 +442,10 @@ def measure(args: argparse.Namespace) -> None:
                   f"| {pct(v, 99):.3f} s | |")
     print(f"| baseline: chunked read of the whole window | {read_ms / 1e3:.3f} s | | 1× |")
     print(f"| baseline: one acks=all produce (1 KB) | {produce_ms / 1e3:.4f} s | | |")
+    print(f"| baseline: the same after {IDLE_GAP * 1e3:.0f} ms idle | {idle_produce_ms / 1e3:.4f} s | | "
+          f"{idle_produce_ms / produce_ms:.1f}× back to back |")
+    print(f"| baseline: one Redis PING, back to back / after {IDLE_GAP * 1e3:.0f} ms idle | {hot_ping_ms:.2f} ms / "
+          f"{idle_ping_ms:.2f} ms | | {idle_ping_ms / hot_ping_ms:.1f}× |")
     print()
     print("| share of release time | seconds (all windows) | share |")
     print("|---|---|---|")
@@ -434,6 +466,8 @@ def measure(args: argparse.Namespace) -> None:
         **{f"p50_{t}_s": pct(v, 50) for t, v in per_type.items()},
         **({} if args.direct else {f"p99_{t}_from_step_s": pct(v, 99) for t, v in from_step.items()}),
         "baseline_full_read_s": read_ms / 1e3, "baseline_produce_s": produce_ms / 1e3,
+        "baseline_produce_after_idle_s": idle_produce_ms / 1e3, "baseline_ping_s": hot_ping_ms / 1e3,
+        "baseline_ping_after_idle_s": idle_ping_ms / 1e3,
         "ratio_p50_to_full_read": pct(latencies, 50) * 1e3 / read_ms,
         "phase_share": {p: phase_totals[p] / total for p in PHASES} | {"other": other / total},
         "redis_round_trips_median": int(statistics.median(round_trips)),
