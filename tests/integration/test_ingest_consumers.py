@@ -9,6 +9,7 @@ give exactly what kafka-python's records give, null keys and values and record t
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -105,6 +106,37 @@ def test_confluent_message_errors_are_skipped_not_raised(bootstrap_servers, topi
 
         wait_for(reported, timeout=30, interval=0.01, what="a message carrying an error")
     finally:
+        ck.close()
+
+
+def test_confluent_poll_returns_what_is_fetched_without_waiting_to_fill_a_batch(bootstrap_servers, topic_name):
+    """A poll waits for the first record only: librdkafka's ``consume(n, timeout)`` alone waits until it has
+    n messages, so 3 records polled with max_poll_records = 1000 came back only when the timeout ran out --
+    every batch of a slow stream, and the last of every burst, late by ingest.poll_timeout_ms."""
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 1)
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    ck = ConfluentConsumer(confluent_settings(cfg, group_id=topic_name("ck")), max_poll_records=1000)
+    ck.subscribe([topic])
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    try:
+        producer.send(topic, value=b"{}", partition=0)
+        producer.flush()
+        _read_all(lambda: ck.poll(timeout_ms=200), 1)  # joined, assigned, caught up
+        for i in range(3):
+            producer.send(topic, value=b"{}", partition=0)
+        producer.flush()
+        timeout_s = 20.0
+        started = time.monotonic()
+        got: list = []
+        while len(got) < 3 and time.monotonic() - started < timeout_s:
+            for recs in ck.poll(timeout_ms=int(timeout_s * 1000)).values():
+                got.extend(recs)
+        took = time.monotonic() - started
+        assert [ck.columns(got)[0]] == [[1, 2, 3]]
+        assert took < timeout_s / 2, f"3 fetched records took {took:.1f} s: the poll waited to fill its batch"
+    finally:
+        producer.close()
         ck.close()
 
 
