@@ -14,12 +14,13 @@ own process and its own consumer group, one after the other:
 3. **bare** again (the machine is shared and noisy: the baseline is the mean of the two bare runs).
 
 Rates exclude the group join. The bare loop times itself from the end of its first poll to its last event.
-The worker is sampled through its /metrics (events applied, bounded, late, duplicate or rejected) every
-``--sample-interval`` seconds (default 1 s: coarse on purpose, each scrape costs the worker CPU — at 4 per
-second its rate was about 5 % lower; Prometheus itself scrapes every 15 s or so) and its rate is measured
-between the first sample after the first batch and the last sample before the end (when the worker is
-done within two samples, up to the sample that saw the end instead: a lower bound); the "done" counters
-move a batch (≤ ``--max-poll-records``) at a time, under 1 % of a run of 10⁶ events. Reported:
+The worker is sampled through its /metrics (events applied, bounded, late, duplicate or rejected): 0.1 s
+after it starts, then at gaps 1.5× longer each time up to ``--sample-interval`` (default 1 s: coarse on
+purpose, each scrape costs the worker CPU — at 4 per second its rate was about 5 % lower; Prometheus itself
+scrapes every 15 s or so), and every 0.02 s once the rate so far puts the last event within the next gap.
+Its rate is measured from the first sample after the first batch to the first sample that saw every event
+done (``end_uncertainty_s``: the gap before that sample, how late it can be). Timed with 1-s samples only,
+a run of 3·10⁵ events (~1.5 s) was timed over its first and last batch alone. Reported:
 events/s of each, the ratios ingest / bare kafka-python (goal ≥ 0.95) and ingest / bare confluent, CPU seconds of each process (the worker's loop
 and applier separately, and redis-server's), peak RSS (VmHWM, read from /proc before the process exits),
 and Redis memory per million events (``used_memory`` after − before: counts, bounding state, offsets).
@@ -225,6 +226,36 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: The first gap between progress scrapes of the ingest worker; each next gap is GROWTH times longer, up to
+#: --sample-interval. A run of 3·10⁵ events lasts ~1.5 s here, and one timed by 1-s samples only was timed over
+#: its first and last batch: 5k-35k events/s for a worker doing ~250k/s (bench/README.md).
+FIRST_SCRAPE_GAP = 0.1
+GROWTH = 1.5
+#: The gap once the rate so far puts the last event within the next regular gap: the end is timed to this.
+END_SCRAPE_GAP = 0.02
+
+
+def next_scrape_in(samples: list[tuple[float, float]], events: int, interval: float, scrapes: int) -> float:
+    """Seconds until the next progress scrape: short at first, growing to ``interval`` (every scrape costs the
+    worker CPU: 4 scrapes/s took about 5 % off its rate), and :data:`END_SCRAPE_GAP` once the last two
+    samples' rate says the last event is due within the next gap, so the end is timed closely.
+
+    >>> next_scrape_in([], 10**6, 1.0, 1), next_scrape_in([], 10**6, 1.0, 20)
+    (0.1, 1.0)
+    >>> next_scrape_in([(0.0, 0.0), (1.0, 900_000.0)], 10**6, 1.0, 20)  # 100k left at 900k/s
+    0.02
+    >>> next_scrape_in([(1.0, 900_000.0), (1.02, 900_000.0)], 10**6, 1.0, 21)  # timing the end: it stays so
+    0.02
+    """
+    gap = min(interval, FIRST_SCRAPE_GAP * GROWTH ** max(0, scrapes - 1))
+    if len(samples) >= 2:
+        (ta, da), (tb, db) = samples[-2], samples[-1]
+        ending = tb - ta < FIRST_SCRAPE_GAP  # only END_SCRAPE_GAP is that short
+        if ending or (tb > ta and db > da and (events - db) * (tb - ta) / (db - da) <= gap):
+            return END_SCRAPE_GAP
+    return gap
+
+
 def run_ingest(bootstrap: str, redis_url: str, topic: str, events: int, max_poll_records: int,
                workdir: Path, *, group: str, sample_interval: float, shards: int = 1,
                cluster: bool = False, kafka_client: str = "confluent") -> dict[str, Any]:
@@ -252,10 +283,10 @@ host = "127.0.0.1"
     log = open(workdir / "ingest.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(cfg)], cwd=REPO,
                             stdout=log, stderr=subprocess.STDOUT)
-    # progress samples (time, events done) from /metrics: the rate is measured between the first sample
-    # after the first batch and the last sample before the end, so the sampling interval (kept coarse:
-    # every scrape costs the worker CPU) does not blur it
+    # progress samples (time, events done) from /metrics, spaced by next_scrape_in: the rate is measured from
+    # the first sample after the first batch to the first sample that saw every event done
     samples: list[tuple[float, float]] = []
+    scrapes = 0
     end_sample: tuple[float, float] | None = None
     metrics: dict[str, float] = {}
     rss: dict[str, int] = {}
@@ -269,6 +300,7 @@ host = "127.0.0.1"
             except OSError:
                 metrics = {}
             t = (t_before + time.perf_counter()) / 2
+            scrapes += 1
             done = sum(v for k, v in metrics.items() if k.startswith(_DONE))  # applied, dropped or rejected
             if done >= events:
                 end_sample = (t, done)  # the first sample that saw every event done
@@ -277,7 +309,7 @@ host = "127.0.0.1"
                 samples.append((t, done))
             if proc.poll() is not None:
                 raise RuntimeError(f"ingest worker exited with {proc.returncode}; see {workdir / 'ingest.log'}")
-            time.sleep(sample_interval)
+            time.sleep(next_scrape_in(samples, events, sample_interval, scrapes))
         for name, pid in [("worker", proc.pid)] + [("applier", c) for c in _children(proc.pid)]:
             try:
                 rss[name] = rss.get(name, 0) + _peak_rss(pid)
@@ -289,15 +321,12 @@ host = "127.0.0.1"
             proc.send_signal(signal.SIGTERM)
         proc.wait()
         log.close()
-    if len(samples) < 2 and end_sample is not None and samples:
-        # finished within one or two samples: time it up to the sample that saw the end (a lower bound:
-        # that sample comes up to --sample-interval after the last event)
-        samples.append(end_sample)
-    if len(samples) < 2:
-        raise RuntimeError("fewer than two progress samples: use more --events or a smaller --sample-interval")
-    (t0, d0), (t1, d1) = samples[0], samples[-1]
+    if not samples or end_sample is None:
+        raise RuntimeError("no progress sample inside the run (or the run did not finish): use more --events")
+    (t0, d0), (t1, d1) = samples[0], end_sample
     return {"events": int(metrics.get("stream_dp_ingest_events_consumed_total", 0)),
-            "rate": (d1 - d0) / (t1 - t0), "rss": rss, "cpu": cpu,
+            "rate": (d1 - d0) / (t1 - t0), "end_uncertainty_s": t1 - samples[-1][0], "scrapes": scrapes,
+            "rss": rss, "cpu": cpu,
             "exit_code": proc.returncode, "metrics": metrics}
 
 
