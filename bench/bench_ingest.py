@@ -14,8 +14,8 @@ own process and its own consumer group, one after the other:
 3. **bare** again (the machine is shared and noisy: the baseline is the mean of the two bare runs).
 
 Rates exclude the group join. The bare loop times itself from the end of its first poll to its last event.
-The worker is sampled through its /metrics (events applied, bounded, late, duplicate or rejected): 0.1 s
-after it starts, then at gaps 1.5× longer each time up to ``--sample-interval`` (default 1 s: coarse on
+The worker is sampled through its /metrics (events applied, bounded, late, duplicate or rejected): every
+0.1 s until it has consumed something, then at gaps 1.5× longer each time up to ``--sample-interval`` (default 1 s: coarse on
 purpose, each scrape costs the worker CPU — at 4 per second its rate was about 5 % lower; Prometheus itself
 scrapes every 15 s or so), and every 0.02 s once the rate so far puts the last event within the next gap.
 Its rate is measured from the first sample after the first batch to the first sample that saw every event
@@ -226,32 +226,37 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-#: The first gap between progress scrapes of the ingest worker; each next gap is GROWTH times longer, up to
-#: --sample-interval. A run of 3·10⁵ events lasts ~1.5 s here, and one timed by 1-s samples only was timed over
-#: its first and last batch: 5k-35k events/s for a worker doing ~250k/s (bench/README.md).
+#: The gap between progress scrapes of the ingest worker until it has consumed something, and after its first
+#: progress sample; each next gap is GROWTH times longer, up to --sample-interval. A run of 3·10⁵ events lasts
+#: ~1.5 s here, and one timed by 1-s samples only was timed over one batch: 5k-35k events/s for a worker doing
+#: ~250k/s (bench/README.md).
 FIRST_SCRAPE_GAP = 0.1
 GROWTH = 1.5
 #: The gap once the rate so far puts the last event within the next regular gap: the end is timed to this.
 END_SCRAPE_GAP = 0.02
 
 
-def next_scrape_in(samples: list[tuple[float, float]], events: int, interval: float, scrapes: int) -> float:
-    """Seconds until the next progress scrape: short at first, growing to ``interval`` (every scrape costs the
-    worker CPU: 4 scrapes/s took about 5 % off its rate), and :data:`END_SCRAPE_GAP` once the last two
-    samples' rate says the last event is due within the next gap, so the end is timed closely.
+def next_scrape_in(samples: list[tuple[float, float]], events: int, interval: float,
+                   last_gap: float | None = None) -> float:
+    """Seconds until the next progress scrape: :data:`FIRST_SCRAPE_GAP` until the first progress sample
+    (the group join: nothing is consumed yet), then growing by :data:`GROWTH` per sample to ``interval``
+    (every scrape costs the worker CPU: 4 scrapes/s took about 5 % off its rate); :data:`END_SCRAPE_GAP`
+    once the last two samples' rate says the last event is due within the next gap, and from then on
+    (``last_gap``, the gap this returned before), so the end is timed closely even if the last batch is slow.
 
-    >>> next_scrape_in([], 10**6, 1.0, 1), next_scrape_in([], 10**6, 1.0, 20)
+    >>> next_scrape_in([], 10**6, 1.0), next_scrape_in([(0.0, 5.0)] * 20, 10**6, 1.0)
     (0.1, 1.0)
-    >>> next_scrape_in([(0.0, 0.0), (1.0, 900_000.0)], 10**6, 1.0, 20)  # 100k left at 900k/s
+    >>> next_scrape_in([(0.0, 0.0), (1.0, 900_000.0)], 10**6, 1.0)  # 100k left at 900k/s
     0.02
-    >>> next_scrape_in([(1.0, 900_000.0), (1.02, 900_000.0)], 10**6, 1.0, 21)  # timing the end: it stays so
+    >>> next_scrape_in([(1.0, 900_000.0), (1.02, 900_000.0)], 10**6, 1.0, last_gap=0.02)  # stays so
     0.02
     """
-    gap = min(interval, FIRST_SCRAPE_GAP * GROWTH ** max(0, scrapes - 1))
+    gap = min(interval, FIRST_SCRAPE_GAP * GROWTH ** max(0, len(samples) - 1))
+    if last_gap == END_SCRAPE_GAP < gap:
+        return END_SCRAPE_GAP
     if len(samples) >= 2:
         (ta, da), (tb, db) = samples[-2], samples[-1]
-        ending = tb - ta < FIRST_SCRAPE_GAP  # only END_SCRAPE_GAP is that short
-        if ending or (tb > ta and db > da and (events - db) * (tb - ta) / (db - da) <= gap):
+        if tb > ta and db > da and (events - db) * (tb - ta) / (db - da) <= gap:
             return END_SCRAPE_GAP
     return gap
 
@@ -287,6 +292,7 @@ host = "127.0.0.1"
     # the first sample after the first batch to the first sample that saw every event done
     samples: list[tuple[float, float]] = []
     scrapes = 0
+    gap: float | None = None  # the last gap slept
     end_sample: tuple[float, float] | None = None
     metrics: dict[str, float] = {}
     rss: dict[str, int] = {}
@@ -309,7 +315,8 @@ host = "127.0.0.1"
                 samples.append((t, done))
             if proc.poll() is not None:
                 raise RuntimeError(f"ingest worker exited with {proc.returncode}; see {workdir / 'ingest.log'}")
-            time.sleep(next_scrape_in(samples, events, sample_interval, scrapes))
+            gap = next_scrape_in(samples, events, sample_interval, gap)
+            time.sleep(gap)
         for name, pid in [("worker", proc.pid)] + [("applier", c) for c in _children(proc.pid)]:
             try:
                 rss[name] = rss.get(name, 0) + _peak_rss(pid)
