@@ -31,8 +31,10 @@ per chunk instead of evaluating the rule per event.
 **Capacity, never Redis's limit.** No Redis value of a window outgrows ``log_segment_bytes`` (the log is
 segmented; every count is a ZSET member), and a shard holds at most ``max_shard_log_bytes`` of log. A chunk
 that would pass it is refused *with its offsets recorded* (reply ``full``): its events are not counted,
-come back as ``window_shard_full`` rejects (dead letters, counted by reason) and a replay skips them, so a
-full shard never stops ingest in a loop. Below capacity the guarantee is exact; at capacity it is not
+come back as ``window_shard_full`` rejects (dead letters, counted by reason) and a replay does not count
+them, so a full shard never stops ingest in a loop. The refused offset ranges are kept too, so a replay
+(a batch retried, or replayed after a crash, before its dead letters were written) reports those events
+as full again and their dead letters are not lost. Below capacity the guarantee is exact; at capacity it is not
 (docs/privacy.md "Capacity"), which is why the breach is a metric and an alert.
 
 **Bounded cache.** The caches of all windows together hold at most ``cache_max_users`` users (about
@@ -277,8 +279,9 @@ class WindowStore:
             pending = self._apply_round(chunks, pending, results, closed_through, closed)
             if not pending:
                 self._enforce_cache_cap()
-                return [replace(r, replanned=n) if n else r  # type: ignore[type-var]
+                done = [replace(r, replanned=n) if n else r  # type: ignore[type-var]
                         for r, n in zip(results, refused)]
+                return self._full_again(chunks, done)
             for i in pending:
                 refused[i] += 1
         starts = sorted({chunks[i].start for i in pending})
@@ -363,6 +366,36 @@ class WindowStore:
         for cache in late_windows:
             self._bounding.pop(cache, None)  # closed: never planned on again
         return stale
+
+    def _full_again(self, chunks: Sequence[Chunk], results: list[ChunkResult]) -> list[ChunkResult]:
+        """Replayed events that a full shard refused before come back as ``full`` again, not as duplicates.
+
+        A chunk refused as full has its offsets recorded (so a replay never loops on it), and its events'
+        dead letters are written only after the batch's outcome is taken. When that does not happen -- the
+        dead-letter topic was down and the batch is retried, or the worker crashed -- the replay would find
+        the offsets applied and skip the events: their dead letters would be lost. So the script also keeps
+        the refused offset ranges (meta ``full:<partition>``), and every replay (a chunk with duplicates)
+        reads them here, one batched ``HGET`` per (window shard, partition), and reports the refused events
+        as full: their dead letters are written again (at least once; the ``dead_letter_id`` header tells
+        the copies apart). Batches without duplicates -- every batch but replays -- cost nothing more."""
+        wanted = sorted({(ch.start, ch.shard, ch.partition) for ch, r in zip(chunks, results) if r.duplicate})
+        if not wanted:
+            return results
+        items = []
+        for start, shard, partition in wanted:
+            meta, field = self.keys.window_meta(start, shard), f"full:{partition}"
+            items.append((meta, lambda pipe, meta=meta, field=field: pipe.hget(meta, field)))
+        refused = {w: parse_full_ranges(_text(raw)) for w, raw in zip(wanted, run_batched(self.client, items)) if raw}
+        if not refused:
+            return results
+        out = []
+        for ch, r in zip(chunks, results):
+            ranges = refused.get((ch.start, ch.shard, ch.partition))
+            again = () if not ranges else tuple(
+                off for off, _, _ in ch.events[:r.duplicate] if any(lo < off <= hi for lo, hi in ranges))
+            out.append(replace(r, duplicate=r.duplicate - len(again), full=tuple(sorted(r.full + again)))
+                       if again else r)
+        return out
 
     def _catch_up(self, cache: tuple[int, int], reply: list) -> None:
         """Absorb a stale reply: its first chunk of the log, then the rest up to the length it reported, read
@@ -541,6 +574,16 @@ class WindowStore:
     def meta(self, start: int, shard: int = 0) -> dict[str, str]:
         """One window shard's metadata (every shard is closed together)."""
         return {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.window_meta(start, shard)).items()}
+
+
+def parse_full_ranges(raw: str) -> list[tuple[int, int]]:
+    """A meta ``full:<partition>`` value, ``"lo:hi,lo:hi"``, as ``(lo, hi)`` pairs: offsets in ``(lo, hi]``
+    were refused as full (``ingest/lua/apply_window.lua``)."""
+    out = []
+    for part in raw.split(","):
+        lo, _, hi = part.partition(":")
+        out.append((int(lo), int(hi)))
+    return out
 
 
 def _text(raw: object) -> str:

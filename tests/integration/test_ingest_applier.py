@@ -213,3 +213,45 @@ def test_the_applier_process_ignores_sigint_and_sigterm(redis_client, redis_url)
         assert out.failure is None and out.linf == 1
     finally:
         runner.close()
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_events_a_full_shard_refused_are_rejected_again_when_their_batch_is_replayed(redis_client, redis_url,
+                                                                                    monkeypatch, restart):
+    """Window 0's shard holds 10 log bytes: segment 1's chunk (4 pairs, 16 bytes) is refused as full, its
+    offsets recorded; segment 2 then fails in Redis, so the batch's outcome is an error and no dead letter
+    is written. The loop retries the batch (``restart``: a new applier process replays it, as after a
+    crash): the refused events must come back as ``window_shard_full`` rejects again -- skipped as already
+    applied, their dead letters would never be written -- while nothing is counted twice."""
+    monkeypatch.setattr(applier_mod, "SEGMENT_RECORDS", 4)
+    cfg = config_from_mapping({"redis": {"url": redis_url},
+                               "windows": {"size_seconds": SIZE, "start": "0", "max_shard_log_bytes": 10},
+                               "contribution": {"max_keys_per_user": 2}}, environ={})
+    keys = Keys("sdp")
+    redis_client.hset(keys.window_users(100), "a", "x")  # window 100's log is not a string: WRONGTYPE
+    values = [{"user": u, "key": "x", "ts": 5 + i} for i, u in enumerate("abcd")]  # segment 1: window 0
+    values += [{"user": "e", "key": "x", "ts": 150}, {"user": "f", "key": "x", "ts": 160}]  # segment 2
+    applier = BatchApplier(cfg, redis_client)
+    try:
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            applier.apply_one(_request(_records(0, values)))
+        assert _store(redis_client).meta(0)["events_full"] == "4" and _store(redis_client).counts(0) == {}
+        redis_client.delete(keys.window_users(100))
+        full = [(0, i, "window_shard_full") for i in range(4)]
+        if restart:
+            runner = ProcessRunner(cfg)
+            try:
+                runner.submit(_request(_records(0, values)))
+                out = runner.result()
+            finally:
+                runner.close()
+        else:
+            out = applier.apply_one(_request(_records(0, values)))
+        assert out.failure is None
+        assert (out.rejects, out.full, out.applied, out.duplicate) == (full, 4, 2, 0)
+        again = applier.apply_one(_request(_records(0, values)))  # once more, e.g. the commit failed
+        assert (again.rejects, again.applied, again.duplicate) == (full, 0, 2)
+        assert _store(redis_client).counts(0) == {} and _store(redis_client).counts(100) == {"x": 2}
+        assert _store(redis_client).meta(0)["events_full"] == "4"
+    finally:
+        applier.close()

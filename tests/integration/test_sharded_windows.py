@@ -132,7 +132,8 @@ def test_a_restart_with_another_shard_count_is_refused(redis_client):
 def test_a_full_shard_dead_letters_its_events_and_replays_do_not_loop(redis_client):
     """Capacity 200 log bytes per (window, shard): chunks past it are refused with their offsets recorded
     (reported as full, counted in meta events_full), later chunks that fit still count, and replaying
-    the whole log changes nothing -- no stuck loop, no double count."""
+    the whole log counts nothing again -- no stuck loop, no double count -- but reports the refused events
+    as full again (their dead letters may not have been written before the replay)."""
     keys = Keys("c", shards=1)
     store = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=1, max_shard_log_bytes=200)
     events = [(i, f"user-{i:03d}", "key") for i in range(40)]  # 13 bytes a pair
@@ -142,12 +143,24 @@ def test_a_full_shard_dead_letters_its_events_and_replays_do_not_loop(redis_clie
     assert counted == 15 and full == list(range(15, 40))  # 3 chunks fit (195 bytes), the rest do not
     assert store.counts(0) == {"key": 15}
     assert int(store.meta(0)["events_full"]) == 25 and int(store.meta(0)["log_bytes"]) == 195
-    again = store.apply([Chunk.of(0, 0, events)], closed_through=None)[0]  # the replay after a restart
-    assert (again.duplicate, again.applied, again.full) == (40, 0, ())
+    assert store.meta(0)["full:0"] == "14:39"  # the refused offsets, (14, 39]: 5 chunks, one range
+    again = store.apply([Chunk.of(0, 0, events)], closed_through=None)[0]  # the batch retried
+    assert (again.duplicate, again.applied, again.full) == (15, 0, tuple(range(15, 40)))
     fresh = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=1, max_shard_log_bytes=200)
-    again = fresh.apply([Chunk.of(0, 0, events + [(40, "user-new", "key")])], closed_through=None)[0]
-    assert (again.duplicate, again.applied, again.full) == (40, 0, (40,))
-    assert store.counts(0) == {"key": 15}
+    again = fresh.apply([Chunk.of(0, 0, events + [(40, "user-new", "key")])], closed_through=None)[0]  # restart
+    assert (again.duplicate, again.applied, again.full) == (15, 0, tuple(range(15, 41)))
+    assert store.counts(0) == {"key": 15} and int(store.meta(0)["events_full"]) == 26
+    assert store.meta(0)["full:0"] == "14:40"
+    # a chunk that fits (a pair already counted adds no log) between two refused ones: two ranges
+    store.apply([Chunk.of(0, 0, [(41, "user-000", "key")])], closed_through=None)
+    store.apply([Chunk.of(0, 0, [(42, "user-x", "key"), (43, "user-y", "key")])], closed_through=None)
+    assert store.meta(0)["full:0"] == "14:40,41:43"
+    replay = events + [(40, "user-new", "key"), (41, "user-000", "key"), (42, "user-x", "key"), (43, "user-y", "key")]
+    again = fresh.apply([Chunk.of(0, 0, replay)], closed_through=None)[0]
+    assert (again.duplicate, again.full) == (16, tuple(range(15, 41)) + (42, 43))
+    # the window closed meanwhile: the replay is told apart from late events, refused ones still full
+    again = fresh.apply([Chunk.of(0, 0, replay + [(44, "user-z", "key")])], closed_through=float(SIZE))[0]
+    assert (again.duplicate, again.late, again.full) == (16, 1, tuple(range(15, 41)) + (42, 43))
 
 
 def test_segments_keep_every_value_under_redis_string_cap():

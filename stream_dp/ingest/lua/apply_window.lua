@@ -8,7 +8,9 @@
 --                 each exactly log_segment_bytes long but the last, so no Redis value outgrows that size.
 -- KEYS[3] offsets HASH   partition -> highest offset applied to this window shard
 -- KEYS[4] meta    HASH   start, end, state (open|closed|released), events_applied, events_bounded,
---                        events_full, apply_token, log_bytes, log_segment_bytes
+--                        events_full, apply_token, log_bytes, log_segment_bytes, and per partition p that had
+--                        a chunk refused as full, full:<p> = "lo:hi,lo:hi,..." (the offsets in (lo, hi] of
+--                        this window shard were refused; a replay reports them as full again)
 -- ARGV[1] the header, JSON (stream_dp.ingest.store.ApplyHeader; "v" = 1):
 --   start, end, partition, closed_through (string; the caller's view of the global watermark, the window is
 --   late when end <= it), known_late (the caller already knows the window closed), token_before, token,
@@ -22,8 +24,9 @@
 --   {"ok"}                                   recorded
 --   {"late", applied offset | "-1"}          the window is closed: nothing recorded
 --   {"full", log length}                     the shard would pass its capacity: the chunk's events are NOT
---                                            counted, but its offsets are recorded (a replay skips them,
---                                            no stuck loop) under the plan's token; events_full counts them
+--                                            counted, but its offsets are recorded (a replay does not count
+--                                            them: no stuck loop) under the plan's token, and in full:<p>
+--                                            (a replay reports them as full again); events_full counts them
 --   {"stale", apply_token, from, log[from:from+most], offsets (flat HGETALL), log length, segment bytes}
 --                                            the state moved on (another writer, or an outcome the caller
 --                                            never saw): nothing recorded; the caller absorbs what changed
@@ -83,6 +86,19 @@ end
 
 local log = ARGV[2]
 if len + #log > tonumber(h.capacity) then
+  -- remember which offsets were refused, (applied offset before, last_offset], so that a replay of them (the
+  -- batch retried, or replayed after a crash, before their dead letters were written) reports them as full
+  -- again instead of skipping them as applied; a range that continues the last one extends it
+  local field, lo, hi = 'full:' .. partition, last or '-1', tostring(h.last_offset)
+  local ranges = redis.call('HGET', meta, field)
+  if ranges and string.sub(ranges, -(#lo + 1)) == ':' .. lo then
+    ranges = string.sub(ranges, 1, #ranges - #lo) .. hi
+  elseif ranges then
+    ranges = ranges .. ',' .. lo .. ':' .. hi
+  else
+    ranges = lo .. ':' .. hi
+  end
+  redis.call('HSET', meta, field, ranges)
   redis.call('HSET', offsets, partition, h.last_offset)
   set_meta()
   redis.call('HINCRBY', meta, 'events_full', tonumber(h.applied) + tonumber(h.bounded))
