@@ -45,6 +45,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from stream_dp.config import KafkaConfig
+from stream_dp.wire import join_parts
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,44 @@ class SeenIds:
         return True
 
 
+class PartJoiner:
+    """Joins the part messages of releases too large for one message (field ``part``; the publisher sends a
+    release's parts one after the other on its partition, :func:`stream_dp.wire.message_parts`).
+
+    Per partition at most one release is being joined. A message of another release on that partition ends
+    it: the publisher was interrupted between two parts (a crash, a failed send), and it publishes that
+    release again, whole, later. Parts of one release seen twice (such a republication) are the same bytes."""
+
+    def __init__(self) -> None:
+        self._open: dict[Any, tuple[str, int, dict[int, dict[str, Any]]]] = {}  # partition -> (id, offset, parts)
+
+    def offer(self, partition: Any, offset: int, record: dict[str, Any]) -> dict[str, Any] | None:
+        """``record`` itself when it is whole; for a part, None until the release's last part, then the
+        joined record (:func:`~stream_dp.wire.join_parts`)."""
+        rid = record["release_id"]
+        current = self._open.get(partition)
+        if current is not None and current[0] != rid:
+            log.warning("release %s: only parts %s of %d arrived before release %s; it is published again whole",
+                        current[0], sorted(current[2]), next(iter(current[2].values()))["part"]["count"], rid)
+            del self._open[partition]
+            current = None
+        part = record.get("part")
+        if part is None:
+            return record
+        if current is None:
+            current = self._open[partition] = (rid, offset, {})
+        current[2][int(part["index"])] = record
+        if len(current[2]) < int(part["count"]):
+            return None
+        del self._open[partition]
+        return join_parts(list(current[2].values()))
+
+    def first_offset(self, partition: Any) -> int | None:
+        """The offset of the first part of the release being joined on ``partition`` (None: none is)."""
+        current = self._open.get(partition)
+        return None if current is None else current[1]
+
+
 @dataclass(frozen=True)
 class _Message:
     """A fetched message not yet handed out (or skipped)."""
@@ -179,6 +218,7 @@ class ReleaseSubscriber:
         self.on_invalid = on_invalid
         self._start = start
         self._seen = SeenIds(seen_capacity)
+        self._parts = PartJoiner()
         self._assigned: set[TopicPartition] = set()
         self._uncommitted: dict[TopicPartition, int] = {}
         self._pending: deque[_Message] = deque()
@@ -236,11 +276,15 @@ class ReleaseSubscriber:
             self._ends_unknown.discard(tp)
 
     def _accept(self, msg: _Message) -> dict[str, Any] | None:
-        """The record in ``msg`` if it is checked and new (``on_invalid`` decides about a bad one: it may raise)."""
+        """The record in ``msg`` if it is checked and new (``on_invalid`` decides about a bad one: it may raise);
+        a part of a release cut into parts is held until its last part, then the whole record is returned."""
         try:
             record = check_record(msg.value, where=f"{msg.partition.topic}/{msg.partition.partition}@{msg.offset}")
         except ReleaseRecordError as exc:
             self.on_invalid(exc)
+            return None
+        record = self._parts.offer(msg.partition, msg.offset, record)
+        if record is None:
             return None
         if self.types and record["type"] not in self.types:
             return None
@@ -301,7 +345,9 @@ class ReleaseSubscriber:
     # ---- offsets ----------------------------------------------------------------------------------
     def _done(self, msg: _Message) -> None:
         if self.group is not None:
-            self._uncommitted[msg.partition] = msg.offset + 1
+            # never past the first part of a release still being joined: a restart must read it again
+            held = self._parts.first_offset(msg.partition)
+            self._uncommitted[msg.partition] = msg.offset + 1 if held is None else held
 
     def commit(self) -> None:
         """Group mode: commit the offsets of every record processed so far (no-op without a group)."""

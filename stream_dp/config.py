@@ -130,6 +130,9 @@ class KafkaConfig:
     session_timeout_ms: AtLeastOne = 6000
     heartbeat_interval_ms: AtLeastOne = 1000
     max_poll_records: AtLeastOne = 5000
+    # a release record whose JSON is larger goes out as several part messages of at most this size
+    release_message_max_bytes: Annotated[StrictInt, _rule(lambda v: 16384 <= v <= 100 << 20,
+                                                          ">= 16384 and <= 104857600")] = 900_000
 
     @model_validator(mode="after")
     def _rules(self) -> KafkaConfig:

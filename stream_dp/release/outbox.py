@@ -36,20 +36,24 @@ from stream_dp.node_batches import Pending, Reads, RideAlong
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
-from stream_dp.release.records import Envelope, encode, events_of, with_budget
+from stream_dp.release.records import Envelope, events_of, with_budget
+from stream_dp.wire import message_parts
 
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_SECONDS = 30.0
+DEFAULT_MAX_MESSAGE_BYTES = 900_000  # kafka.release_message_max_bytes' default
 
 
 class Publisher:
     """Produces release records with an idempotent, ``acks=all`` Kafka producer, keyed by release id."""
 
-    def __init__(self, producer: Any, topic: str, *, timeout: float = SEND_TIMEOUT_SECONDS) -> None:
+    def __init__(self, producer: Any, topic: str, *, timeout: float = SEND_TIMEOUT_SECONDS,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.producer = producer
         self.topic = topic
         self.timeout = timeout
+        self.max_message_bytes = max_message_bytes  # kafka.release_message_max_bytes: larger records go in parts
 
     def publish(self, record: dict[str, Any]) -> None:
         """Send one record and wait for the broker's acknowledgement (raises on failure)."""
@@ -67,26 +71,41 @@ class Publisher:
         ``acks=all``, so on one partition the records are appended in send order; a record sent after one
         that failed may have been appended all the same, but is not counted: its release stays
         stored-but-unpublished and is published again (identical bytes), as after a crash.
+
+        A record whose JSON is larger than ``max_message_bytes`` (``kafka.release_message_max_bytes``) goes out
+        as consecutive part messages (:func:`~stream_dp.wire.message_parts`, the same key, cut the
+        same way every time) and counts as acknowledged once all of them are: a record too large for one
+        message never blocks the releases after it.
         """
-        futures, error = [], None
+        sent: list[tuple[list[Any], bool]] = []  # per record: the futures of its messages, all of them sent?
+        error = None
         for record in records:
+            key = record["release_id"].encode()
+            futures: list[Any] = []
             try:
-                futures.append(self.producer.send(self.topic, key=record["release_id"].encode(), value=encode(record)))
+                for value in message_parts(record, self.max_message_bytes):
+                    futures.append(self.producer.send(self.topic, key=key, value=value))
             except Exception as exc:  # noqa: BLE001 - handed back with the acknowledged count, then raised
                 error = exc
+                if futures:  # some of its parts went: not acknowledged, so it is published again, whole
+                    sent.append((futures, False))
                 break
+            sent.append((futures, True))
         flush = getattr(self.producer, "flush", None)  # stand-ins without a send buffer have none
         try:
-            if futures and flush is not None:
+            if sent and flush is not None:
                 flush(timeout=self.timeout)
         except Exception as exc:  # noqa: BLE001 - as above (none counted: which ones arrived is unknown)
             return 0, exc
-        for acked, future in enumerate(futures):
+        for acked, (futures, whole) in enumerate(sent):
             try:
-                future.get(timeout=self.timeout)
+                for future in futures:
+                    future.get(timeout=self.timeout)
             except Exception as exc:  # noqa: BLE001 - as above
                 return acked, exc
-        return len(futures), error
+            if not whole:
+                return acked, error
+        return len(sent), error
 
     def close(self) -> None:
         self.producer.close()

@@ -24,6 +24,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from stream_dp.config import Config
 from stream_dp.connections import confluent_client_settings, kafka_producer
+from stream_dp.wire import MESSAGE_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +117,14 @@ class ConfluentProducer:
 
 
 def release_producer(cfg: Config) -> Any:
-    """The release publisher's idempotent ``acks=all`` producer, by ``release.kafka_client``."""
+    """The release publisher's idempotent ``acks=all`` producer, by ``release.kafka_client``; it accepts
+    messages up to ``kafka.release_message_max_bytes`` + :data:`~stream_dp.wire.MESSAGE_OVERHEAD_BYTES`
+    (the publisher cuts larger records into parts)."""
+    largest = cfg.kafka.release_message_max_bytes + MESSAGE_OVERHEAD_BYTES  # a part message, key and framing
     if cfg.release.kafka_client == "kafka-python":
-        return kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5)
+        return kafka_producer(cfg.kafka, enable_idempotence=True, acks="all", retries=5, max_request_size=largest)
     settings = {**confluent_client_settings(cfg.kafka), "enable.idempotence": True, "acks": "all",
-                "linger.ms": 0, "delivery.timeout.ms": DELIVERY_TIMEOUT_MS}
+                "linger.ms": 0, "delivery.timeout.ms": DELIVERY_TIMEOUT_MS, "message.max.bytes": largest}
     producer = ConfluentProducer(settings)
     producer.warm_up(cfg.kafka.releases_topic)
     return producer

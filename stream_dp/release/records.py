@@ -26,6 +26,7 @@ from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import DpEvent, event_from_dict
 from stream_dp.config import RELEASE_TYPES
 from stream_dp.release.windows import Window
+from stream_dp.wire import encode
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "release.schema.json"
@@ -163,13 +164,6 @@ def with_budget(record: Mapping[str, Any], budget: Mapping[str, Any]) -> dict[st
         out["cost"] = {**cost, "epsilon": _finite_or_none(cost["epsilon"])}
     out["budget"] = dict(budget)
     return out
-
-
-def encode(record: Mapping[str, Any]) -> bytes:
-    """Canonical bytes of a record (sorted keys): identical records give identical messages. Strict JSON
-    (RFC 8259): a non-finite number raises ``ValueError`` here rather than reach subscribers as ``NaN`` or
-    ``Infinity``, which their parsers refuse."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
 def load_schema() -> dict[str, Any]:

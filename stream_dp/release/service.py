@@ -61,7 +61,8 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
                     lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget), replication=replication)
     ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
-    publisher = Publisher(release_producer(cfg), cfg.kafka.releases_topic)
+    publisher = Publisher(release_producer(cfg), cfg.kafka.releases_topic,
+                          max_message_bytes=cfg.kafka.release_message_max_bytes)
     outbox = Outbox(ledger, publisher, metrics, crashpoints=crashpoints)
     worker = ReleaseWorker(cfg, client, ledger, outbox, metrics, worker_id=worker_id or default_worker_id(),
                            rng=rng, after_start=after_start)
