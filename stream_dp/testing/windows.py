@@ -30,5 +30,12 @@ def write_window(client: redis.Redis, keys: Keys, start: int, size: int, counts:
 
 
 def set_watermark(client: redis.Redis, keys: Keys, watermark: float) -> None:
-    """Set ingest's global watermark: every window with ``end <= watermark`` is closed."""
-    client.hset(keys.watermarks(), "global", repr(float(watermark)))
+    """Set ingest's global watermark: every window with ``end <= watermark`` is closed; and add ingest's close
+    notice (``ingest/lua/finalize_watermark.lua``), so a release worker waiting for one wakes now. (Ingest adds
+    it only when a window end is passed; one more here only wakes a waiting worker for a poll that finds
+    nothing new.)"""
+    value = repr(float(watermark))
+    pipe = client.pipeline(transaction=False)
+    pipe.hset(keys.watermarks(), "global", value)
+    pipe.xadd(keys.window_closes(), {"watermark": value}, maxlen=64, approximate=True)
+    pipe.execute()

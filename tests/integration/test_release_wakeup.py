@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -15,7 +15,7 @@ from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 from stream_dp.node_batches import node_client, run_reads
 from stream_dp.release.wakeup import WindowCloses
-from stream_dp.testing.windows import write_window
+from stream_dp.testing.windows import set_watermark, write_window
 from cluster_helpers import local_cluster
 from test_release_worker import SIZE, make_cfg, make_worker, window_counts
 from waiting import wait_for
@@ -75,9 +75,10 @@ def test_the_wait_is_capped_below_the_socket_timeout(redis_client) -> None:
     assert 0.7 < time.monotonic() - t < 10
 
 
-def _release_on_close(client, keys_prefix: str) -> None:
-    """A worker whose idle pass waits 120 s releases a window as soon as ingest's watermark step closes it;
-    the poll's reads ride behind the wait, so the watermark they see is the new one."""
+def _release_on_close(client, keys_prefix: str, close: Callable[[WindowStore, Keys, float], None] | None = None) -> None:
+    """A worker whose idle pass waits 120 s releases a window as soon as ingest's watermark step closes it
+    (``close``: another way to move the watermark); the poll's reads ride behind the wait, so the watermark
+    they see is the new one."""
     cfg = make_cfg()  # the client's socket timeout (300 s): one read may block the whole 120 s
     cfg = dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, key_prefix=keys_prefix,
                                                              socket_timeout_seconds=LONG_TIMEOUT))
@@ -94,7 +95,10 @@ def _release_on_close(client, keys_prefix: str) -> None:
         wait_for(lambda: _blocked(client, worker.keys), timeout=30, what="the worker's read to block in Redis")
         assert publisher.records == []
         t = time.monotonic()
-        _advance(store, SIZE + 0.5)
+        if close is None:
+            _advance(store, SIZE + 0.5)
+        else:
+            close(store, worker.keys, SIZE + 0.5)
         wait_for(lambda: [r for r in publisher.records if r["window"]["start"] == 0], timeout=20,
                  what="the closed window's top-k (a worker that only polls takes 120 s)")
         assert time.monotonic() - t < 20
@@ -115,6 +119,12 @@ def _blocked(client, keys: Keys) -> bool:
 def test_a_waiting_worker_releases_a_window_as_soon_as_ingest_closes_it(redis_url) -> None:
     with redis.Redis.from_url(redis_url, socket_timeout=LONG_TIMEOUT) as client:
         _release_on_close(client, "t")
+
+
+def test_the_test_helper_set_watermark_wakes_a_waiting_worker_as_ingest_does(redis_url) -> None:
+    """(Release tests that run the worker's own loop move the watermark with ``set_watermark``.)"""
+    with redis.Redis.from_url(redis_url, socket_timeout=LONG_TIMEOUT) as client:
+        _release_on_close(client, "h", close=lambda store, keys, wm: set_watermark(store.client, keys, wm))
 
 
 def test_an_idle_worker_stops_within_one_poll_interval(redis_client) -> None:
