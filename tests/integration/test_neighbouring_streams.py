@@ -26,7 +26,7 @@ T0 = 1_800_000_000  # a multiple of SIZE: the public schedule start
 DELTA_KEYS = 3
 
 
-def harness_cfg(**releases: object) -> Config:
+def harness_cfg(*, shards: int = 1, **releases: object) -> Config:
     base: dict[str, dict[str, object]] = {
         "topk": {"k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6},
         "alerts": {"watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
@@ -37,7 +37,7 @@ def harness_cfg(**releases: object) -> Config:
     return config_from_mapping({
         "windows": {"size_seconds": SIZE, "start": str(T0), "allowed_lateness_seconds": 0,
                     "max_event_delay_seconds": 0, "max_clock_skew_seconds": 5,
-                    "idle_partition_timeout_seconds": 600, "retention_seconds": 600},
+                    "idle_partition_timeout_seconds": 600, "retention_seconds": 600, "shards": shards},
         "contribution": {"max_keys_per_user": DELTA_KEYS},
         "budget": {"epsilon": 1e6, "delta": 0.5, "delta_prime": 1e-7, "period_seconds": 86400},
         "releases": base,
@@ -65,9 +65,12 @@ def index_driven(worker, client):  # noqa: ANN001
 SCENARIOS = scenarios(size=SIZE, t0=T0, max_keys=DELTA_KEYS, skew=5)
 
 
+@pytest.mark.parametrize("shards", [1, 2], ids=["one-shard", "two-shards"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario) -> None:
-    cfg = harness_cfg()
+def test_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario, shards: int) -> None:
+    """``shards = 2``: each window stored in two shards (ingest splits by user, the release merges the shards'
+    counts): the same view as with one."""
+    cfg = harness_cfg(shards=shards)
     assert compare(scenario, cfg, redis_client, rng=1) == [], scenario.name
     # and the view is the schedule: every window from the start to the horizon, every type, in order
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=2,
