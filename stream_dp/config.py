@@ -37,6 +37,8 @@ from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from stream_dp.wire import DEFAULT_MESSAGE_MAX_BYTES
+
 ENV_PREFIX = "STREAM_DP_"
 # settings that may be read from a file named by STREAM_DP_<SECTION>__<KEY>_FILE; their values are secret
 FILE_SETTINGS = ("kafka.sasl_password", "redis.password", "redis.url")
@@ -132,7 +134,7 @@ class KafkaConfig:
     max_poll_records: AtLeastOne = 5000
     # a release record whose JSON is larger goes out as several part messages of at most this size
     release_message_max_bytes: Annotated[StrictInt, _rule(lambda v: 16384 <= v <= 100 << 20,
-                                                          ">= 16384 and <= 104857600")] = 900_000
+                                                          ">= 16384 and <= 104857600")] = DEFAULT_MESSAGE_MAX_BYTES
 
     @model_validator(mode="after")
     def _rules(self) -> KafkaConfig:

@@ -22,6 +22,9 @@ def encode(record: Mapping[str, Any]) -> bytes:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
+#: ``kafka.release_message_max_bytes``' default: a record whose JSON is larger goes out in parts.
+DEFAULT_MESSAGE_MAX_BYTES = 900_000
+
 #: Bytes a release message may take beyond its value: key, headers and record framing (the release producer's
 #: message size limit is ``kafka.release_message_max_bytes`` plus this).
 MESSAGE_OVERHEAD_BYTES = 4096
@@ -52,6 +55,10 @@ def message_parts(record: Mapping[str, Any], max_bytes: int) -> list[bytes]:
     if len(whole) <= max_bytes:
         return [whole]
     items = list(record.get("items") or [])
+    if not items:  # nothing to cut: a part is never smaller than the whole record
+        raise ReleaseTooLarge(
+            f"release {record.get('release_id')}: {len(whole)} bytes without items to cut into parts, more than "
+            f"kafka.release_message_max_bytes = {max_bytes}")
     base = {k: v for k, v in record.items() if k != "items"}
     # a part's size: the base with an empty items list and the widest part marker, plus its items and commas
     count_digits = len(str(len(items)))
@@ -73,13 +80,9 @@ def message_parts(record: Mapping[str, Any], max_bytes: int) -> list[bytes]:
                 "releases topic's max.message.bytes)")
         current.append(item)
         size += n
-    slices.append(current)
-    count = len(slices)
-    if count == 1:  # no items to cut (a part is never smaller than the whole record)
-        raise ReleaseTooLarge(
-            f"release {record.get('release_id')}: {len(whole)} bytes without items to cut into parts, more than "
-            f"kafka.release_message_max_bytes = {max_bytes}")
-    return [encode({**base, "items": chunk, "part": {"index": i, "count": count}}) for i, chunk in enumerate(slices)]
+    slices.append(current)  # at least two: one part holding every item would be larger than the whole record
+    return [encode({**base, "items": chunk, "part": {"index": i, "count": len(slices)}})
+            for i, chunk in enumerate(slices)]
 
 
 def join_parts(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

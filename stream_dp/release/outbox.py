@@ -37,19 +37,18 @@ from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.records import Envelope, events_of, with_budget
-from stream_dp.wire import message_parts
+from stream_dp.wire import DEFAULT_MESSAGE_MAX_BYTES, message_parts
 
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_SECONDS = 30.0
-DEFAULT_MAX_MESSAGE_BYTES = 900_000  # kafka.release_message_max_bytes' default
 
 
 class Publisher:
     """Produces release records with an idempotent, ``acks=all`` Kafka producer, keyed by release id."""
 
     def __init__(self, producer: Any, topic: str, *, timeout: float = SEND_TIMEOUT_SECONDS,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MESSAGE_MAX_BYTES) -> None:
         self.producer = producer
         self.topic = topic
         self.timeout = timeout
