@@ -142,22 +142,47 @@ def sdp_histogram_calibration(epsilon_w: float, delta_w: float, dk: int, *, prof
     return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=delta_w / 2, max_keys_per_user=dk)
 
 
+Domain = bool | np.ndarray  # False: none; True: the whole universe; a bool mask over the universe: those keys
+
+
+def release_support(hist: Histogram, domain: Domain) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(counts, key ids, in-domain flags) of the keys a histogram release noises: the keys present in the window
+    and every key of the public ``domain`` (count 0 when absent)."""
+    if domain is False:
+        return hist.counts, hist.keys, np.zeros(len(hist.keys), dtype=bool)
+    if domain is True:
+        return hist.dense(), np.arange(hist.universe), np.ones(hist.universe, dtype=bool)
+    mask = np.asarray(domain, dtype=bool)
+    if mask.shape != (hist.universe,):
+        raise ValueError(f"a domain mask must have one flag per key of the universe ({hist.universe}), "
+                         f"got shape {mask.shape}")
+    dense = hist.dense()
+    index = np.flatnonzero(mask | (dense > 0))
+    return dense[index], index, mask[index]
+
+
+def _cap(values: np.ndarray) -> np.ndarray:
+    """``releases.histogram.max_keys``: exactly the max_keys largest noisy counts of each run."""
+    if values.shape[1] <= HISTOGRAM_MAX_KEYS:
+        return values
+    top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
+    capped = np.full_like(values, -np.inf)
+    np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
+    return capped
+
+
 def sdp_histogram(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator, *,
-                  domain: bool = False, profile: bool = False, exact: bool = False) -> Release:
-    """The histogram release; ``domain``: the whole universe is a public domain (released without τ)."""
+                  domain: Domain = False, profile: bool = False, exact: bool = False) -> Release:
+    """The histogram release; ``domain``: the public domain (:data:`Domain`) -- its keys are released whatever
+    their noisy count, the others only at or above τ (docs/privacy.md §8, the same cost)."""
     cal = sdp_histogram_calibration(eps, delta, dk, profile=profile, exact=exact)
-    counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
+    counts, index, in_domain = release_support(hist, domain)
     values = np.empty((runs, len(counts)))
     for lo in range(0, runs, baselines.CHUNK):  # bounded memory: CHUNK runs at a time
         n = min(baselines.CHUNK, runs - lo)
         noisy = (counts[None, :] + sample_discrete_gaussian_table(cal.sigma2, (n, len(counts)), rng)).astype(float)
-        values[lo:lo + n] = noisy if domain else np.where(noisy >= cal.threshold, noisy, -np.inf)
-    if values.shape[1] > HISTOGRAM_MAX_KEYS:  # the cap: exactly the max_keys largest noisy counts
-        top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
-        capped = np.full_like(values, -np.inf)
-        np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
-        values = capped
-    return Release(values, index, True)
+        values[lo:lo + n] = np.where(in_domain[None, :] | (noisy >= cal.threshold), noisy, -np.inf)
+    return Release(_cap(values), index, True)
 
 
 def sample_discrete_laplace_vectorised(scale: Any, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -169,23 +194,18 @@ def sample_discrete_laplace_vectorised(scale: Any, shape: tuple[int, ...], rng: 
 
 
 def sdp_histogram_laplace(hist: Histogram, dk: int, eps: float, delta: float, runs: int, rng: np.random.Generator,
-                          *, domain: bool = False) -> Release:
+                          *, domain: Domain = False) -> Release:
     """``releases.histogram.noise = "laplace"``: b = Δ/ε_w, τ for the whole δ_w (one (ε, δ) event: basic
-    composition gives exactly (ε_w, δ_w), no conversion δ′)."""
+    composition gives exactly (ε_w, δ_w), no conversion δ′); ``domain`` as in :func:`sdp_histogram`."""
     cal = calibrate_laplace_histogram(epsilon=eps, threshold_delta=delta, max_keys_per_user=dk)
-    counts, index = (hist.dense(), np.arange(hist.universe)) if domain else (hist.counts, hist.keys)
+    counts, index, in_domain = release_support(hist, domain)
     values = np.empty((runs, len(counts)))
     for lo in range(0, runs, baselines.CHUNK):
         n = min(baselines.CHUNK, runs - lo)
         noisy = (counts[None, :] + sample_discrete_laplace_vectorised(cal.scale, (n, len(counts)), rng)).astype(float)
         edge = (noisy == cal.threshold - 1) & (rng.random(noisy.shape) < float(cal.boundary))  # the threshold's coin
-        values[lo:lo + n] = noisy if domain else np.where((noisy >= cal.threshold) | edge, noisy, -np.inf)
-    if values.shape[1] > HISTOGRAM_MAX_KEYS:
-        top = np.argpartition(-values, HISTOGRAM_MAX_KEYS - 1, axis=1)[:, :HISTOGRAM_MAX_KEYS]
-        capped = np.full_like(values, -np.inf)
-        np.put_along_axis(capped, top, np.take_along_axis(values, top, axis=1), axis=1)
-        values = capped
-    return Release(values, index, True)
+        values[lo:lo + n] = np.where(in_domain[None, :] | (noisy >= cal.threshold) | edge, noisy, -np.inf)
+    return Release(_cap(values), index, True)
 
 
 def _ranked(released: np.ndarray, width: int) -> Release:
@@ -420,16 +440,19 @@ def run_pipelinedp_truncated_geometric(hist: Histogram, dk: int, eps: float, del
 
 
 def run_pipelinedp_public(kind: str, hist: Histogram, dk: int, eps: float, delta: float, runs: int,
-                          rng: np.random.Generator) -> Release:
+                          rng: np.random.Generator, *, domain: np.ndarray | None = None) -> Release:
+    """PipelineDP with public partitions: a noisy count for every key of the domain (the universe, or the keys
+    of the bool mask ``domain``); keys outside it are never released."""
     from pipeline_dp import dp_computations
 
-    dense = hist.dense().astype(float)
+    index = np.arange(hist.universe) if domain is None else np.flatnonzero(domain)
+    dense = hist.dense()[index].astype(float)
     if kind == "laplace":
         noise = rng.laplace(scale=dp_computations.compute_l1_sensitivity(dk, 1) / eps, size=(runs, dense.size))
     else:
         sigma = dp_computations.compute_sigma(eps, delta, dp_computations.compute_l2_sensitivity(dk, 1))
         noise = rng.normal(scale=sigma, size=(runs, dense.size))
-    return Release(dense[None, :] + noise, np.arange(dense.size), True)
+    return Release(dense[None, :] + noise, index, True)
 
 
 # --------------------------------------------------------------------------------------------------

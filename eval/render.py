@@ -215,7 +215,7 @@ read from the CSVs in this directory; do not edit by hand — rerun the command.
         _section_figures(out, rows, names),
     ]
     sections += [render_more.section_continual(out), render_more.section_seeds(out),
-                 render_peers.section_peers(out)]
+                 render_peers.section_peers(out), render_peers.section_partial_domain(out)]
     path = out / "README.md"
     path.write_text("\n".join(sections), encoding="utf-8")
     return path

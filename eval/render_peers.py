@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from eval import analysis
+from eval.partial_domain import DOMAIN_FRACTION, threshold_peer_rows
 from eval.peers import GOAL_EXCLUDED, PeerGrid, opendp_laplace_delta_audit, peers_available
+
+PUBLIC_SHARE = f"{DOMAIN_FRACTION:.0%}"
 
 LABELS = {
     "sdp_histogram": "stream-dp histogram (discrete Gaussian + threshold)",
@@ -28,6 +31,11 @@ LABELS = {
     "pipelinedp_public_gaussian": "PipelineDP public partitions, Gaussian",
     "counterfactual_histogram_gaussian_profile": "(counterfactual) histogram, σ by the exact Gaussian profile",
     "counterfactual_histogram_domain_gaussian_profile": "(counterfactual) histogram, public domain, exact Gaussian profile",
+    "sdp_histogram_exact_partial": "stream-dp histogram, exact-profile calibration, partial domain + threshold",
+    "sdp_histogram_laplace_partial": "stream-dp histogram, Laplace noise, partial domain + threshold",
+    "sdp_known_domain_partial": "stream-dp known-domain top-k with discovery (LDT outside, Gumbel on domain ∪ found)",
+    "pipelinedp_public_gaussian_partial": "PipelineDP public partitions = the partial domain, Gaussian",
+    "pipelinedp_public_laplace_partial": "PipelineDP public partitions = the partial domain, Laplace",
 }
 
 
@@ -55,14 +63,15 @@ def headline(rows: Sequence[dict[str, Any]], dataset: str, known: bool, *, eps: 
                    for r in sel])
 
 
-def verdict_table(verdicts: Sequence[dict[str, Any]]) -> str:
-    """Per Δ, known-domain setting and peer: cells where the best stream-dp type wins / ties / loses."""
+def verdict_table(verdicts: Sequence[dict[str, Any]], *, domain: str | None = None) -> str:
+    """Per Δ, known-domain setting and peer: cells where the best stream-dp type wins / ties / loses
+    (``domain``: what the "known domain" column says for every row, e.g. "partial")."""
     keys = sorted({(v["delta_keys"], v["known_domain"], v["peer"]) for v in verdicts}, key=str)
     out = []
     for dk, known, peer in sorted(keys, key=lambda t: (t[0], str(t[1]), t[2])):
         group = [v for v in verdicts if (v["delta_keys"], v["known_domain"], v["peer"]) == (dk, known, peer)]
         counts = {w: sum(v["verdict"] == w for v in group) for w in ("win", "same", "lose")}
-        out.append([dk, "yes" if known else "no", LABELS.get(peer, peer), counts["win"], counts["same"],
+        out.append([dk, domain or ("yes" if known else "no"), LABELS.get(peer, peer), counts["win"], counts["same"],
                     counts["lose"], len(group)])
     return _table(("Δ", "known domain", "peer", "stream-dp better", "same (95 % CI)", "stream-dp worse", "cells"),
                   out)
@@ -212,10 +221,58 @@ count-1 key is kept with probability ≈ 0.059); its row is not corrected here.
     return "\n".join(parts)
 
 
+def partial_domain_summary(verdicts: Sequence[dict[str, Any]]) -> list[str]:
+    """How the best stream-dp type fares in the partial-domain cells, against every peer counted."""
+    verdicts = counted(verdicts)
+    cells = {_cell(v) for v in verdicts}
+    losing = {_cell(v) for v in verdicts if v["verdict"] == "lose"}
+    big = {c for c in cells if c[1] >= 5}
+    strictly = {c for c in big if all(v["verdict"] == "win" for v in verdicts if _cell(v) == c)}
+    return [f"- Partial domain ({PUBLIC_SHARE} of the keys public): the best stream-dp type is at least as "
+            f"good as every peer in {len(cells) - len(losing)} of {len(cells)} cells and strictly better than "
+            f"every peer in {len(strictly)} of the {len(big)} cells with Δ ≥ 5 (cells outside the issue's grid)."]
+
+
+def section_partial_domain(out: Path) -> str:
+    """Experiment 4b (eval/partial_domain.py), from peers_partial_domain*.csv and peers.csv."""
+    if not (out / "peers_partial_domain.csv").is_file():
+        return "## 4b. A partial catalogue\n\nNot run (no peers_partial_domain.csv in this directory).\n"
+    partial = analysis.read_csv(out / "peers_partial_domain.csv")
+    peer_rows = analysis.read_csv(out / "peers.csv") if (out / "peers.csv").is_file() else []
+    rows = [*partial, *threshold_peer_rows(peer_rows)]
+    path = out / "peers_partial_domain_verdicts.csv"
+    verdicts = analysis.read_csv(path) if path.is_file() else []
+    parts = [f"""## 4b. A partial catalogue: {PUBLIC_SHARE} of the keys public
+
+Section 4's known domain is the whole universe, the case most favourable to public partitions. A trending
+dashboard more often knows *part* of the domain — a catalogue without the newest keys, yesterday's trending
+keys. Here the public domain is a random {PUBLIC_SHARE} of each dataset's universe, drawn from the seed and the
+dataset's name, never from the counts (`eval/partial_domain.py`). stream-dp releases the histogram with that
+domain (domain keys always, with their noisy counts; keys outside it at or above τ — the same calibration and
+cost as without a domain) or runs known-domain top-k with discovery (`discovery_share` = 0.2); PipelineDP's
+public partitions can only release domain keys; the thresholding peers ignore a domain, so their rows are
+section 4's no-domain rows (same data, same runs). Same bounded histograms, same (ε_w, δ_w = 1e-6). These cells
+are **not** part of the issue's 96-cell grid and do not enter its goal's counts.
+"""]
+    if verdicts:
+        parts.append("### Summary\n\n" + "\n".join(partial_domain_summary(verdicts)) + "\n")
+    for dataset in sorted({r["dataset"] for r in partial}):
+        parts.append(f"### Headline: {dataset}, ε_w = 1, Δ = 5, k = 10, partial domain\n\n"
+                     f"{headline(rows, dataset, True)}\n")
+    if verdicts:
+        parts.append("### Best stream-dp type vs each peer, per Δ (recall@k; partial domain)\n\n"
+                     + verdict_table(verdicts, domain=f"partial ({PUBLIC_SHARE})") + "\n")
+    return "\n".join(parts)
+
+
 def findings(out: Path) -> list[str]:
-    """Generated bullets of experiment 4 for the report's findings."""
+    """Generated bullets of experiments 4 and 4b for the report's findings."""
     if not (out / "peers.csv").is_file():
         return []
     rows = analysis.read_csv(out / "peers.csv")
     verdicts = analysis.read_csv(out / "peers_verdicts.csv") if (out / "peers_verdicts.csv").is_file() else []
-    return [line.replace("- ", "- **vs OpenDP / PipelineDP**: ", 1) for line in goals(rows, verdicts)]
+    lines = goals(rows, verdicts)
+    partial = out / "peers_partial_domain_verdicts.csv"
+    if partial.is_file():
+        lines += partial_domain_summary(analysis.read_csv(partial))
+    return [line.replace("- ", "- **vs OpenDP / PipelineDP**: ", 1) for line in lines]

@@ -23,6 +23,7 @@ from eval import analysis, seeds
 from eval.calibration import calibrate
 from eval.data import Stream, bounded_histogram, load_movielens, zipf_stream
 from eval.render import render_report
+from eval.partial_domain import partial_domain_verdicts, run_partial_domain_experiment
 from eval.peers import PeerGrid, cell_verdicts, peers_available, run_peer_experiment
 from eval.topk import Grid, run_topk_experiment
 
@@ -224,6 +225,13 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
     analysis.write_csv(out / "peers.csv", peer_rows)
     analysis.write_csv(out / "peers_verdicts.csv", cell_verdicts(peer_rows))
     timings["peers"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    partial_rows = run_partial_domain_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed,
+                                                 peers=peers_available())
+    analysis.write_csv(out / "peers_partial_domain.csv", partial_rows)
+    analysis.write_csv(out / "peers_partial_domain_verdicts.csv", partial_domain_verdicts(partial_rows, peer_rows))
+    timings["peers_partial_domain"] = time.perf_counter() - t
 
     t = time.perf_counter()
     for name, seed_rows in run_seed_experiments(scale, movielens, seed=seed).items():

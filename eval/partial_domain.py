@@ -1,0 +1,143 @@
+"""Experiment 4b: a partial catalogue -- the public domain lists only part of the keys.
+
+Experiment 4's "known domain" is the whole universe, the case most favourable to public partitions. A trending
+dashboard more often knows *part* of the domain (a catalogue that misses new keys, yesterday's trending
+keys), which is what ``releases.histogram.domain`` and ``releases.topk.domain`` with discovery are for. Here
+the public domain is a random fraction (:data:`DOMAIN_FRACTION`) of the universe, drawn from a seed per
+dataset and never from the data, so it is a valid public input. Same bounded histograms, same (ε_w, δ_w) per
+window and the same runs as experiment 4.
+
+stream-dp:
+
+- ``sdp_histogram_exact_partial`` / ``sdp_histogram_laplace_partial``: the histogram release with that
+  domain (:func:`eval.peers.sdp_histogram`): every domain key released with its noisy count, a key outside the
+  domain only at or above τ -- the same calibration and cost as without a domain (docs/privacy.md §8);
+- ``sdp_known_domain_partial``: known-domain top-k with discovery
+  (:func:`stream_dp.mechanisms.known_domain.known_domain_topk`, production's ``discovery_share`` = 0.2 and
+  k̄ = 2k): limited-domain top-k discovers keys outside the domain, Gumbel top-k tracks domain ∪ discovered.
+  Its per-outcome ε is the largest whose worst case (:meth:`KnownDomainTopk.privacy_map`, what the ledger
+  reserves) is (ε_w, δ_w)-DP by :func:`eval.calibration.window_epsilon`, with the ⊥ rule's δ = δ_w/2.
+
+Peers:
+
+- ``pipelinedp_public_gaussian_partial`` / ``_laplace_partial``: PipelineDP with public partitions = the
+  domain (:func:`eval.peers.run_pipelinedp_public`): keys outside it are never released;
+- the thresholding peers (OpenDP, PipelineDP's partition selection) do not use a domain: their rows are
+  experiment 4's no-domain rows (same data, same runs), compared here as they are.
+
+These cells are not part of the issue's 96-cell grid; the report shows them separately.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from stream_dp.mechanisms.known_domain import KnownDomainTopk, domain_split
+
+from eval.calibration import largest_parameter, window_epsilon
+from eval.data import Histogram, Stream, bounded_histogram
+from eval.peers import (PeerGrid, Release, _ranked, _rows, _timed, cell_verdicts, run_pipelinedp_public,
+                        sdp_histogram, sdp_histogram_laplace)
+from eval.topk import cell_rng
+
+DOMAIN_FRACTION = 0.5
+DISCOVERY_SHARE = 0.2  # releases.topk.discovery_share default
+THRESHOLD_PEERS = ("opendp_laplace_threshold", "opendp_laplace_threshold_true_delta", "opendp_gaussian_threshold",
+                   "pipelinedp_truncated_geometric", "pipelinedp_laplace_thresholding",
+                   "pipelinedp_gaussian_thresholding")
+DOMAIN_LABEL = "partial"
+
+
+def partial_domain(universe: int, *, seed: int, dataset: str, fraction: float = DOMAIN_FRACTION) -> np.ndarray:
+    """The public domain of ``dataset``: a bool mask over its universe with each key in it independently with
+    probability ``fraction`` -- a function of the seed and the dataset's name only, never of its counts."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"the domain fraction must be in (0, 1), got {fraction!r}")
+    return cell_rng(seed, "partial-domain", dataset).random(universe) < fraction
+
+
+def discover_then_track(k: int, eps: float, delta: float, dk: int) -> KnownDomainTopk:
+    """Known-domain top-k with discovery at window guarantee (ε_w, δ_w): production's split of the per-outcome
+    ε (:func:`domain_split`), the largest ε whose reserved worst case is (ε_w, δ_w)-DP."""
+
+    def measurement(epsilon: float) -> KnownDomainTopk:
+        track, discover = domain_split(epsilon=epsilon, discovery_share=DISCOVERY_SHARE)
+        return KnownDomainTopk(k=k, k_bar=2 * k, track_epsilon=track, discover_epsilon=discover, delta=delta / 2,
+                               max_keys_per_user=dk)
+
+    return measurement(largest_parameter(lambda e: window_epsilon(measurement(e).privacy_map(), delta), eps))
+
+
+def run_discover_then_track(hist: Histogram, domain: np.ndarray, measurement: KnownDomainTopk, runs: int,
+                            rng: np.random.Generator) -> np.ndarray:
+    """``runs`` calls of the production mechanism: released key ids (runs, k), best first, −1 padded."""
+    dense = hist.dense()
+    domain_counts = {int(key): int(dense[key]) for key in np.flatnonzero(domain)}
+    outside = {int(key): int(c) for key, c in zip(hist.keys, hist.counts) if not domain[key]}
+    out = -np.ones((runs, measurement.k), dtype=np.int64)
+    for r in range(runs):
+        keys = measurement(domain_counts, outside, rng=rng).keys
+        out[r, :len(keys)] = keys
+    return out
+
+
+def run_partial_domain_experiment(datasets: Iterable[Stream], grid: PeerGrid, *, seed: int = 20261129,
+                                  peers: bool = True) -> list[dict[str, Any]]:
+    """Rows of the stream-dp methods and PipelineDP's public partitions with the partial domain, per dataset ×
+    Δ × ε_w × k (``known_domain`` True, ``domain`` = "partial")."""
+    rows: list[dict[str, Any]] = []
+    for stream in datasets:
+        domain = partial_domain(stream.universe, seed=seed, dataset=stream.name)
+        for dk in grid.deltas_keys:
+            hist = bounded_histogram(stream, dk)
+            for eps in grid.epsilons:
+                rows += _cell(stream.name, hist, domain, dk, eps, grid, seed, peers)
+    for row in rows:
+        row["domain"] = DOMAIN_LABEL
+        row["domain_fraction"] = DOMAIN_FRACTION
+    return rows
+
+
+def _cell(name: str, hist: Histogram, domain: np.ndarray, dk: int, eps: float, grid: PeerGrid, seed: int,
+          peers: bool) -> list[dict[str, Any]]:
+    delta, runs, ks = grid.delta_w, grid.runs, grid.ks
+
+    def rng(*tag: Any) -> np.random.Generator:
+        return cell_rng(seed, "peers-partial", name, dk, eps, *tag)
+
+    released: dict[str, tuple[Release, float]] = {
+        "sdp_histogram_exact_partial": _timed(lambda: sdp_histogram(hist, dk, eps, delta, runs, rng("hist-exact"),
+                                                                    domain=domain, exact=True)),
+        "sdp_histogram_laplace_partial": _timed(lambda: sdp_histogram_laplace(hist, dk, eps, delta, runs,
+                                                                              rng("hist-lap"), domain=domain))}
+    if peers:
+        for kind in ("gaussian", "laplace"):
+            released[f"pipelinedp_public_{kind}_partial"] = _timed(
+                lambda kind=kind: run_pipelinedp_public(kind, hist, dk, eps, delta, runs, rng("public", kind),
+                                                        domain=domain))
+    rows: list[dict[str, Any]] = []
+    for method, (rel, sec) in released.items():
+        rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
+    for k in ks:
+        t = time.perf_counter()
+        keys = run_discover_then_track(hist, domain, discover_then_track(k, eps, delta, dk), runs, rng("dtt", k))
+        rows += _rows(name, dk, eps, delta, True, "sdp_known_domain_partial", _ranked(keys, k), hist, [k],
+                      time.perf_counter() - t)
+    return rows
+
+
+def threshold_peer_rows(peer_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Experiment 4's no-domain rows of the peers that ignore a domain, as rows of the partial-domain cells."""
+    return [{**r, "known_domain": True, "domain": DOMAIN_LABEL, "domain_fraction": DOMAIN_FRACTION}
+            for r in peer_rows if r["method"] in THRESHOLD_PEERS and r["known_domain"] is False]
+
+
+def partial_domain_verdicts(partial_rows: Sequence[dict[str, Any]], peer_rows: Sequence[dict[str, Any]]
+                            ) -> list[dict[str, Any]]:
+    """:func:`eval.peers.cell_verdicts` of the partial-domain cells: the best stream-dp method there against
+    PipelineDP's public partitions on the same domain and against every thresholding peer."""
+    return cell_verdicts([*partial_rows, *threshold_peer_rows(peer_rows)])
