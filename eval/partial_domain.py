@@ -23,7 +23,8 @@ Peers:
 - ``pipelinedp_public_gaussian_partial`` / ``_laplace_partial``: PipelineDP with public partitions = the
   domain (:func:`eval.peers.run_pipelinedp_public`): keys outside it are never released;
 - the thresholding peers (OpenDP, PipelineDP's partition selection) do not use a domain: their rows are
-  experiment 4's no-domain rows (same data, same runs), compared here as they are.
+  experiment 4's no-domain rows (same data, same runs), compared here as they are. So are stream-dp's
+  no-domain types: a deployment with a partial domain may also leave it unused.
 
 These cells are not part of the issue's 96-cell grid; the report shows them separately.
 """
@@ -46,9 +47,6 @@ from eval.topk import cell_rng
 
 DOMAIN_FRACTION = 0.5
 DISCOVERY_SHARE = 0.2  # releases.topk.discovery_share default
-THRESHOLD_PEERS = ("opendp_laplace_threshold", "opendp_laplace_threshold_true_delta", "opendp_gaussian_threshold",
-                   "pipelinedp_truncated_geometric", "pipelinedp_laplace_thresholding",
-                   "pipelinedp_gaussian_thresholding")
 DOMAIN_LABEL = "partial"
 
 
@@ -130,14 +128,16 @@ def _cell(name: str, hist: Histogram, domain: np.ndarray, dk: int, eps: float, g
     return rows
 
 
-def threshold_peer_rows(peer_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Experiment 4's no-domain rows of the peers that ignore a domain, as rows of the partial-domain cells."""
+def domainless_rows(peer_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Experiment 4's no-domain rows (stream-dp's types and the thresholding peers), as rows of the
+    partial-domain cells: a method that ignores the domain runs the same with it, on the same data and runs."""
     return [{**r, "known_domain": True, "domain": DOMAIN_LABEL, "domain_fraction": DOMAIN_FRACTION}
-            for r in peer_rows if r["method"] in THRESHOLD_PEERS and r["known_domain"] is False]
+            for r in peer_rows if r["known_domain"] is False]
 
 
 def partial_domain_verdicts(partial_rows: Sequence[dict[str, Any]], peer_rows: Sequence[dict[str, Any]]
                             ) -> list[dict[str, Any]]:
-    """:func:`eval.peers.cell_verdicts` of the partial-domain cells: the best stream-dp method there against
-    PipelineDP's public partitions on the same domain and against every thresholding peer."""
-    return cell_verdicts([*partial_rows, *threshold_peer_rows(peer_rows)])
+    """:func:`eval.peers.cell_verdicts` of the partial-domain cells: the best stream-dp type there (with the
+    domain or ignoring it) against PipelineDP's public partitions on the same domain and every thresholding
+    peer."""
+    return cell_verdicts([*partial_rows, *domainless_rows(peer_rows)])

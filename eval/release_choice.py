@@ -1,9 +1,10 @@
 """Regenerate the planner's release-type table from the evaluation: ``python -m eval.release_choice``.
 
-Reads docs/evaluation/peers.csv (experiment 4) and meta.json (users per dataset) and rewrites
-stream_dp/release/release_choice_table.py: per evaluated cell (dataset, Δ, ε_w, k, known domain) the stream-dp
-method with the highest recall@k, and the best peer's (OpenDP / PipelineDP) recall for comparison. The rule
-that reads it is :func:`stream_dp.release.release_choice.recommend`.
+Reads docs/evaluation/peers.csv (experiment 4), peers_partial_domain.csv (experiment 4b) and meta.json (users
+per dataset) and rewrites stream_dp/release/release_choice_table.py: per evaluated cell (dataset, Δ, ε_w, k,
+domain: none, complete -- the whole universe public -- or partial) the stream-dp method with the highest
+recall@k, and the best peer's (OpenDP / PipelineDP) recall for comparison. The rule that reads it is
+:func:`stream_dp.release.release_choice.recommend`.
 """
 
 from __future__ import annotations
@@ -15,23 +16,35 @@ from pathlib import Path
 from typing import Any
 
 from eval.analysis import read_csv
+from eval.partial_domain import domainless_rows
 from eval.peers import GOAL_EXCLUDED
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE_MODULE = ROOT / "stream_dp" / "release" / "release_choice_table.py"
 EVALUATION = ROOT / "docs" / "evaluation"
 SDP_TYPES = ("sdp_histogram", "sdp_histogram_laplace", "sdp_histogram_domain", "sdp_histogram_laplace_domain",
-             "sdp_histogram_exact", "sdp_histogram_exact_domain", "sdp_known_domain", "sdp_ldt")
+             "sdp_histogram_exact", "sdp_histogram_exact_domain", "sdp_known_domain", "sdp_ldt",
+             "sdp_histogram_exact_partial", "sdp_histogram_laplace_partial", "sdp_known_domain_partial")
+
+
+DOMAIN_ORDER = ("none", "complete", "partial")
+
+
+def _domain(row: dict[str, Any]) -> str:
+    if row.get("domain") == "partial":
+        return "partial"
+    return "complete" if row["known_domain"] else "none"
 
 
 def evaluated_cells(rows: Sequence[dict[str, Any]], users: dict[str, int]) -> list[dict[str, Any]]:
-    """One entry per cell of ``rows`` (peers.csv): the best stream-dp type and the best peer by recall@k (peers
-    at their true δ only)."""
+    """One entry per cell of ``rows`` (peers.csv, and the partial-domain rows with their thresholding peers): the
+    best stream-dp type and the best peer by recall@k (peers at their true δ only)."""
     cells: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
-        cells.setdefault((r["dataset"], r["delta_keys"], r["epsilon_w"], r["k"], r["known_domain"]), []).append(r)
+        cells.setdefault((r["dataset"], r["delta_keys"], r["epsilon_w"], r["k"], r["known_domain"], _domain(r)),
+                         []).append(r)
     out = []
-    for (dataset, dk, eps, k, known), group in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    for (dataset, dk, eps, k, known, domain), group in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
         ours = [r for r in group if r["method"] in SDP_TYPES]
         # the peers at the common (ε_w, δ_w): not the rows whose library map under-states δ (eval.peers.GOAL_EXCLUDED)
         peers = [r for r in group if r["family"] in ("opendp", "pipelinedp") and r["method"] not in GOAL_EXCLUDED]
@@ -40,7 +53,7 @@ def evaluated_cells(rows: Sequence[dict[str, Any]], users: dict[str, int]) -> li
         best = max(ours, key=lambda r: (r["recall_mean"], -SDP_TYPES.index(r["method"])))
         peer = max(peers, key=lambda r: r["recall_mean"]) if peers else None
         out.append({"dataset": dataset, "users": int(users[dataset]), "delta_keys": int(dk), "epsilon_w": float(eps),
-                    "k": int(k), "known_domain": bool(known), "best_method": best["method"],
+                    "k": int(k), "known_domain": bool(known), "domain": domain, "best_method": best["method"],
                     "best_recall": round(float(best["recall_mean"]), 4),
                     "best_peer": peer["method"] if peer else "",
                     "best_peer_recall": round(float(peer["recall_mean"]), 4) if peer else None})
@@ -50,7 +63,11 @@ def evaluated_cells(rows: Sequence[dict[str, Any]], users: dict[str, int]) -> li
 def cells_from(evaluation: Path = EVALUATION) -> list[dict[str, Any]]:
     meta = json.loads((evaluation / "meta.json").read_text(encoding="utf-8"))
     users = {d["name"]: d["users"] for d in meta["datasets"]}
-    return evaluated_cells(read_csv(evaluation / "peers.csv"), users)
+    rows = read_csv(evaluation / "peers.csv")
+    partial = evaluation / "peers_partial_domain.csv"
+    if partial.is_file():
+        rows += read_csv(partial) + domainless_rows(rows)
+    return evaluated_cells(rows, users)
 
 
 def module_text(cells: list[dict[str, Any]], source: str) -> str:
@@ -62,17 +79,17 @@ def module_text(cells: list[dict[str, Any]], source: str) -> str:
 
 
 def summary_markdown(cells: Sequence[dict[str, Any]]) -> str:
-    """The README's short form of the table: per (users, domain known, Δ), the best type in each (ε_w, k)
+    """The README's short form of the table: per (users, public domain, Δ), the best type in each (ε_w, k)
     cell, and its recall@k against the best peer's."""
     from stream_dp.release.release_choice import METHODS
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for c in cells:
-        groups.setdefault((c["users"], c["known_domain"], c["delta_keys"]), []).append(c)
+        groups.setdefault((c["users"], DOMAIN_ORDER.index(c["domain"]), c["delta_keys"]), []).append(c)
     lines = ["| users per window | public domain | Δ | best stream-dp type (cells of the 8 (ε_w, k) it is best in) "
              "| its mean recall@k minus the best peer's |",
              "|---|---|---|---|---|"]
-    for (users, known, dk), group in sorted(groups.items()):
+    for (users, domain, dk), group in sorted(groups.items()):
         kinds: dict[str, int] = {}
         for c in group:
             kinds[METHODS[c["best_method"]][0]] = kinds.get(METHODS[c["best_method"]][0], 0) + 1
@@ -80,7 +97,7 @@ def summary_markdown(cells: Sequence[dict[str, Any]]) -> str:
         ahead = sum(c["best_peer_recall"] is None or c["best_recall"] >= c["best_peer_recall"] for c in group)
         gap = min((c["best_recall"] - c["best_peer_recall"] for c in group if c["best_peer_recall"] is not None),
                   default=0.0)
-        lines.append(f"| {users:,} | {'yes' if known else 'no'} | {dk} | {best} | "
+        lines.append(f"| {users:,} | {DOMAIN_ORDER[domain]} | {dk} | {best} | "
                      f"≥ 0 in {ahead}/{len(group)} cells, lowest {gap:+.2f} |")
     return "\n".join(lines)
 

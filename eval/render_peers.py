@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from eval import analysis
-from eval.partial_domain import DOMAIN_FRACTION, threshold_peer_rows
+from eval.partial_domain import DOMAIN_FRACTION, domainless_rows
 from eval.peers import GOAL_EXCLUDED, PeerGrid, opendp_laplace_delta_audit, peers_available
 
 PUBLIC_SHARE = f"{DOMAIN_FRACTION:.0%}"
@@ -239,7 +239,7 @@ def section_partial_domain(out: Path) -> str:
         return "## 4b. A partial catalogue\n\nNot run (no peers_partial_domain.csv in this directory).\n"
     partial = analysis.read_csv(out / "peers_partial_domain.csv")
     peer_rows = analysis.read_csv(out / "peers.csv") if (out / "peers.csv").is_file() else []
-    rows = [*partial, *threshold_peer_rows(peer_rows)]
+    rows = [*partial, *domainless_rows(peer_rows)]
     path = out / "peers_partial_domain_verdicts.csv"
     verdicts = analysis.read_csv(path) if path.is_file() else []
     parts = [f"""## 4b. A partial catalogue: {PUBLIC_SHARE} of the keys public

@@ -107,7 +107,8 @@ class BudgetPlan:
         assert self.period_cap is not None
         eps = epsilon_w if epsilon_w is not None else self.choice["epsilon_w"]
         rec = recommend(max_keys_per_user=self.choice["max_keys_per_user"], k=self.choice["k"], epsilon_w=eps,
-                        known_domain=self.choice["known_domain"], expected_users=expected_users)
+                        known_domain=self.choice["known_domain"], complete_domain=self.choice["complete_domain"],
+                        expected_users=expected_users)
         return {"inputs": {**self.choice, "epsilon_w": eps, "expected_users": expected_users}, **rec.to_dict()}
 
     def summary(self, *, expected_users: float | None = None, epsilon_w: float | None = None) -> dict[str, Any]:
@@ -172,7 +173,9 @@ def plan_for(cfg: Config) -> BudgetPlan:
 
 def _choice_inputs(cfg: Config, per_window: dict[str, tuple[DpEvent, ...]]) -> dict[str, Any] | None:
     """Δ, k, domain and the heavy-hitter release's ε per window (the larger of topk's and histogram's worst
-    case, by the ledger's conversion) -- the inputs of :meth:`BudgetPlan.recommendation`."""
+    case, by the ledger's conversion) -- the inputs of :meth:`BudgetPlan.recommendation`. The domain counts as
+    complete only when the config says so: a topk domain with ``discovery_share = 0`` (no key outside it is
+    looked for); any other domain (the histogram always thresholds keys outside its domain) as partial."""
     heavy = [t for t in ("topk", "histogram") if t in per_window]
     if not heavy:
         return None
@@ -180,6 +183,7 @@ def _choice_inputs(cfg: Config, per_window: dict[str, tuple[DpEvent, ...]]) -> d
     r = cfg.releases
     return {"max_keys_per_user": cfg.contribution.max_keys_per_user, "k": r.topk.k,
             "known_domain": bool(r.topk.has_domain or r.histogram.domain or r.histogram.domain_file),
+            "complete_domain": bool(r.topk.has_domain and r.topk.discovery_share == 0),
             "epsilon_w": max(reported_epsilon(compose(per_window[t]), dp) for t in heavy)}
 
 
@@ -242,9 +246,17 @@ def render(summary: dict[str, Any]) -> str:
         i, c = rec["inputs"], rec["cell"]
         peer = (f"; best peer there: {rec['best_peer']} {rec['best_peer_recall']:.2f}" if rec["best_peer"] else "")
         lines += ["", f"release type for Δ = {i['max_keys_per_user']}, k = {i['k']}, ε_w = {i['epsilon_w']:.3g}, "
-                  f"~{i['expected_users']:g} users per window, {'a' if i['known_domain'] else 'no'} public domain: "
+                  f"~{i['expected_users']:g} users per window, {_domain_words(i)}: "
                   f"{rec['release_type']} ({rec['configure']})",
                   f"  from the evaluation's nearest cell ({c['dataset']}: {c['users']} users, Δ = {c['delta_keys']}, "
                   f"ε_w = {c['epsilon_w']:g}, k = {c['k']}): recall@{c['k']} {rec['recall']:.2f}{peer} "
                   "(docs/evaluation; README \"Choosing a release type\")"]
     return "\n".join(lines)
+
+
+def _domain_words(inputs: dict[str, Any]) -> str:
+    if not inputs["known_domain"]:
+        return "no public domain"
+    if inputs["complete_domain"]:
+        return "a complete public domain (topk discovery_share = 0)"
+    return "a partial public domain (keys outside it are discovered)"

@@ -3,8 +3,8 @@
 The rule (README, "Choosing a release type"): take the cell of the evaluation grid (docs/evaluation, experiment
 4: the same bounded window released by every stream-dp type and by OpenDP and PipelineDP at equal (ε_w, δ_w))
 nearest to the deployment -- nearest in log scale on expected users per window, Δ (``max_keys_per_user``),
-ε_w and k, exactly on "a public domain is known" -- and recommend the stream-dp type with the highest
-recall@k there. The table below is generated from docs/evaluation/peers.csv by ``python -m eval.release_choice``
+ε_w and k, exactly on the domain: none, complete (the whole catalogue public: experiment 4's known domain) or
+partial (half of it public: experiment 4b) -- and recommend the stream-dp type with the highest recall@k there. The table below is generated from docs/evaluation/peers.csv by ``python -m eval.release_choice``
 (tests/unit/test_release_choice.py checks that it still matches the committed CSV), so it changes only when the
 evaluation is regenerated.
 
@@ -36,6 +36,15 @@ METHODS: dict[str, tuple[str, str]] = {
     "sdp_known_domain": ("topk over the domain",
                          "releases.topk.domain / domain_file (full-domain Gumbel top-k, LDT only for discovery)"),
     "sdp_ldt": ("topk", "releases.topk (limited-domain top-k), the default"),
+    "sdp_histogram_exact_partial": ("histogram, exact-profile calibration, with the domain",
+                                    'releases.histogram.calibration = "exact" with releases.histogram.domain / '
+                                    'domain_file (keys outside it need the threshold)'),
+    "sdp_histogram_laplace_partial": ("histogram, Laplace noise, with the domain",
+                                      'releases.histogram.noise = "laplace" with releases.histogram.domain / '
+                                      'domain_file (keys outside it need the threshold)'),
+    "sdp_known_domain_partial": ("topk over the domain, with discovery",
+                                 "releases.topk.domain / domain_file with discovery_share = 0.2 (LDT discovers "
+                                 "keys outside the domain)"),
 }
 
 
@@ -44,7 +53,7 @@ class Recommendation:
     release_type: str
     configure: str
     method: str  # the evaluation's method name
-    cell: dict[str, Any]  # the evaluated cell it was read from: users, delta_keys, epsilon_w, k, known_domain
+    cell: dict[str, Any]  # the evaluated cell it was read from: users, delta_keys, epsilon_w, k, known_domain, domain
     recall: float  # recall@k of the recommended type in that cell
     best_peer: str  # "" when the peers were not run
     best_peer_recall: float | None
@@ -60,8 +69,9 @@ def _log_gap(a: float, b: float) -> float:
 
 
 def recommend(*, max_keys_per_user: int, k: int, epsilon_w: float, known_domain: bool,
-              expected_users: float) -> Recommendation:
-    """The best stream-dp release type of the nearest evaluated cell (module docstring).
+              expected_users: float, complete_domain: bool = True) -> Recommendation:
+    """The best stream-dp release type of the nearest evaluated cell (module docstring). With a known domain,
+    ``complete_domain`` says whether it lists every key that can occur (else the partial-domain cells are read).
 
     >>> r = recommend(max_keys_per_user=5, k=10, epsilon_w=1.0, known_domain=True, expected_users=600)
     >>> r.cell["users"], r.cell["delta_keys"], r.cell["epsilon_w"], r.cell["k"]
@@ -72,10 +82,11 @@ def recommend(*, max_keys_per_user: int, k: int, epsilon_w: float, known_domain:
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                 and value > 0):
             raise ValueError(f"{name} must be a number > 0, got {value!r}")
-    cells = [c for c in EVALUATED_CELLS if c["known_domain"] == bool(known_domain)]
+    domain = ("complete" if complete_domain else "partial") if known_domain else "none"
+    cells = [c for c in EVALUATED_CELLS if c["domain"] == domain]
     cell = min(cells, key=lambda c: (_log_gap(c["users"], expected_users), _log_gap(c["delta_keys"], max_keys_per_user),
                                      _log_gap(c["epsilon_w"], epsilon_w), _log_gap(c["k"], k)))
     release_type, configure = METHODS[cell["best_method"]]
-    where = {key: cell[key] for key in ("dataset", "users", "delta_keys", "epsilon_w", "k", "known_domain")}
+    where = {key: cell[key] for key in ("dataset", "users", "delta_keys", "epsilon_w", "k", "known_domain", "domain")}
     return Recommendation(release_type, configure, cell["best_method"], where, cell["best_recall"],
                           cell["best_peer"], cell["best_peer_recall"])

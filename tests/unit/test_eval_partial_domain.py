@@ -92,10 +92,15 @@ def test_the_experiment_runs_without_the_peer_libraries_and_its_verdicts_use_the
     assert all(r["known_domain"] is True and r["domain"] == "partial" and 0 <= r["recall_mean"] <= 1 for r in rows)
     best = max(r["recall_mean"] for r in rows)
     peer = {**rows[0], "method": "pipelinedp_gaussian_thresholding", "family": "pipelinedp", "known_domain": False,
-            "recall_mean": best + 0.5, "recall_ci95": 0.01}
+            "recall_mean": min(best + 0.5, 1.0), "recall_ci95": 0.0}
     ignored = {**peer, "method": "pipelinedp_public_gaussian", "known_domain": True, "recall_mean": 1.0}
     verdicts = partial_domain.partial_domain_verdicts(rows, [peer, ignored])
-    assert [(v["peer"], v["verdict"]) for v in verdicts] == [("pipelinedp_gaussian_thresholding", "lose")]
+    assert [(v["peer"], v["best_sdp"], v["verdict"]) for v in verdicts] == [
+        ("pipelinedp_gaussian_thresholding", max(rows, key=lambda r: r["recall_mean"])["method"], "lose")]
+    # stream-dp's no-domain types count too: a deployment may leave its partial domain unused
+    own = {**peer, "method": "sdp_histogram", "family": "stream-dp", "recall_mean": 1.0}
+    (verdict,) = partial_domain.partial_domain_verdicts(rows, [peer, own])
+    assert (verdict["best_sdp"], verdict["verdict"]) == ("sdp_histogram", "same")
 
 
 def test_pipelinedp_public_partitions_release_domain_keys_only(hist) -> None:
