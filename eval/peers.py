@@ -628,3 +628,31 @@ def cell_verdicts(rows: Sequence[dict[str, Any]], metric: str = "recall") -> lis
                         "peer_mean": peer[f"{metric}_mean"], "peer_ci95": peer[f"{metric}_ci95"],
                         "verdict": verdict, "counts_for_goal": peer["method"] not in GOAL_EXCLUDED})
     return out
+
+
+def same_mechanism(best_sdp: str, peer: str, dk: int, eps: float, delta: float) -> str | None:
+    """What both rows run, when the best stream-dp method and ``peer`` draw from the same noise law with the same
+    parameters at (Δ, ε_w, δ_w) -- a verdict between them is then a Monte-Carlo draw, not a difference of
+    mechanisms (stream-dp's runs are seeded, the peer libraries' noise is not) -- else None. The parameters are
+    recomputed from both calibrations, not assumed."""
+    if best_sdp == "sdp_histogram_laplace" and peer == "opendp_laplace_threshold_true_delta":
+        ours = calibrate_laplace_histogram(epsilon=eps, threshold_delta=delta, max_keys_per_user=dk)
+        scale, threshold = opendp_laplace_true_threshold(dk, eps, delta)
+        if math.isclose(float(ours.scale), scale, rel_tol=1e-6) and ours.threshold == threshold:
+            return (f"discrete Laplace of scale {scale:.4g} and threshold {threshold} on both sides (stream-dp adds a "
+                    "boundary coin at the threshold − 1, which can only release more)")
+    if best_sdp == "sdp_histogram_laplace_domain" and peer == "pipelinedp_public_laplace":
+        from pipeline_dp import dp_computations
+
+        ours = calibrate_laplace_histogram(epsilon=eps, threshold_delta=delta, max_keys_per_user=dk)
+        theirs = dp_computations.compute_l1_sensitivity(dk, 1) / eps
+        if math.isclose(float(ours.scale), theirs, rel_tol=1e-3):
+            return f"Laplace of scale {theirs:.4g} on every domain key (discrete for stream-dp, continuous for PipelineDP)"
+    if best_sdp == "sdp_histogram_exact_domain" and peer == "pipelinedp_public_gaussian":
+        from pipeline_dp import dp_computations
+
+        ours = math.sqrt(float(sdp_histogram_calibration(eps, delta, dk, exact=True).sigma2))
+        theirs = dp_computations.compute_sigma(eps, delta, dp_computations.compute_l2_sensitivity(dk, 1))
+        if math.isclose(ours, theirs, rel_tol=1e-3):
+            return f"Gaussian of σ {theirs:.4g} on every domain key (discrete for stream-dp, continuous for PipelineDP)"
+    return None
