@@ -177,9 +177,14 @@ class IngestWorker:
     def step(self) -> None:
         """Poll once and hand the new batch to the applier at once (it queues behind the batch in flight),
         then finish the previous batch (dead letters, commit) while the applier works on the new one.
-        When nothing came, finish what is in flight and keep the watermark moving."""
+        When nothing came, finish what is in flight and keep the watermark moving.
+
+        While a batch is in flight the poll does not wait (it takes what is already fetched): the last batch
+        of a burst is finished -- metrics, dead letters, offsets committed -- as soon as the applier is done
+        with it, not after a poll that waited ``ingest.poll_timeout_ms`` for records that did not come."""
+        timeout_ms = 0 if self._inflight else self.cfg.ingest.poll_timeout_ms
         try:
-            records = self.consumer.poll(timeout_ms=self.cfg.ingest.poll_timeout_ms)
+            records = self.consumer.poll(timeout_ms=timeout_ms)
         except KafkaError as exc:
             self._failed("kafka", exc, [])
             return
