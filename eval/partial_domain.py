@@ -135,9 +135,16 @@ def domainless_rows(peer_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
             for r in peer_rows if r["known_domain"] is False]
 
 
+def partial_cell_rows(partial_rows: Sequence[dict[str, Any]], peer_rows: Sequence[dict[str, Any]]
+                      ) -> list[dict[str, Any]]:
+    """Every row of the partial-domain cells: this experiment's and experiment 4's no-domain rows
+    (:func:`domainless_rows`)."""
+    return [*partial_rows, *domainless_rows(peer_rows)]
+
+
 def partial_domain_verdicts(partial_rows: Sequence[dict[str, Any]], peer_rows: Sequence[dict[str, Any]]
                             ) -> list[dict[str, Any]]:
     """:func:`eval.peers.cell_verdicts` of the partial-domain cells: the best stream-dp type there (with the
     domain or ignoring it) against PipelineDP's public partitions on the same domain and every thresholding
     peer."""
-    return cell_verdicts([*partial_rows, *domainless_rows(peer_rows)])
+    return cell_verdicts(partial_cell_rows(partial_rows, peer_rows))

@@ -298,6 +298,7 @@ def opendp_laplace_scale(dk: int, eps: float) -> float:
                          .map((dk, dk, 1))[0] <= eps)
 
 
+@functools.lru_cache(maxsize=None)
 def opendp_laplace_true_threshold(dk: int, eps: float, delta: float) -> tuple[float, int]:
     """(scale, threshold) of the sound row: the scale of :func:`opendp_laplace_scale`, the smallest threshold
     whose true δ (:func:`opendp_laplace_true_delta`) is ≤ ``delta``."""

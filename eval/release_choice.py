@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.analysis import read_csv
-from eval.partial_domain import domainless_rows
+from eval.partial_domain import DOMAIN_LABEL, partial_cell_rows
 from eval.peers import GOAL_EXCLUDED
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,12 +27,12 @@ SDP_TYPES = ("sdp_histogram", "sdp_histogram_laplace", "sdp_histogram_domain", "
              "sdp_histogram_exact_partial", "sdp_histogram_laplace_partial", "sdp_known_domain_partial")
 
 
-DOMAIN_ORDER = ("none", "complete", "partial")
+DOMAIN_ORDER = ("none", "complete", DOMAIN_LABEL)
 
 
 def _domain(row: dict[str, Any]) -> str:
-    if row.get("domain") == "partial":
-        return "partial"
+    if row.get("domain") == DOMAIN_LABEL:
+        return DOMAIN_LABEL
     return "complete" if row["known_domain"] else "none"
 
 
@@ -66,7 +66,7 @@ def cells_from(evaluation: Path = EVALUATION) -> list[dict[str, Any]]:
     rows = read_csv(evaluation / "peers.csv")
     partial = evaluation / "peers_partial_domain.csv"
     if partial.is_file():
-        rows += read_csv(partial) + domainless_rows(rows)
+        rows += partial_cell_rows(read_csv(partial), rows)
     return evaluated_cells(rows, users)
 
 

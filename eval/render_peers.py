@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from eval import analysis
-from eval.partial_domain import DOMAIN_FRACTION, domainless_rows
+from eval.partial_domain import DOMAIN_FRACTION, partial_cell_rows
 from eval.peers import GOAL_EXCLUDED, PeerGrid, opendp_laplace_delta_audit, peers_available, same_mechanism
 
 PUBLIC_SHARE = f"{DOMAIN_FRACTION:.0%}"
@@ -141,16 +141,21 @@ def delta_audit_table() -> str:
                     a["sound_threshold"], f"{a['sound_true_delta']:.4g}"] for a in audit])
 
 
+def cell_counts(verdicts: Sequence[dict[str, Any]]) -> tuple[set[tuple], set[tuple], set[tuple], set[tuple]]:
+    """(cells, cells where a peer is ahead, cells with Δ ≥ 5, those of them won against every peer) of
+    ``verdicts`` -- the counts the goals are stated in."""
+    cells = {_cell(v) for v in verdicts}
+    losing = {_cell(v) for v in verdicts if v["verdict"] == "lose"}
+    big = {c for c in cells if c[1] >= 5}
+    strictly = {c for c in big if all(v["verdict"] == "win" for v in verdicts if _cell(v) == c)}
+    return cells, losing, big, strictly
+
+
 def goals(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) -> list[str]:
     """The issue's goals, checked against the CSVs (peers at their true δ only: :func:`counted`)."""
     lines = []
     verdicts = counted(verdicts)
-    cells = {(v["dataset"], v["delta_keys"], v["epsilon_w"], v["k"], v["known_domain"]) for v in verdicts}
-    losing = {(v["dataset"], v["delta_keys"], v["epsilon_w"], v["k"], v["known_domain"])
-              for v in verdicts if v["verdict"] == "lose"}
-    big = {c for c in cells if c[1] >= 5}
-    strictly = {c for c in big if all(v["verdict"] == "win" for v in verdicts
-                                      if (v["dataset"], v["delta_keys"], v["epsilon_w"], v["k"], v["known_domain"]) == c)}
+    cells, losing, big, strictly = cell_counts(verdicts)
     lines.append(f"- Best stream-dp type at least as good as every peer (recall@k within the 95 % interval or "
                  f"better): {len(cells) - len(losing)} of {len(cells)} cells"
                  f" ({'met' if not losing else 'NOT met'}).")
@@ -259,11 +264,7 @@ count-1 key is kept with probability ≈ 0.059); its row is not corrected here.
 
 def partial_domain_summary(verdicts: Sequence[dict[str, Any]]) -> list[str]:
     """How the best stream-dp type fares in the partial-domain cells, against every peer counted."""
-    verdicts = counted(verdicts)
-    cells = {_cell(v) for v in verdicts}
-    losing = {_cell(v) for v in verdicts if v["verdict"] == "lose"}
-    big = {c for c in cells if c[1] >= 5}
-    strictly = {c for c in big if all(v["verdict"] == "win" for v in verdicts if _cell(v) == c)}
+    cells, losing, big, strictly = cell_counts(counted(verdicts))
     return [f"- Partial domain ({PUBLIC_SHARE} of the keys public): the best stream-dp type is at least as "
             f"good as every peer in {len(cells) - len(losing)} of {len(cells)} cells and strictly better than "
             f"every peer in {len(strictly)} of the {len(big)} cells with Δ ≥ 5 (cells outside the issue's grid)."]
@@ -275,7 +276,7 @@ def section_partial_domain(out: Path) -> str:
         return "## 4b. A partial catalogue\n\nNot run (no peers_partial_domain.csv in this directory).\n"
     partial = analysis.read_csv(out / "peers_partial_domain.csv")
     peer_rows = analysis.read_csv(out / "peers.csv") if (out / "peers.csv").is_file() else []
-    rows = [*partial, *domainless_rows(peer_rows)]
+    rows = partial_cell_rows(partial, peer_rows)
     path = out / "peers_partial_domain_verdicts.csv"
     verdicts = analysis.read_csv(path) if path.is_file() else []
     parts = [f"""## 4b. A partial catalogue: {PUBLIC_SHARE} of the keys public

@@ -4,9 +4,10 @@ The rule (README, "Choosing a release type"): take the cell of the evaluation gr
 4: the same bounded window released by every stream-dp type and by OpenDP and PipelineDP at equal (ε_w, δ_w))
 nearest to the deployment -- nearest in log scale on expected users per window, Δ (``max_keys_per_user``),
 ε_w and k, exactly on the domain: none, complete (the whole catalogue public: experiment 4's known domain) or
-partial (half of it public: experiment 4b) -- and recommend the stream-dp type with the highest recall@k there. The table below is generated from docs/evaluation/peers.csv by ``python -m eval.release_choice``
-(tests/unit/test_release_choice.py checks that it still matches the committed CSV), so it changes only when the
-evaluation is regenerated.
+partial (half of it public: experiment 4b) -- and recommend the stream-dp type with the highest recall@k there.
+The table below is generated from docs/evaluation/peers.csv and peers_partial_domain.csv by
+``python -m eval.release_choice`` (tests/unit/test_release_choice.py checks that it still matches the committed
+CSVs), so it changes only when the evaluation is regenerated.
 
 The recommendation is advice printed by the planner; it changes nothing in the config.
 """
