@@ -166,8 +166,10 @@ def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
     return conf
 
 
-def kafka_consumer(cfg: KafkaConfig, *topics: str, **overrides: Any) -> KafkaConsumer:
-    """A consumer with manual commits and the group timings from the config."""
+def kafka_consumer(cfg: KafkaConfig, *topics: str, consumer_class: type[KafkaConsumer] = KafkaConsumer,
+                   **overrides: Any) -> KafkaConsumer:
+    """A consumer (``consumer_class``: kafka-python's or a subclass) with manual commits and the group timings
+    from the config."""
     _require_bootstrap(cfg)
     opts: dict[str, Any] = {
         **cfg.client_options(),
@@ -178,7 +180,7 @@ def kafka_consumer(cfg: KafkaConfig, *topics: str, **overrides: Any) -> KafkaCon
         "max_poll_records": cfg.max_poll_records,
     }
     opts.update(overrides)
-    return KafkaConsumer(*topics, **opts)
+    return consumer_class(*topics, **opts)
 
 
 def ensure_topics(cfg: KafkaConfig, topics: dict[str, int]) -> None:

@@ -30,6 +30,9 @@ What maps how (the guarantees of :mod:`~stream_dp.ingest.commits` are unchanged)
   the loop classifies failures the same way on both backends.
 - ``highwater``: the high-water mark of the last fetch response (``get_watermark_offsets(cached=True)``),
   as kafka-python's; the lag never costs a round trip.
+- Outages: both clients reconnect by themselves, and a poll while no broker answers just returns nothing.
+  Each backend says so through ``unreachable()`` (:meth:`ConfluentConsumer.unreachable`,
+  :meth:`KafkaPythonConsumer.unreachable`), which the loop asks after an empty poll.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from itertools import compress, islice, repeat
 from operator import is_not, ne
 from typing import Any, Protocol
 
-from kafka import TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
@@ -87,6 +90,25 @@ def records_of(consumer: Any) -> Records:
     return consumer if isinstance(consumer, ConfluentConsumer) else KafkaPythonRecords()
 
 
+# --- kafka-python -----------------------------------------------------------------------------------------
+
+class KafkaPythonConsumer(KafkaConsumer):
+    """kafka-python's consumer with the outage report the loop asks for after an empty poll."""
+
+    def unreachable(self) -> str | None:
+        """Why the brokers cannot be reached, or None: the client holds no connection to any broker
+        (``connection-count`` of its ``consumer-metrics``) right after a poll, in which it would have
+        reconnected to a broker that answers. kafka-python retries by itself and its poll returns nothing
+        meanwhile, so without this a worker reported itself up through an outage and kept telling the
+        watermark its partitions were caught up (to a stale high-water mark). None also when the client
+        keeps no metrics (``metrics_enabled=False``): nothing to tell from."""
+        metrics = self.metrics() or {}
+        count = metrics.get("consumer-metrics", {}).get("connection-count")
+        if count is None or count > 0:
+            return None
+        return "no connection to any broker of kafka.bootstrap_servers"
+
+
 # --- settings ---------------------------------------------------------------------------------------------
 
 #: Default of ``ingest.prefetch_max_kbytes``: most KiB of records librdkafka fetches ahead of the loop.
@@ -124,6 +146,13 @@ def confluent_settings(cfg: KafkaConfig, *, group_id: str, prefetch_max_kbytes: 
 
 class ConfluentError(KafkaError):
     """A confluent-kafka error, raised as a kafka-python ``KafkaError`` (the loop's "kafka" dependency)."""
+
+    retriable = True
+
+
+class BrokersUnreachable(KafkaError):
+    """The consumer reports that no broker can be reached (its ``unreachable()``): the loop's "kafka"
+    dependency is down although the poll raised nothing."""
 
     retriable = True
 
@@ -437,5 +466,5 @@ def ingest_consumer(cfg: KafkaConfig, client: str, *, prefetch_max_kbytes: int =
     if client == "kafka-python":
         from stream_dp.connections import kafka_consumer
 
-        return kafka_consumer(cfg, group_id=cfg.ingest_group_id)
+        return kafka_consumer(cfg, group_id=cfg.ingest_group_id, consumer_class=KafkaPythonConsumer)
     raise ValueError(f"ingest.kafka_client = {client!r}: expected one of {', '.join(KAFKA_CLIENTS)}")

@@ -46,7 +46,7 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
-from stream_dp.ingest.consumers import ConfluentError, records_of
+from stream_dp.ingest.consumers import BrokersUnreachable, records_of
 from stream_dp.ingest.runners import ThreadRunner
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
@@ -216,12 +216,12 @@ class IngestWorker:
         self.metrics.lag.set(sum(lags.values()))
 
     def _brokers_unreachable(self) -> bool:
-        """After an empty poll: whether the consumer knows the brokers to be unreachable
-        (:meth:`~stream_dp.ingest.consumers.ConfluentConsumer.unreachable`: confluent-kafka reports that only
-        through its error callback and returns nothing meanwhile; kafka-python's consumer has no such report).
+        """After an empty poll: whether the consumer knows the brokers to be unreachable (its ``unreachable()``,
+        :mod:`~stream_dp.ingest.consumers`: both clients retry by themselves and return nothing meanwhile).
         Then the step counts as a failed Kafka call: ``dependency_up{kafka}`` and ``up`` go to 0 and the loop
-        backs off, as when a poll raises. The first step that reaches the brokers again sets
-        ``dependency_up{kafka}`` to 1."""
+        backs off, as when a poll raises; no request goes to the applier, so no partition is reported caught
+        up to a high-water mark the client could not refresh. The first step that reaches the brokers again
+        sets ``dependency_up{kafka}`` to 1."""
         check = getattr(self.consumer, "unreachable", None)
         why = check() if check is not None else None
         if why is None:
@@ -230,7 +230,7 @@ class IngestWorker:
                 self.metrics.dependency_up.labels(dependency="kafka").set(1)
             return False
         self._kafka_down = True
-        self._failed("kafka", ConfluentError(f"all brokers down: {why}"), [])
+        self._failed("kafka", BrokersUnreachable(f"all brokers down: {why}"), [])
         return True
 
     def _abandon(self, polled: "_Batch | None") -> list["_Batch"]:

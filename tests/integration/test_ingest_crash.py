@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -283,18 +284,20 @@ def _scrape_gauges(port: int) -> dict[str, float]:
     return out
 
 
-def test_broker_stopped_under_an_idle_confluent_worker_is_reported_down_then_up_again(own_stack, topic_name,
-                                                                                       tmp_path):
-    """librdkafka reports "all brokers down" only through its error callback and keeps retrying, so a poll during
-    the outage returns nothing: the worker used to report ``up`` = 1 and ``dependency_up{kafka}`` = 1 (its last
-    commit) for as long as the broker was gone. Now both drop to 0 while it is stopped and come back once it runs
-    again (memory storage: the restarted broker has no topics, which the worker survives)."""
+@both_clients
+def test_broker_stopped_under_an_idle_worker_is_reported_down_then_up_again(own_stack, topic_name, tmp_path,
+                                                                             client):
+    """Both clients retry by themselves and a poll during the outage returns nothing (librdkafka reports "all
+    brokers down" only through its error callback; kafka-python not at all): the worker used to report ``up``
+    = 1 and ``dependency_up{kafka}`` = 1 (its last commit) for as long as the broker was gone. Now both drop
+    to 0 while it is stopped and come back once it runs again (memory storage: the restarted broker has no
+    topics, which the worker survives)."""
     from stream_dp.processes import free_port
 
     port = free_port()
     bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
     topic, group, events, cfg_file = _setup(bootstrap, redis_url, topic_name, tmp_path, n=2_000, seed=21,
-                                            client="confluent", metrics={"port": port, "host": "127.0.0.1"})
+                                            client=client, metrics={"port": port, "host": "127.0.0.1"})
     proc = start_worker(cfg_file, tmp_path / "worker.log")
     try:
         wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=90, interval=0.3,
@@ -308,6 +311,69 @@ def test_broker_stopped_under_an_idle_confluent_worker_is_reported_down_then_up_
         own_stack.broker.start()
         wait_for(lambda: _scrape_gauges(port) == {"up": 1.0, "kafka": 1.0}, timeout=60, interval=0.2,
                  what="the worker reporting Kafka up again")
+    finally:
+        code = stop_worker(proc)
+    assert code == 0
+
+
+@both_clients
+def test_a_broker_outage_does_not_close_the_windows_of_partitions_that_are_behind(own_stack, topic_name, tmp_path,
+                                                                                  client):
+    """The global watermark moves past a partition's own only when its owner reported it caught up within
+    ``idle_partition_timeout_seconds`` (docs/ingest.md). During an outage the client cannot refresh the
+    broker's high-water mark: a worker that went on reporting "caught up" to the stale one let every partition
+    turn idle and closed the windows a behind partition's unread records belong to (they would be dropped as
+    late once the broker came back). Partition 0 runs three windows ahead of partitions 1-3; the broker is
+    stopped before the quiet partitions turn idle; for twice the idle timeout after the worker reports Kafka
+    down, the global watermark must stay at the slow partitions' (kafka-python, without its outage report:
+    it jumps to partition 0's)."""
+    import redis
+    from kafka import KafkaProducer
+
+    from stream_dp.processes import free_port
+
+    idle, lateness = 8.0, 10
+    port = free_port()
+    bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
+    topic = topic_name("events")
+    create_topic(bootstrap, topic, PARTITIONS)
+    t0 = 1_800_000_000 // SIZE * SIZE
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    sent = 0
+    for p in range(PARTITIONS):
+        last = t0 + (4 if p == 0 else 1) * SIZE - 1  # partition 0 reaches window 3, the others window 0
+        for i in range(50):
+            ev = {"user": f"user-{p}-{i}", "key": f"item-{i % 7}", "ts": t0 + (last - t0) * (i + 1) / 50}
+            producer.send(topic, partition=p, key=ev["user"].encode(), value=json.dumps(ev).encode(),
+                          timestamp_ms=int(ev["ts"] * 1000))
+            sent += 1
+    producer.flush()
+    producer.close()
+    group = topic_name("group")
+    data = config_mapping(bootstrap, redis_url, topic, group=group, size=SIZE, max_keys=MAX_KEYS,
+                          lateness=lateness, idle=idle, ingest={"kafka_client": client},
+                          metrics={"port": port, "host": "127.0.0.1"})
+    cfg_file = write_toml(tmp_path / "ingest.toml", data)
+    store = WindowStore(redis.Redis.from_url(redis_url), keys=Keys("sdp"), window_size=SIZE,
+                        max_keys_per_user=MAX_KEYS)
+    slow = t0 + SIZE - 1 - lateness  # the watermark of partitions 1-3
+    proc = start_worker(cfg_file, tmp_path / "worker.log")
+    try:
+        wait_for(lambda: _committed(bootstrap, group, topic) == sent, timeout=90, interval=0.2,
+                 what="every event committed")
+        own_stack.broker.stop()
+        held = store.global_watermark()  # None: no window closed yet
+        assert held is None or held <= slow, \
+            f"the setup must stop the broker before the quiet partitions turn idle (global {held}, slow {slow})"
+        wait_for(lambda: _scrape_gauges(port).get("kafka") == 0.0, timeout=60, interval=0.2,
+                 what="the worker reporting Kafka down")
+        observed_from = time.monotonic()
+        # the condition is the absence of a move: watch it for twice the idle timeout
+        while time.monotonic() - observed_from < 2 * idle:
+            now = store.global_watermark()
+            assert now == held, f"the global watermark moved from {held} to {now} during the outage"
+            time.sleep(0.2)
+        assert proc.poll() is None, "the worker must survive the outage"
     finally:
         code = stop_worker(proc)
     assert code == 0
