@@ -95,16 +95,22 @@ def records_of(consumer: Any) -> Records:
 class KafkaPythonConsumer(KafkaConsumer):
     """kafka-python's consumer with the outage report the loop asks for after an empty poll."""
 
+    _connections: Any = None  # its ``connection-count`` metric once looked up (False: it keeps no metrics)
+
     def unreachable(self) -> str | None:
         """Why the brokers cannot be reached, or None: the client holds no connection to any broker
         (``connection-count`` of its ``consumer-metrics``) right after a poll, in which it would have
         reconnected to a broker that answers. kafka-python retries by itself and its poll returns nothing
         meanwhile, so without this a worker reported itself up through an outage and kept telling the
         watermark its partitions were caught up (to a stale high-water mark). None also when the client
-        keeps no metrics (``metrics_enabled=False``): nothing to tell from."""
-        metrics = self.metrics() or {}
-        count = metrics.get("consumer-metrics", {}).get("connection-count")
-        if count is None or count > 0:
+        keeps no metrics (``metrics_enabled=False``): nothing to tell from. The metric is looked up once
+        (reading it is a fraction of a microsecond; building every metric's value, ``metrics()``, costs half
+        an empty poll)."""
+        if self._connections is None:
+            raw = self.metrics(raw=True) or {}
+            self._connections = next((metric for name, metric in raw.items()
+                                      if name.group == "consumer-metrics" and name.name == "connection-count"), False)
+        if self._connections is False or self._connections.value() > 0:
             return None
         return "no connection to any broker of kafka.bootstrap_servers"
 

@@ -237,6 +237,28 @@ def test_the_client_setting_is_checked_and_named(bootstrap_servers):
         config_from_mapping({"ingest": {"prefetch_max_kbytes": 0}}, environ={})
 
 
+def test_kafka_python_reports_no_outage_while_connected_nor_without_metrics(bootstrap_servers, topic_name):
+    """The outage report of the kafka-python backend (the broker stopped: test_ingest_crash) stays None
+    while the client holds a connection, and when it keeps no metrics to tell from."""
+    from stream_dp.ingest.consumers import KafkaPythonConsumer
+
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 1)
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    consumer = ingest_consumer(cfg, "kafka-python")
+    blind = KafkaPythonConsumer(topic, bootstrap_servers=bootstrap_servers, metrics_enabled=False)
+    try:
+        assert isinstance(consumer, KafkaPythonConsumer)
+        consumer.subscribe([topic])
+        consumer.poll(timeout_ms=500)  # connects: bootstrap, then the group coordinator
+        assert consumer.unreachable() is None
+        blind.poll(timeout_ms=100)
+        assert blind.unreachable() is None
+    finally:
+        consumer.close()
+        blind.close()
+
+
 class _Loop:
     """The loop side of a handover (:class:`~stream_dp.ingest.commits.Handover`): ``applied`` offsets are
     applied in Redis and not committed yet; records what the listener told it."""
