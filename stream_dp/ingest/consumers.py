@@ -100,7 +100,8 @@ class KafkaPythonConsumer(KafkaConsumer):
     def unreachable(self) -> str | None:
         """Why the brokers cannot be reached, or None: the client holds no connection to any broker
         (``connection-count`` of its ``consumer-metrics``) right after a poll, in which it would have
-        reconnected to a broker that answers. kafka-python retries by itself and its poll returns nothing
+        reconnected to a broker that answers (a connection slower than one poll reads as one failed step,
+        retried after the loop's backoff). kafka-python retries by itself and its poll returns nothing
         meanwhile, so without this a worker reported itself up through an outage and kept telling the
         watermark its partitions were caught up (to a stale high-water mark). None also when the client
         keeps no metrics (``metrics_enabled=False``): nothing to tell from. The metric is looked up once
