@@ -44,6 +44,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from stream_dp.broker_reach import BrokerReach
 from stream_dp.config import KafkaConfig
 from stream_dp.wire import join_parts
 
@@ -230,6 +231,7 @@ class ReleaseSubscriber:
             "session_timeout_ms": cfg.session_timeout_ms, "heartbeat_interval_ms": cfg.heartbeat_interval_ms,
             **(consumer_options or {})}
         self.consumer = KafkaConsumer(self.topic, **opts) if group else KafkaConsumer(**opts)
+        self._reach = BrokerReach(self.consumer)
 
     # ---- reading ----------------------------------------------------------------------------------
     def _assign(self) -> None:
@@ -313,6 +315,12 @@ class ReleaseSubscriber:
             if record is not None:
                 out.append(record)
         return out
+
+    def unreachable(self) -> str | None:
+        """Why no broker can be reached, or None. A poll during an outage returns nothing, as when nothing was
+        published (the client reconnects by itself); ask this after an empty poll to tell the two apart
+        (:class:`~stream_dp.broker_reach.BrokerReach`)."""
+        return self._reach.unreachable()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.records()

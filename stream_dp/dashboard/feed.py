@@ -4,7 +4,9 @@ It reads from the beginning of the topic without a consumer group (every dashboa
 history still on the topic and commits nothing). A message the client refuses -- malformed, or of a
 schema version this release of stream-dp does not read -- is counted and shown (``/healthz``, a banner on
 the page) and the feed goes on: a dashboard must not go dark because of one record, nor hide that it
-skipped one. Broker outages are retried with a capped backoff.
+skipped one. A client that fails is made anew after a capped backoff; while no broker answers (the
+client reconnects by itself and its polls return nothing, :meth:`~stream_dp.client.ReleaseSubscriber.unreachable`)
+the feed reports itself not connected, so ``/healthz`` says ``unavailable`` instead of ``ok``.
 """
 
 from __future__ import annotations
@@ -116,6 +118,12 @@ class Feed:
                 sub = self.subscriber_factory(self.kafka, self.topic, start="beginning", on_invalid=self._refused)
                 while not self._stop.is_set():
                     records = sub.poll(timeout_ms=self.poll_timeout_ms)
+                    outage = None if records else sub.unreachable()
+                    if outage is not None:  # the client reconnects by itself: say so and poll on
+                        if self.error != outage:
+                            log.warning("dashboard feed: %s; the client keeps reconnecting", outage)
+                        self.connected, self.error = False, outage
+                        continue
                     self.connected, self.error = True, None
                     backoff.reset()
                     for record in records:

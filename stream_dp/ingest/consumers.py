@@ -47,6 +47,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from stream_dp.broker_reach import BrokerReach
 from stream_dp.config import KafkaConfig
 from stream_dp.connections import confluent_client_settings
 
@@ -95,25 +96,16 @@ def records_of(consumer: Any) -> Records:
 class KafkaPythonConsumer(KafkaConsumer):
     """kafka-python's consumer with the outage report the loop asks for after an empty poll."""
 
-    _connections: Any = None  # its ``connection-count`` metric once looked up (False: it keeps no metrics)
+    _reach: BrokerReach | None = None
 
     def unreachable(self) -> str | None:
-        """Why the brokers cannot be reached, or None: the client holds no connection to any broker
-        (``connection-count`` of its ``consumer-metrics``) right after a poll, in which it would have
-        reconnected to a broker that answers (a connection slower than one poll reads as one failed step,
-        retried after the loop's backoff). kafka-python retries by itself and its poll returns nothing
-        meanwhile, so without this a worker reported itself up through an outage and kept telling the
-        watermark its partitions were caught up (to a stale high-water mark). None also when the client
-        keeps no metrics (``metrics_enabled=False``): nothing to tell from. The metric is looked up once
-        (reading it is a fraction of a microsecond; building every metric's value, ``metrics()``, costs half
-        an empty poll)."""
-        if self._connections is None:
-            raw = self.metrics(raw=True) or {}
-            self._connections = next((metric for name, metric in raw.items()
-                                      if name.group == "consumer-metrics" and name.name == "connection-count"), False)
-        if self._connections is False or self._connections.value() > 0:
-            return None
-        return "no connection to any broker of kafka.bootstrap_servers"
+        """Why the brokers cannot be reached, or None (:class:`~stream_dp.broker_reach.BrokerReach`: no
+        connection to any broker right after a poll). kafka-python retries by itself and its poll returns
+        nothing meanwhile, so without this a worker reported itself up through an outage and kept telling the
+        watermark its partitions were caught up (to a stale high-water mark)."""
+        if self._reach is None:
+            self._reach = BrokerReach(self)
+        return self._reach.unreachable()
 
 
 # --- settings ---------------------------------------------------------------------------------------------
