@@ -39,12 +39,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def follow(follower: ReleaseSubscriber, out: TextIO, *, types: list[str] | None, count: int | None,
            idle_timeout: float | None, as_json: bool, color: bool,
-           should_stop: Callable[[], bool] = lambda: False) -> int:
-    """Print releases until ``count`` were printed, ``idle_timeout`` passed without one, or a stop."""
+           should_stop: Callable[[], bool] = lambda: False, notices: TextIO | None = None) -> int:
+    """Print releases until ``count`` were printed, ``idle_timeout`` passed without one, or a stop. A line on
+    ``notices`` (stderr) when no broker answers any more (an empty poll is otherwise silent) and when one does
+    again."""
     printed = 0
     last = time.monotonic()
+    cut_off = False
     while not should_stop():
-        for record in follower.poll():
+        records = follower.poll()
+        outage = None if records else follower.unreachable()
+        if (outage is not None) != cut_off:
+            cut_off = outage is not None
+            print(f"tail: {outage}; retrying" if cut_off else "tail: reading the topic again",
+                  file=notices or sys.stderr, flush=True)
+        for record in records:
             if types and record.get("type") not in types:
                 continue
             print(json.dumps(record) if as_json else format_release(record, color=color) + "\n", file=out, flush=True)

@@ -116,3 +116,61 @@ def test_tail_stops_at_a_record_of_an_unknown_schema_version(bootstrap_servers, 
               env={"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers})
     assert res.returncode == 1 and res.stdout.count("· topk ·") == 1 and "318" in res.stdout
     assert f"tail error: release record {record(1)['release_id']} has schema_version 2" in res.stderr
+
+
+def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, topic_name):
+    """A poll during an outage returns nothing, as on a quiet topic: tail says which one it is, on stderr."""
+    import signal
+    import threading
+
+    from stream_dp.broker_reach import NO_BROKER
+
+    topic = topic_name("releases")
+    rec = {"release_id": "1793577600-1793581200.topk", "schema_version": 1, "type": "topk", "status": "released",
+           "window": {"start": 1793577600, "end": 1793581200}, "items": [{"rank": 1, "key": "318"}],
+           "hit_bottom": True, "mechanism": {"name": "limited_domain_topk", "parameters": {"k": 10}},
+           "cost": {"epsilon": 0.2, "delta": 1e-7, "events": []},
+           "budget": {"scope": "2026-11-02", "epsilon_spent": 0.2, "delta_spent": 1e-7,
+                      "epsilon_remaining": 9.8, "delta_remaining": 1e-5}, "created_at": "2026-11-02T01:00:00.000Z"}
+    producer = KafkaProducer(bootstrap_servers=own_stack.bootstrap_servers, acks="all")
+    producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
+    producer.flush()
+    producer.close()
+    env = {**os.environ, "STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": own_stack.bootstrap_servers}
+    proc = subprocess.Popen([sys.executable, "-m", "stream_dp.cli", "tail", "--topic", topic, "--color", "never"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: dict[str, list[str]] = {"out": [], "err": []}
+
+    def read(stream, into: list[str]) -> None:  # noqa: ANN001
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    readers = [threading.Thread(target=read, args=(proc.stdout, lines["out"]), daemon=True),
+               threading.Thread(target=read, args=(proc.stderr, lines["err"]), daemon=True)]
+    for r in readers:
+        r.start()
+
+    def wait_for_line(where: str, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in lines[where]):
+            assert proc.poll() is None, f"tail exited: {lines}"
+            assert time.monotonic() < deadline, f"no {text!r} on {where} in {timeout} s: {lines}"
+            time.sleep(0.1)
+
+    try:
+        wait_for_line("out", "· topk ·", 30)
+        assert lines["err"] == []
+        own_stack.broker.stop()
+        wait_for_line("err", f"tail: {NO_BROKER}; retrying", 30)
+        own_stack.broker.start()
+        wait_for_line("err", "tail: reading the topic again", 60)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        for r in readers:
+            r.join(5)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0, lines
+    assert [line for line in lines["err"] if line.startswith("tail: ")] == [
+        f"tail: {NO_BROKER}; retrying", "tail: reading the topic again"]
