@@ -5,16 +5,30 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from stream_dp.broker_reach import NO_BROKER
 from stream_dp.demo_data import generate_ratings, write_csv
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
+
+
+#: a topk release record that follows the release schema (tail checks records against it)
+TOPK_RECORD = {
+    "release_id": "1793577600-1793581200.topk", "schema_version": 1, "type": "topk", "status": "released",
+    "window": {"start": 1793577600, "end": 1793581200}, "items": [{"rank": 1, "key": "318"}],
+    "hit_bottom": True, "mechanism": {"name": "limited_domain_topk", "parameters": {"k": 10}},
+    "cost": {"epsilon": 0.2, "delta": 1e-7, "events": []},
+    "budget": {"scope": "2026-11-02", "epsilon_spent": 0.2, "delta_spent": 1e-7,
+               "epsilon_remaining": 9.8, "delta_remaining": 1e-5}, "created_at": "2026-11-02T01:00:00.000Z"}
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -78,12 +92,7 @@ def test_replay_generated_stream_with_a_limit_and_bad_columns(tmp_path, bootstra
 def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
     topic = topic_name("releases")
     records = [
-        {"release_id": "1793577600-1793581200.topk", "schema_version": 1, "type": "topk", "status": "released",
-         "window": {"start": 1793577600, "end": 1793581200}, "items": [{"rank": 1, "key": "318"}],
-         "hit_bottom": True, "mechanism": {"name": "limited_domain_topk", "parameters": {"k": 10}},
-         "cost": {"epsilon": 0.2, "delta": 1e-7, "events": []},
-         "budget": {"scope": "2026-11-02", "epsilon_spent": 0.2, "delta_spent": 1e-7,
-                    "epsilon_remaining": 9.8, "delta_remaining": 1e-5}, "created_at": "2026-11-02T01:00:00.000Z"},
+        TOPK_RECORD,
         {"release_id": "1793577600-1793581200.sample", "schema_version": 1, "type": "sample", "status": "released",
          "window": {"start": 1793577600, "end": 1793581200}, "items": [{"key": "1", "token": 2, "estimate": 3.5}],
          "hit_bottom": False, "mechanism": {"name": "private_weighted_sample", "parameters": {}},
@@ -120,18 +129,8 @@ def test_tail_stops_at_a_record_of_an_unknown_schema_version(bootstrap_servers, 
 
 def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, topic_name):
     """A poll during an outage returns nothing, as on a quiet topic: tail says which one it is, on stderr."""
-    import signal
-    import threading
-
-    from stream_dp.broker_reach import NO_BROKER
-
     topic = topic_name("releases")
-    rec = {"release_id": "1793577600-1793581200.topk", "schema_version": 1, "type": "topk", "status": "released",
-           "window": {"start": 1793577600, "end": 1793581200}, "items": [{"rank": 1, "key": "318"}],
-           "hit_bottom": True, "mechanism": {"name": "limited_domain_topk", "parameters": {"k": 10}},
-           "cost": {"epsilon": 0.2, "delta": 1e-7, "events": []},
-           "budget": {"scope": "2026-11-02", "epsilon_spent": 0.2, "delta_spent": 1e-7,
-                      "epsilon_remaining": 9.8, "delta_remaining": 1e-5}, "created_at": "2026-11-02T01:00:00.000Z"}
+    rec = TOPK_RECORD
     producer = KafkaProducer(bootstrap_servers=own_stack.bootstrap_servers, acks="all")
     producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
     producer.flush()
@@ -151,11 +150,8 @@ def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, top
         r.start()
 
     def wait_for_line(where: str, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in lines[where]):
-            assert proc.poll() is None, f"tail exited: {lines}"
-            assert time.monotonic() < deadline, f"no {text!r} on {where} in {timeout} s: {lines}"
-            time.sleep(0.1)
+        wait_for(lambda: any(text in line for line in lines[where]), timeout=timeout, interval=0.1,
+                 what=f"{text!r} on tail's std{where}", procs=[proc])
 
     try:
         wait_for_line("out", "· topk ·", 30)
