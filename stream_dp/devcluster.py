@@ -158,15 +158,24 @@ class LocalCluster:
         return self
 
     def wait_healthy(self, timeout: float = READY_SECONDS) -> None:
-        """Until every running node reports cluster_state:ok and every running replica's link is up."""
+        """Until every running node reports cluster_state:ok, every running replica's link is up, and every
+        running node's slot map (``CLUSTER SLOTS``: what a cluster client reads at start) covers all 16384
+        slots with the same masters. cluster_state:ok alone came back while a node's map still lacked the
+        slots of a master just replaced, and a client started from that node refused to start."""
+        def slot_map(node: Node) -> frozenset[tuple[int, int, int]]:  # (first slot, last slot, master port)
+            return frozenset((int(start), int(end), int(master[1]))
+                             for start, end, master, *_ in node.call("CLUSTER", "SLOTS"))
+
         def healthy() -> bool:
+            maps = set()
             for node in self.running():
                 if node.cluster_info()["cluster_state"] != "ok":
                     return False
                 info = node.info("replication")
                 if info["role"] == "slave" and info.get("master_link_status") != "up":
                     return False
-            return True
+                maps.add(slot_map(node))
+            return len(maps) == 1 and sum(end - start + 1 for start, end, _ in maps.pop()) == 16384
 
         wait_until(healthy, timeout=timeout, what="cluster_state:ok on every node and replica links up")
 
