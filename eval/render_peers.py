@@ -109,7 +109,7 @@ def saturation(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]
             if all(v["verdict"] == "win" for v in counted_verdicts if _cell(v) == c):
                 won.append(c)
     return {"cells": len(cells), "saturated_top": len(saturated_top), "saturated_zero": len(saturated_zero),
-            "open": len(open_cells), "won": len(won), "open_cells": set(open_cells)}
+            "open": len(open_cells), "won": len(won), "open_cells": set(open_cells), "won_cells": set(won)}
 
 
 def same_law_verdicts(verdicts: Sequence[dict[str, Any]], delta: float) -> list[dict[str, Any]]:
@@ -151,6 +151,22 @@ def cell_counts(verdicts: Sequence[dict[str, Any]]) -> tuple[set[tuple], set[tup
     return cells, losing, big, strictly
 
 
+def _readings(sat: dict[str, Any], open_twins: set[tuple], losing: set[tuple]) -> str:
+    """The "strictly better in half the Δ ≥ 5 cells" goal under its two other readings, for the issue owner to
+    choose from: (A) a tie with a peer running the same mechanism counts as met (a draw of one law cannot be
+    won); (B) the half is taken over the cells where a strict win is possible (neither saturated nor twinned)."""
+    tied_twins = {c for c in open_twins if c not in losing and c not in sat["won_cells"]}
+    met_a = len(sat["won_cells"]) + len(tied_twins)
+    winnable = sat["open_cells"] - open_twins
+    won_b = len(sat["won_cells"] & winnable)
+    share = f"{100 * won_b / len(winnable):.0f} %" if winnable else "–"
+    return (f"- The same goal read two other ways (which one the issue means is its owner's decision; the verdict "
+            f"above keeps its text): (A) counting a tie with a peer that runs the same mechanism as met: "
+            f"{met_a} of {sat['cells']} cells ({'met' if 2 * met_a >= sat['cells'] and sat['cells'] else 'NOT met'}); "
+            f"(B) over the {len(winnable)} cells where a strict win is possible: {won_b} ({share}, "
+            f"{'met' if winnable and 2 * won_b >= len(winnable) else 'NOT met'}).")
+
+
 def goals(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) -> list[str]:
     """The issue's goals, checked against the CSVs (peers at their true δ only: :func:`counted`)."""
     lines = []
@@ -184,6 +200,7 @@ def goals(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) ->
                      "strict win there needs a mechanism better than both. With the release types evaluated, at most "
                      f"{reachable} of the {sat['cells']} cells can be strict wins"
                      + (f" (the goal needs {(sat['cells'] + 1) // 2})." if 2 * reachable < sat["cells"] else "."))
+        lines.append(_readings(sat, open_twins, {_cell(v) for v in verdicts if v["verdict"] == "lose"}))
     for known in (True, False):
         sel = analysis.select(rows, dataset="movielens", epsilon_w=1.0, delta_keys=5, k=10, known_domain=known)
         if not sel:

@@ -174,7 +174,8 @@ def test_saturated_cells_are_those_nobody_can_beat() -> None:
     # (5, 0.1) all at 0, (5, 1.0) all within CI of 1 -- the documented OpenDP row and the counterfactual ignored;
     # (5, 2.0) open and won, (5, 0.5) open and tied; Δ = 1 not counted
     assert got == {"cells": 4, "saturated_top": 1, "saturated_zero": 1, "open": 2, "won": 1,
-                   "open_cells": {("d", 5, 2.0, 10, False), ("d", 5, 0.5, 10, False)}}
+                   "open_cells": {("d", 5, 2.0, 10, False), ("d", 5, 0.5, 10, False)},
+                   "won_cells": {("d", 5, 2.0, 10, False)}}
 
 
 def test_same_mechanism_is_recognised_from_both_calibrations_only_when_the_parameters_agree() -> None:
@@ -207,3 +208,6 @@ def test_the_goals_name_a_lost_cell_of_twin_mechanisms_and_the_reachable_wins() 
     assert "d, Δ = 1, ε_w = 0.1, k = 10: 0.950 against" in text and "threshold 133" in text
     assert "In 1 of those 2 cells a peer runs the same mechanism" in text
     assert "at most 1 of the 2 cells can be strict wins." in text
+    # the twin tie counts under reading A (1 won + 1 tied of 2), and B counts the won cell of the 1 winnable one
+    assert "(A) counting a tie with a peer that runs the same mechanism as met: 2 of 2 cells (met)" in text
+    assert "(B) over the 1 cells where a strict win is possible: 1 (100 %, met)" in text
