@@ -242,3 +242,47 @@ def test_bad_arguments_name_the_argument():
         shared_keys_delta(sigma2=2, shifted_keys=-1, epsilon=1.0)
     with pytest.raises(ValueError, match="delta"):
         calibrate_exact(epsilon=1.0, delta=0.0, max_keys_per_user=2)
+
+
+# "Every number computed here is an upper bound" (module docstring): the truncations that keep the sums finite
+# must add what they drop to ``lost``, and a certain release must cost δ = 1. These fail on the broken variants a
+# mutation run of the module left alive (lost mass subtracted, the tail bound's exponent inverted, p ≥ 1 ignored).
+
+
+@pytest.mark.parametrize("sigma2", [0.5, 4.0, 900.0])
+def test_the_truncated_pmf_over_states_every_probability_and_its_lost_tail(sigma2):
+    from stream_dp.mechanisms.sparse_gaussian_profile import _truncated_pmf
+
+    z = _truncated_pmf(sigma2)
+    k = -z.offset
+    wide = np.arange(-(k + 4000), k + 4001, dtype=np.float64)
+    weights = np.exp(-(wide**2) / (2 * sigma2))
+    true = weights / weights.sum()
+    inside = true[4000:4000 + 2 * k + 1]
+    assert np.all(z.pmf >= inside * (1 - 1e-13))
+    outside = float(true[:4000].sum() + true[4000 + 2 * k + 1:].sum())
+    assert 0 < outside <= z.lost < 1e-25
+
+
+def test_trimming_moves_the_dropped_tails_into_lost():
+    from stream_dp.mechanisms.sparse_gaussian_profile import _SumPmf, _trim
+
+    pmf = np.array([3e-33, 2e-31, 0.25, 0.5, 0.25 - 4e-31, 1e-31, 4e-32])
+    trimmed = _trim(_SumPmf(-3, pmf, 1e-35))
+    assert (trimmed.offset, list(trimmed.pmf)) == (-1, [0.25, 0.5, 0.25 - 4e-31])
+    assert trimmed.lost == pytest.approx(1e-35 + 3e-33 + 2e-31 + 1e-31 + 4e-32, rel=1e-12, abs=0)
+
+
+def test_the_shared_term_counts_the_lost_mass_even_where_almost_no_term_is_positive():
+    s2, d = Fraction(50), 3
+    s = _sum_pmfs(s2, d)[d]
+    last = s.offset + len(s.pmf) - 1
+    eps = (2 * last + d) / (2 * float(s2)) - 1e-3  # only the last entry of S's pmf has a positive term
+    assert shared_keys_delta(sigma2=s2, shifted_keys=d, epsilon=eps) >= s.lost > 0
+
+
+def test_a_threshold_every_new_key_clears_costs_delta_one():
+    forward, backward = direction_deltas(sigma2=1, threshold=-100, new_keys=1, shared_keys=2, epsilon=1.0)
+    assert forward == 1.0
+    assert backward == shared_keys_delta(sigma2=1, shifted_keys=2, epsilon=1.0)
+    assert sparse_histogram_delta(sigma2=1, threshold=-100, max_keys_per_user=3, epsilon=1.0) == 1.0
