@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS",
               file=sys.stderr)
         return 1
+    # kafka-python logs every failed reconnect; tail says what they amount to itself (follow's notices)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -168,5 +168,5 @@ def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, top
         proc.stdout.close()
         proc.stderr.close()
     assert code == 0, lines
-    assert [line for line in lines["err"] if line.startswith("tail: ")] == [
-        f"tail: {NO_BROKER}; retrying", "tail: reading the topic again"]
+    # only tail's own two lines: not kafka-python's log of every failed reconnect
+    assert lines["err"] == [f"tail: {NO_BROKER}; retrying", "tail: reading the topic again"]
