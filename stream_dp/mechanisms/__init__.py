@@ -38,7 +38,7 @@ from stream_dp.mechanisms.pws import (
     pws_token_estimates,
 )
 from stream_dp.mechanisms.known_domain import KnownDomainTopk
-from stream_dp.mechanisms.measurement import GaussianHistogram, LaplaceHistogram, Measurement
+from stream_dp.mechanisms.measurement import GaussianHistogram, LaplaceHistogram, Measurement, WeightedHistogram
 from stream_dp.mechanisms.pws_estimators import TokenEstimator, estimate_sum
 from stream_dp.mechanisms.pws_sbh import sbh_reporting_probabilities, sbh_sample
 from stream_dp.mechanisms.pws_tables import (
@@ -59,6 +59,7 @@ __all__ = [
     "Measurement",
     "NoisyTopkWithGap",
     "PrivateWeightedSample",
+    "WeightedHistogram",
     "GapRelease",
     "THRESHOLD",
     "em_with_gap",

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from stream_dp.accounting.events import DpEvent
 from stream_dp.mechanisms.gaussian_histogram import HistogramCalibration, HistogramResult, gaussian_histogram
 from stream_dp.mechanisms.laplace_histogram import LaplaceHistogramCalibration, laplace_histogram
+from stream_dp.mechanisms.weighted_histogram import WeightedHistogramCalibration, weighted_histogram
 from stream_dp.rng import RngLike
 
 R_contra = TypeVar("R_contra", contravariant=True)
@@ -97,3 +98,18 @@ class LaplaceHistogram(_ThresholdHistogram):
     def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
         return laplace_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
                                  confidence=self.confidence, domain=self.domain, rng=rng)
+
+
+@dataclass(frozen=True)
+class WeightedHistogram(_ThresholdHistogram):
+    """The discrete-Gaussian histogram of per-user weighted scores (docs/privacy.md §8d) and its privacy map: one
+    (ρ = U²Δ/(2σ_w²), δ)-approximate-zCDP event per release, whatever it releases (the calibration's events,
+    :meth:`~stream_dp.mechanisms.weighted_histogram.WeightedHistogramCalibration.events`). Its input is the
+    window's scores (:func:`~stream_dp.mechanisms.weighted_histogram.weighted_scores`), not its counts."""
+
+    calibration: WeightedHistogramCalibration
+    mechanism: str = "weighted_histogram"
+
+    def __call__(self, scores: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
+        return weighted_histogram(scores, calibration=self.calibration, max_keys=self.max_keys,
+                                  confidence=self.confidence, domain=self.domain, rng=rng)

@@ -169,6 +169,43 @@ def exact_histogram_threshold(*, broken: bool = False, trials: int = 20_000, rng
                          confidence=confidence, rng=rng)
 
 
+def weighted_histogram_scores(*, broken: bool = False, trials: int = 20_000, rng: int = 10,
+                              confidence: float = 0.999) -> AuditResult:
+    """ε part of the per-user weighted histogram (docs/privacy.md §8d), through the production scores: 300 users on
+    key "a" alone vs. the same plus u on "a" alone (Δ = 4, U = 16: a user on one key weighs ⌊16·√4⌋ = 32, her
+    whole norm U·√Δ), σ_w² = 1024, so ρ = U²Δ/(2σ_w²) = ½ and the claim is (ε_CKS(½, δ′ = 0.01) ≈ 2.75, δ′);
+    events: "a's noisy score ≥ (its score without u) + t". Real: worst ratio ≈ e^2.4 (t = 80). Broken: weights normalised
+    in L1 instead of L2 (U·Δ/m: 64 for a user on one key, norm 2·U·√Δ, ρ really 2) -> flagged."""
+    from stream_dp.mechanisms.weighted_histogram import (
+        WEIGHT_UNIT,
+        WeightedHistogramCalibration,
+        weighted_histogram,
+        weighted_scores,
+        weighted_threshold,
+    )
+
+    dk = 4
+    cal = WeightedHistogramCalibration(sigma2=Fraction(1024), threshold=weighted_threshold(
+        sigma2=1024, delta=1e-9, max_keys_per_user=dk), threshold_delta=1e-9, max_keys_per_user=dk)
+
+    def scores(pairs):
+        if not broken:
+            return weighted_scores(pairs, max_keys_per_user=dk)
+        return {"a": sum(WEIGHT_UNIT * dk for _ in pairs)}  # every user here is on one key: U·Δ/1
+    others = [(f"o{i}", "a") for i in range(300)]
+    base = scores(others)["a"]
+
+    def mechanism(pairs, generator):
+        rows = weighted_histogram(scores(pairs), calibration=cal, max_keys=5, rng=generator).rows
+        return next(row.count for row in rows if row.key == "a")
+
+    def events(score):
+        return frozenset(f"a>={base + t}" for t in range(0, 160, 16) if score >= base + t)
+    return audit_privacy(mechanism, others, others + [("u", "a")], epsilon=zcdp_to_epsilon(cal.rho, 0.01),
+                         delta=0.01 + 1e-9, trials=trials, event=events, multi_label=True, confidence=confidence,
+                         rng=rng)
+
+
 def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> AuditResult:
     if offset is None:
         return run()
@@ -238,6 +275,7 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "gaussian_histogram exact profile (ε, δ)": exact_histogram_threshold,
     "laplace_histogram threshold (δ)": laplace_histogram_threshold_delta,
     "laplace_histogram counts (ε)": laplace_histogram_counts,
+    "weighted_histogram scores (ε)": weighted_histogram_scores,
 }
 
 
