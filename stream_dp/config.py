@@ -473,6 +473,10 @@ class HistogramConfig:
     # exact: σ and τ together by the thresholded histogram's exact privacy profile at (ε, δ + δ′)
     # (docs/privacy.md §8c; both guarantees charged: lower τ and σ for one window, more ε and δ over a period)
     calibration: Annotated[Str, _one_of("zcdp", "exact")] = "zcdp"
+    # uniform: a user adds 1 to each of her ≤ Δ keys; per_user: a user on m keys adds ⌊16·√(Δ/m)⌋/16 to each (her
+    # L2 norm stays ≤ √Δ), so users on fewer than Δ keys weigh more at the same cost (docs/privacy.md §8d;
+    # gaussian noise, zcdp calibration and contribution.unit = "user" only); released counts are weighted counts
+    weighting: Annotated[Str, _one_of("uniform", "per_user")] = "uniform"
     epsilon: Number = 1.0  # ε of one release on its own (gaussian: at δ′ = budget.delta_prime; sets the noise)
     delta: Number = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
     max_keys: Count = 1000  # at most this many keys per release (the largest noisy counts above threshold)
@@ -487,7 +491,9 @@ class HistogramConfig:
                           (self.max_keys >= 1, "max_keys", ">= 1"),
                           (_probability(self.confidence), "confidence", "in (0, 1)"),
                           (self.calibration == "zcdp" or self.noise == "gaussian", "calibration",
-                           '"zcdp" with noise = "laplace" (the exact profile is the Gaussian\'s)')])
+                           '"zcdp" with noise = "laplace" (the exact profile is the Gaussian\'s)'),
+                          (self.weighting == "uniform" or (self.noise, self.calibration) == ("gaussian", "zcdp"),
+                           "weighting", '"uniform" unless noise = "gaussian" and calibration = "zcdp" (§8d)')])
         return self
 
 

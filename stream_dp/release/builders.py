@@ -339,6 +339,12 @@ class HistogramBuilder:
         from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
 
         h = self.cfg.releases.histogram
+        if h.weighting == "per_user":
+            from stream_dp.mechanisms.weighted_histogram import calibrate_weighted_histogram
+
+            return calibrate_weighted_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
+                                                conversion_delta=self.cfg.budget.delta_prime,
+                                                max_keys_per_user=self.cfg.contribution.max_keys_per_user)
         if h.noise == "laplace":
             return calibrate_laplace_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
                                                max_keys_per_user=self.cfg.contribution.max_keys_per_user)
@@ -352,20 +358,24 @@ class HistogramBuilder:
     def parameters(self) -> dict[str, Any]:
         h = self.cfg.releases.histogram
         cal = self.calibration()
+        unit = getattr(cal, "unit", 1)  # per_user weighting: σ² and τ in count units (score / U)
         noise = ({"noise": "discrete_laplace", "scale": str(cal.scale)} if h.noise == "laplace" else
-                 {"noise": "discrete_gaussian", "sigma2": str(cal.sigma2), "rho": cal.rho,
+                 {"noise": "discrete_gaussian", "sigma2": str(cal.sigma2 / (unit * unit)), "rho": cal.rho,
                   **({"calibration": "exact"} if cal.calibration == "exact" else {})})
+        weighting = {"weighting": "per_user", "weight_unit": unit} if h.weighting == "per_user" else {}
         return {"epsilon": h.epsilon, "delta": h.delta, "delta_prime": self.cfg.budget.delta_prime,
                 "max_keys": h.max_keys, "confidence": h.confidence,
                 "max_keys_per_user": self.cfg.contribution.max_keys_per_user,
-                **noise, "threshold": cal.threshold, "domain_size": len(self.domain)}
+                **noise, **weighting, "threshold": cal.threshold / unit if unit > 1 else cal.threshold,
+                "domain_size": len(self.domain)}
 
     @property
     def measurement(self) -> Measurement[Any]:
-        from stream_dp.mechanisms import GaussianHistogram, LaplaceHistogram
+        from stream_dp.mechanisms import GaussianHistogram, LaplaceHistogram, WeightedHistogram
 
         h = self.cfg.releases.histogram
-        kind = LaplaceHistogram if h.noise == "laplace" else GaussianHistogram
+        kind = (WeightedHistogram if h.weighting == "per_user" else LaplaceHistogram if h.noise == "laplace"
+                else GaussianHistogram)
         return kind(self.calibration(), max_keys=h.max_keys, confidence=h.confidence, domain=tuple(self.domain))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
@@ -375,7 +385,12 @@ class HistogramBuilder:
         return None  # the whole window, in chunks
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
-        return reader.all_counts(window)
+        if self.cfg.releases.histogram.weighting == "per_user":  # the scores, from the counted (user, key) pairs
+            from stream_dp.mechanisms.weighted_histogram import weighted_scores
+
+            return weighted_scores(reader.bounding_pairs(window),
+                                   max_keys_per_user=self.cfg.contribution.max_keys_per_user)
+        return reader.all_counts(window).as_dict()
 
     def __post_init__(self) -> None:
         h = self.cfg.releases.histogram
@@ -383,19 +398,33 @@ class HistogramBuilder:
                                                                                        "releases.histogram")))
         if h.noise == "laplace":
             self.mechanism = "laplace_histogram"
+        if h.weighting == "per_user":
+            if self.cfg.contribution.unit != "user":  # no per-user state is kept: nothing to weigh by
+                from stream_dp.config import ConfigError
+
+                raise ConfigError('releases.histogram.weighting must be "uniform" with contribution.unit = "event" '
+                                  f"(no user is recorded to weigh by), got {h.weighting!r}")
+            self.mechanism = "weighted_histogram"
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         h = self.cfg.releases.histogram
         m = self.measurement
-        res = m(data.as_dict(), rng=rng)
-        items = [{"key": str(row.key), "rank": i + 1, "count": row.count, "ci_low": row.ci_low,
-                  "ci_high": row.ci_high, **({"source": "domain" if row.in_domain else "discovered"}
-                                             if self.domain else {})}
-                 for i, row in enumerate(res.rows)]
+        res = m(data, rng=rng)
+        unit = getattr(m.calibration, "unit", 1)
+        if unit > 1:  # weighted scores -> weighted counts (post-processing)
+            from stream_dp.mechanisms.weighted_histogram import rows_in_count_units
+
+            rows = rows_in_count_units(res, unit)
+        else:
+            rows = [(row.key, row.count, row.ci_low, row.ci_high, row.in_domain) for row in res.rows]
+        items = [{"key": str(key), "rank": i + 1, "count": count, "ci_low": low, "ci_high": high,
+                  **({"source": "domain" if in_domain else "discovered"} if self.domain else {})}
+                 for i, (key, count, low, high, in_domain) in enumerate(rows)]
         return RecordDraft(window, self.type, self.mechanism, self.parameters(), items=items,
                            events=m.realized(res),
                            info={"above_threshold": res.above_threshold, "capped": res.capped,
-                                 "ci_half_width": res.ci_half_width, "confidence": h.confidence})
+                                 "ci_half_width": res.ci_half_width / unit if unit > 1 else res.ci_half_width,
+                                 "confidence": h.confidence})
 
 
 BUILDERS: dict[str, Callable[[Config], Builder]] = {

@@ -39,11 +39,14 @@ sets the retention TTL on its other keys, sets ``meta.state = "released"`` and r
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import redis
 
+from stream_dp.ingest.bounding import LogDecoder
+from stream_dp.ingest.store import LOG_SEGMENT_BYTES, log_pieces
 from stream_dp.keys import Keys
 from stream_dp.node_batches import Pending, Reads, evalsha_item, run_batched
 from stream_dp.release.shard_merge import merged_top
@@ -234,6 +237,14 @@ class _TopOfWindow:
         """``(count, keys)`` for the counts above ``lowest`` in the top, ascending."""
         values, sizes = np.unique(self.scores[self.scores > lowest], return_counts=True)
         return [(float(v), int(n)) for v, n in zip(values.tolist(), sizes.tolist())]
+
+
+#: Most bounding-log bytes one read of the release worker brings (:meth:`WindowReader.bounding_pairs`).
+LOG_READ_BYTES = 4 << 20
+
+
+class WindowLogShort(RuntimeError):
+    """A window shard's bounding log is shorter than its metadata records."""
 
 
 class WindowReader:
@@ -453,6 +464,32 @@ class WindowReader:
             offset += chunk
         counts = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
         return WindowCounts(keys, counts)
+
+    def bounding_pairs(self, window: Window, *, chunk_bytes: int = LOG_READ_BYTES) -> Iterator[tuple[str, str]]:
+        """Every counted (user, key) pair of the window, shard by shard: ingest's bounding logs (docs/ingest.md;
+        a user's pairs are all in her shard), read with ``GETRANGE`` in pieces of ``chunk_bytes`` up to each
+        shard's recorded length, so no reply and no buffer holds a whole log. For the per-user weights of the
+        histogram (docs/privacy.md §8d). Raises :class:`WindowLogShort` if a log is shorter than its shard's
+        metadata says (deleted under the reader: the window is not readable)."""
+        for shard in range(self.keys.shards):
+            length, segment = self.r.hmget(self.keys.window_meta(window.start, shard), "log_bytes",
+                                           "log_segment_bytes")
+            length, segment = int(length or 0), int(segment or LOG_SEGMENT_BYTES)
+            name = self.keys.window_users(window.start, shard)
+            decoder = LogDecoder()
+            at = 0
+            while at < length:
+                upto = min(length, at + chunk_bytes)
+                pipe = self.r.pipeline(transaction=False)
+                for key, first, last in log_pieces(name, segment, at, upto):
+                    pipe.getrange(key, first, last)
+                piece = b"".join(pipe.execute())
+                if len(piece) != upto - at:
+                    raise WindowLogShort(f"window {window.label}, shard {shard}: the bounding log ends before "
+                                         f"byte {upto} of the {length} its metadata records")
+                yield from decoder.feed(piece)
+                at = upto
+            decoder.finish()
 
     def drop_merge(self) -> None:
         """Forget the cached merge of a sharded window (the next read of it merges the shards again)."""

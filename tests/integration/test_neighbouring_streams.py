@@ -201,3 +201,22 @@ def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, 
     assert [r[0] for r in view.structure().rows] == due
     assert all(r["type"] == "histogram" and r["status"] == "released" and r["cost"]["rho"] > 0
                for r in view.records)
+
+
+@pytest.mark.parametrize("shards", [1, 2], ids=["one-shard", "two-shards"])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_weighted_histogram_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario,
+                                                                          shards: int) -> None:
+    """The per-user weighted histogram (§8d) reads the windows' bounding logs, not their counts: the same
+    windows, statuses and charges on every neighbouring pair, with one shard and with two (a user's pairs
+    are in her shard; the scores add over shards)."""
+    cfg = harness_cfg(shards=shards, topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
+                      histogram={"enabled": True, "epsilon": 1.0, "delta": 1e-6, "weighting": "per_user"})
+    assert compare(scenario, cfg, redis_client, rng=7) == [], scenario.name
+    view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=8,
+                          partitions=scenario.partitions)
+    due = [T0 + i * SIZE for i in range(int((scenario.horizon - T0) // SIZE))]
+    assert [r[0] for r in view.structure().rows] == due
+    assert all(r["mechanism"]["name"] == "weighted_histogram" and r["status"] == "released"
+               and r["mechanism"]["parameters"]["weighting"] == "per_user" for r in view.records)
+

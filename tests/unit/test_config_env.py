@@ -42,6 +42,7 @@ STRING_VALUES = {
     "releases.alerts.noise": "laplace",
     "releases.histogram.noise": "laplace",
     "releases.histogram.calibration": "exact",
+    "releases.histogram.weighting": "per_user",
     "releases.sample.scheme": "ppswor",
     "releases.watch_topk.noise": "exponential",
     "windows.start": "2026-11-03T00:00:00Z",
@@ -193,6 +194,21 @@ def test_histogram_exact_calibration_is_gaussian_only():
     with pytest.raises(ConfigError, match=r"^releases\.histogram\.calibration .*noise = \"laplace\""):
         config_from_mapping({"releases": {"histogram": {"enabled": True, "noise": "laplace",
                                                         "calibration": "exact"}}}, environ={})
+
+
+def test_per_user_weighting_is_gaussian_zcdp_and_user_level_only():
+    config_from_mapping({"releases": {"histogram": {"enabled": True, "weighting": "per_user"}}}, environ={})
+    for other in ({"noise": "laplace"}, {"calibration": "exact"}):
+        with pytest.raises(ConfigError, match=r"^releases\.histogram\.weighting .*\(§8d\), got 'per_user'"):
+            config_from_mapping({"releases": {"histogram": {"enabled": True, "weighting": "per_user", **other}}},
+                                environ={})
+    from stream_dp.release.builders import HistogramBuilder
+
+    events = config_from_mapping({"contribution": {"unit": "event"},
+                                  "releases": {"histogram": {"enabled": True, "weighting": "per_user"}}}, environ={})
+    with pytest.raises(ConfigError, match=r"^releases\.histogram\.weighting must be \"uniform\" with "
+                                          r"contribution\.unit = \"event\""):
+        HistogramBuilder(events)
 
 
 def test_unknown_settings_are_named_with_their_section_and_variable():

@@ -67,6 +67,11 @@ class MemoryWindow:
     def all_counts(self, window: Window) -> WindowCounts:
         return WindowCounts(list(self.counts), np.array([float(v) for v in self.counts.values()]))
 
+    def bounding_pairs(self, window: Window) -> list[tuple[str, str]]:
+        """Counted (user, key) pairs with these counts, users on 1 to 3 keys (Δ = 3 in :func:`config_for`): the
+        j-th user of key k_i is user j of group i // 3, and groups of 3 keys share users."""
+        return [(f"u{j}-g{int(key[1:]) // 3}", key) for key, c in self.counts.items() for j in range(c)]
+
     def count_histogram(self, window: Window) -> list[tuple[float, int]]:
         values = sorted(self.counts.values())
         return [(float(v), values.count(v)) for v in sorted(set(values))]
@@ -192,6 +197,24 @@ def _laplace_histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[D
     return (ApproxDpEvent(dk / float(scale), h.delta, mechanism="laplace_histogram"),)
 
 
+def _weighted_histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
+    from fractions import Fraction
+
+    from stream_dp.mechanisms.weighted_histogram import calibrate_weighted_histogram
+
+    h = cfg.releases.histogram
+    dk = cfg.contribution.max_keys_per_user
+    if d is not None:  # the record states σ² in count units (σ_w² / U²) and U
+        assert d.parameters["weighting"] == "per_user"
+        sigma2_counts = Fraction(d.parameters["sigma2"])
+    else:
+        cal = calibrate_weighted_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
+                                           conversion_delta=cfg.budget.delta_prime, max_keys_per_user=dk)
+        sigma2_counts = cal.sigma2 / (cal.unit * cal.unit)
+    # the scores' L2 sensitivity is U·√Δ and their σ_w = U·σ: the uniform histogram's ρ at σ
+    return (ZCdpEvent(dk / (2 * float(sigma2_counts)), delta=h.delta, mechanism="weighted_histogram"),)
+
+
 CASES: dict[str, Case] = {
     "topk": Case("topk", {"topk": {"k": 5, "k_bar": 8, "epsilon": 0.7, "delta": DELTA}}, "| `topk` limited-domain",
                  _topk_realized,
@@ -219,6 +242,10 @@ CASES: dict[str, Case] = {
         "histogram", {"histogram": {"enabled": True, "noise": "laplace", "epsilon": 1.0, "delta": DELTA,
                                     "max_keys": 20}},
         "| `histogram` (laplace", _laplace_histogram_map, _laplace_histogram_map),
+    "histogram_weighted": Case(
+        "histogram", {"histogram": {"enabled": True, "weighting": "per_user", "epsilon": 1.0, "delta": DELTA,
+                                    "max_keys": 20}},
+        "| `histogram` (per_user weighting", _weighted_histogram_map, _weighted_histogram_map),
 }
 
 
