@@ -207,7 +207,7 @@ read from the CSVs in this directory; do not edit by hand — rerun the command.
 """,
         "## Findings (generated from the CSVs)\n\n" + "\n".join(
             _findings_topk(rows, names) + render_more.findings_continual(out) + render_more.findings_seeds(out)
-            + render_peers.findings(out))
+            + render_peers.findings(out) + render_more.findings_weighting(out))
         + "\n",
         _section_setup(meta, calib),
         _section_headline(rows, names),
@@ -215,7 +215,8 @@ read from the CSVs in this directory; do not edit by hand — rerun the command.
         _section_figures(out, rows, names),
     ]
     sections += [render_more.section_continual(out), render_more.section_seeds(out),
-                 render_peers.section_peers(out), render_peers.section_partial_domain(out)]
+                 render_peers.section_peers(out), render_peers.section_partial_domain(out),
+                 render_more.section_weighting(out)]
     path = out / "README.md"
     path.write_text("\n".join(sections), encoding="utf-8")
     return path

@@ -26,6 +26,7 @@ from eval.render import render_report
 from eval.partial_domain import partial_domain_verdicts, run_partial_domain_experiment
 from eval.peers import PeerGrid, cell_verdicts, peers_available, run_peer_experiment
 from eval.topk import Grid, run_topk_experiment
+from eval.weighting import HOURLY_USERS, run_weighting_experiment
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,15 @@ class Scale:
     svt_runs: int  # runs per k of the (slower, query-at-a-time) sparse-vector experiments
     seed_ks: tuple[int, ...] = (2, 4, 8, 12, 16, 24)
     peer_runs: int = 200  # Monte-Carlo runs per point of experiment 4 (the peer libraries are called per run)
+    weighting_runs: int = 50  # Monte-Carlo runs per window of experiment 5
+    weighting_hourly_users: tuple[int, ...] = HOURLY_USERS  # sizes of experiment 5's hourly day
 
 
 SCALES = {
     # the test runs this: synthetic data only (no /work/shared), the whole grid, few runs
     "tiny": Scale("tiny", topk_runs=20, zipf_users=2000, zipf_universe=1000, zipf_exponent=1.1,
                   use_movielens=False, continual_runs=2, continual_users=1500, seed_runs=30, svt_runs=10,
-                  seed_ks=(2, 8), peer_runs=10),
+                  seed_ks=(2, 8), peer_runs=10, weighting_runs=5, weighting_hourly_users=(300,)),
     # the committed report: ~10 minutes on 2 cores
     "full": Scale("full", topk_runs=1000, zipf_users=20000, zipf_universe=10000, zipf_exponent=1.0,
                   use_movielens=True, continual_runs=20, continual_users=20000, seed_runs=1000, svt_runs=200),
@@ -232,6 +235,11 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
     analysis.write_csv(out / "peers_partial_domain.csv", partial_rows)
     analysis.write_csv(out / "peers_partial_domain_verdicts.csv", partial_domain_verdicts(partial_rows, peer_rows))
     timings["peers_partial_domain"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    analysis.write_csv(out / "weighting.csv", run_weighting_experiment(
+        runs=scale.weighting_runs, seed=seed, movielens=movielens, hourly_users=scale.weighting_hourly_users))
+    timings["weighting"] = time.perf_counter() - t
 
     t = time.perf_counter()
     for name, seed_rows in run_seed_experiments(scale, movielens, seed=seed).items():
