@@ -76,15 +76,21 @@ def user_weight(keys: int, max_keys_per_user: int, unit: int = WEIGHT_UNIT) -> i
 
 
 def weighted_scores(pairs: Iterable[tuple[Hashable, Hashable]], *, max_keys_per_user: int,
-                    unit: int = WEIGHT_UNIT) -> dict[Hashable, int]:
+                    unit: int = WEIGHT_UNIT, keys_per_user: Mapping[Hashable, int] | None = None
+                    ) -> dict[Hashable, int]:
     """Key → Σ over its users of w_m(user), from a window's counted (user, key) pairs (each pair once: ingest's
     bounding log, docs/ingest.md; a user's m is her number of pairs).
+
+    ``keys_per_user``: each user's m, counted in an earlier pass over the same pairs (then ``pairs`` is only
+    iterated, never held: the release worker reads a window's log twice rather than keep its pairs in memory).
 
     >>> weighted_scores([("u1", "a"), ("u2", "a"), ("u2", "b")], max_keys_per_user=2, unit=4)
     {'a': 9, 'b': 4}
     """
-    pairs = list(pairs)
-    keys_of = Counter(user for user, _ in pairs)
+    if keys_per_user is None:
+        pairs = list(pairs)
+        keys_per_user = Counter(user for user, _ in pairs)
+    keys_of = keys_per_user
     weight = {m: user_weight(m, max_keys_per_user, unit) for m in set(keys_of.values())}
     scores: dict[Hashable, int] = {}
     for user, key in pairs:

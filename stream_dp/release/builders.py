@@ -386,9 +386,13 @@ class HistogramBuilder:
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
         if self.cfg.releases.histogram.weighting == "per_user":  # the scores, from the counted (user, key) pairs
+            from collections import Counter
+
             from stream_dp.mechanisms.weighted_histogram import weighted_scores
 
-            return weighted_scores(reader.bounding_pairs(window),
+            # two passes over the logs: each user's number of keys, then the scores (no pair is held)
+            keys_per_user = Counter(user for user, _ in reader.bounding_pairs(window))
+            return weighted_scores(reader.bounding_pairs(window), keys_per_user=keys_per_user,
                                    max_keys_per_user=self.cfg.contribution.max_keys_per_user)
         return reader.all_counts(window).as_dict()
 
