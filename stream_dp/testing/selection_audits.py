@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from fractions import Fraction
 
+import numpy as np
+
 from stream_dp.accounting.composition import zcdp_to_epsilon
 from stream_dp.mechanisms import em_with_gap, limited_domain_topk, noisy_topk_with_gap
 from stream_dp.mechanisms.gaussian_histogram import (
@@ -206,6 +208,52 @@ def weighted_histogram_scores(*, broken: bool = False, trials: int = 20_000, rng
                          rng=rng)
 
 
+class _GumbelAtScaleOne(np.random.Generator):
+    """A generator whose Gumbel draws ignore the scale asked for (noise for ε = 1 whatever ε is): broken."""
+
+    def gumbel(self, loc=0.0, scale=1.0, size=None):  # type: ignore[no-untyped-def, override]  # noqa: ANN001, ANN201
+        return super().gumbel(loc, 1.0, size)
+
+
+class _NegatedGumbel(np.random.Generator):
+    """A generator whose Gumbel draws are negated (a light right tail: not the exponential mechanism): broken."""
+
+    def gumbel(self, loc=0.0, scale=1.0, size=None):  # type: ignore[no-untyped-def, override]  # noqa: ANN001, ANN201
+        return -super().gumbel(loc, scale, size)
+
+
+def _known_domain_winner(broken_generator: type[np.random.Generator] | None, others: dict[str, float], *,
+                         trials: int, rng: int, confidence: float) -> AuditResult:
+    """Known-domain top-1 (one-shot Gumbel over the domain, docs/privacy.md §9), ε_t = 0.5: one user on key "a"
+    (0 vs 1) below the ``others``; the event is the winner. Claim: ε_t (a range-bounded ε_t outcome is ε_t-DP)."""
+    from stream_dp.mechanisms.known_domain import known_domain_topk
+
+    def mechanism(counts, generator):
+        if broken_generator is not None:
+            generator = broken_generator(generator.bit_generator)
+        return known_domain_topk(counts, {}, k=1, k_bar=1, track_epsilon=0.5, discover_epsilon=None, delta=1e-6,
+                                 max_keys_per_user=1, rng=generator).keys
+    return audit_privacy(mechanism, {"a": 0.0, **others}, {"a": 1.0, **others}, epsilon=0.5, trials=trials,
+                         confidence=confidence, rng=rng)
+
+
+def known_domain_noise_scale(*, broken: bool = False, trials: int = 20_000, rng: int = 11,
+                             confidence: float = 0.999) -> AuditResult:
+    """"a" below two keys at 2. Real: P["a"] ≈ 0.155 vs 0.232, ratio ≈ e^0.40. Broken: Gumbel noise of scale 1
+    instead of 1/ε_t (P["a"] ≈ 0.063 vs 0.155, ratio ≈ e^0.9) -> flagged."""
+    return _known_domain_winner(_GumbelAtScaleOne if broken else None, {"b": 2.0, "c": 2.0}, trials=trials,
+                                rng=rng, confidence=confidence)
+
+
+def known_domain_noise_sign(*, broken: bool = False, trials: int = 20_000, rng: int = 12,
+                            confidence: float = 0.999) -> AuditResult:
+    """"a" below four keys at 4. Real: P["a"] ≈ 0.033 vs 0.053, ratio ≈ e^0.47. Broken: the Gumbel draws
+    subtracted instead of added (P["a"] ≈ 0.0027 vs 0.011, ratio ≈ e^1.4) -> flagged. (With two keys the two laws
+    coincide: a difference of two Gumbels is logistic either way.)"""
+    return _known_domain_winner(_NegatedGumbel if broken else None, {key: 4.0 for key in "bcde"}, trials=trials,
+                                rng=rng, confidence=confidence)
+
+
 def _with_offset(offset: Callable | None, run: Callable[[], AuditResult]) -> AuditResult:
     if offset is None:
         return run()
@@ -276,6 +324,8 @@ SCENARIOS: dict[str, Callable[..., AuditResult]] = {
     "laplace_histogram threshold (δ)": laplace_histogram_threshold_delta,
     "laplace_histogram counts (ε)": laplace_histogram_counts,
     "weighted_histogram scores (ε)": weighted_histogram_scores,
+    "known_domain_topk noise scale (ε)": known_domain_noise_scale,
+    "known_domain_topk noise sign (ε)": known_domain_noise_sign,
 }
 
 
