@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 
@@ -242,7 +243,19 @@ def _check_counts(counts: Mapping[Hashable, object]) -> tuple[list[Hashable], np
     return keys, np.asarray(values, dtype=np.int64)
 
 
-def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: HistogramCalibration, max_keys: int,
+class ThresholdedGaussian(Protocol):
+    """What the release needs of a calibration: σ² (rational), the integer threshold τ and the cost."""
+
+    @property
+    def sigma2(self) -> Fraction: ...
+
+    @property
+    def threshold(self) -> int: ...
+
+    def events(self) -> tuple[DpEvent, ...]: ...
+
+
+def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: ThresholdedGaussian, max_keys: int,
                        confidence: float = 0.95, domain: Collection[Hashable] = (),
                        rng: RngLike = None) -> HistogramResult:
     """Release the keys whose discretely noised count clears τ, with noisy counts and intervals.

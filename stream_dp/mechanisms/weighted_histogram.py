@@ -38,16 +38,11 @@ from fractions import Fraction
 
 from stream_dp.accounting.events import DpEvent, ZCdpEvent
 from stream_dp.mechanisms._validation import check_delta, check_positive_int
-from stream_dp.mechanisms.discrete_gaussian import (
-    as_sigma2,
-    discrete_gaussian_quantile,
-    discrete_gaussian_tail,
-    sample_discrete_gaussian,
-)
+from stream_dp.mechanisms.discrete_gaussian import as_sigma2, discrete_gaussian_tail
 from stream_dp.mechanisms.gaussian_histogram import (
     SIGMA2_GRID,
     HistogramResult,
-    noisy_threshold_release,
+    gaussian_histogram,
     rho_for_epsilon,
     smallest_threshold,
 )
@@ -174,13 +169,8 @@ def weighted_histogram(scores: Mapping[Hashable, object], *, calibration: Weight
     >>> [row.key for row in weighted_histogram({"a": 5000, "b": 35}, calibration=cal, max_keys=10, rng=1).rows]
     ['a']
     """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return noisy_threshold_release(
-        scores, noise=lambda n: sample_discrete_gaussian(calibration.sigma2, n, rng=rng),
-        threshold=calibration.threshold, max_keys=max_keys,
-        ci_half_width=discrete_gaussian_quantile(calibration.sigma2, confidence), domain=domain,
-        events=calibration.events())
+    return gaussian_histogram(scores, calibration=calibration, max_keys=max_keys, confidence=confidence,
+                              domain=domain, rng=rng)
 
 
 def rows_in_count_units(result: HistogramResult, unit: int) -> list[tuple[Hashable, int, int, int, bool]]:

@@ -5,30 +5,19 @@ shard and two), and the weighted counts it publishes."""
 from __future__ import annotations
 
 import pytest
+from test_neighbouring_streams import DELTA_KEYS, SIZE, T0, harness_cfg
 
-from stream_dp.config import config_from_mapping
 from stream_dp.mechanisms.weighted_histogram import WEIGHT_UNIT, user_weight
 from stream_dp.release.windows import WindowReader
 from stream_dp.testing.neighbours import StreamEvent, run_in_process, ticks
 
 pytestmark = pytest.mark.integration
 
-SIZE = 60
-T0 = 1_800_000_000
-DELTA_KEYS = 3
-
 
 def cfg_for(weighting: str, shards: int):  # noqa: ANN201
-    return config_from_mapping({
-        "windows": {"size_seconds": SIZE, "start": str(T0), "allowed_lateness_seconds": 0,
-                    "max_event_delay_seconds": 0, "max_clock_skew_seconds": 5,
-                    "idle_partition_timeout_seconds": 600, "retention_seconds": 600, "shards": shards},
-        "contribution": {"max_keys_per_user": DELTA_KEYS},
-        "budget": {"epsilon": 1e6, "delta": 0.5, "delta_prime": 1e-7, "period_seconds": 86400},
-        # ε = 2000 per window: σ ≈ 0.02 in count units, so the counts below are exact up to rounding
-        "releases": {"topk": {"enabled": False}, "alerts": {"enabled": False}, "sample": {"enabled": False},
-                     "histogram": {"enabled": True, "epsilon": 2000.0, "delta": 1e-6, "weighting": weighting}},
-    }, environ={})
+    # ε = 2000 per window: σ ≈ 0.02 in count units, so the counts below are exact up to rounding
+    return harness_cfg(shards=shards, topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
+                       histogram={"enabled": True, "epsilon": 2000.0, "delta": 1e-6, "weighting": weighting})
 
 
 def light_and_full_users() -> list[StreamEvent]:
