@@ -88,8 +88,11 @@ def calibration_rows(grid: Grid) -> list[dict[str, Any]]:
 
 
 def git_commit() -> str:
+    """The commit the experiments run on, with "-dirty" when tracked files differ from it (read before any
+    output is written: the report's own files must not make it dirty)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
+                             text=True, timeout=10)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -115,6 +118,10 @@ def continual_setups(scale: Scale) -> list[tuple[Any, str]]:
         # one day of hourly windows, ~10^4 users per hour, the default one-day budget period and cap
         (continual.ContinualSetup("hourly-day-topk", 3600, 86400), "hourly"),
         (continual.ContinualSetup("hourly-day-histogram", 3600, 86400, release_type="histogram"), "hourly"),
+        # the same with per-user weights (docs/privacy.md §8d): the release worker reads the bounding logs
+        (continual.ContinualSetup("hourly-day-histogram-weighted", 3600, 86400,
+                                  {"STREAM_DP_RELEASES__HISTOGRAM__WEIGHTING": "per_user"}, release_type="histogram"),
+         "hourly"),
     ]
 
 
@@ -201,6 +208,7 @@ def run_seed_experiments(scale: Scale, movielens: Stream | None, *, seed: int) -
 def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = None,
             redis_url: str | None = None) -> dict[str, Any]:
     """Run every experiment at ``scale``, write CSVs and ``meta.json`` into ``out``; return the meta."""
+    commit = git_commit()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -254,7 +262,7 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
         "movielens_present": any(s.name == "movielens" for s in streams),
         "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
-        "git_commit": git_commit(), "python": platform.python_version(), "numpy": np.__version__,
+        "git_commit": commit, "python": platform.python_version(), "numpy": np.__version__,
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
