@@ -231,3 +231,30 @@ def test_a_seeded_release_draws_from_its_seed() -> None:
     def rows(seed):
         return gaussian_histogram(counts, calibration=cal, max_keys=100, rng=seed).rows
     assert rows(7) == rows(7) != rows(8)
+
+
+class _ScriptedBytes:
+    """A byte source that hands out prepared draws and checks each request's size."""
+
+    def __init__(self, size: int, values: list[int]) -> None:
+        self.size, self.draws = size, [v.to_bytes(size, "big") for v in values]
+
+    def bytes(self, n: int) -> bytes:
+        assert n == self.size, f"asked for {n} bytes, the range needs {self.size}"
+        return self.draws.pop(0)
+
+
+def test_uniform_integers_beyond_2_62_reject_draws_at_or_above_n():
+    """The exact samplers' uniform integer for n > 2⁶² (whole random bytes, the excess bits shifted off, a draw
+    ≥ n rejected): n = 2⁶⁵ + 3 needs 66 bits, so 9 bytes with the low 6 bits dropped."""
+    from stream_dp.mechanisms.discrete_gaussian import _uniform_below
+
+    n = 2**65 + 3
+    source = _ScriptedBytes(9, [(2**66 - 1) << 6, n << 6, ((n - 1) << 6) | 0b111111])
+    assert _uniform_below(source, n) == n - 1  # the first two draws (above n, then exactly n) are rejected
+    assert source.draws == []
+    generator = np.random.default_rng(5)
+    draws = [_uniform_below(generator, 3 * 2**62) for _ in range(3000)]
+    assert all(0 <= d < 3 * 2**62 for d in draws)
+    thirds = np.bincount([d >> 62 for d in draws], minlength=3)
+    assert stats.chisquare(thirds).pvalue > 1e-3, thirds
