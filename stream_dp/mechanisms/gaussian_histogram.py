@@ -187,12 +187,16 @@ def calibrate_histogram(*, epsilon: float, threshold_delta: float, conversion_de
     return calibration_for_sigma2(sigma2=dk / (2 * rho), threshold_delta=threshold_delta, max_keys_per_user=dk)
 
 
+def on_sigma2_grid(sigma2: Fraction) -> Fraction:
+    """σ² rounded *up* to a multiple of :data:`SIGMA2_GRID` (so ρ can only shrink)."""
+    return Fraction(math.ceil(sigma2 / SIGMA2_GRID)) * SIGMA2_GRID
+
+
 def calibration_for_sigma2(*, sigma2: float | Fraction, threshold_delta: float, max_keys_per_user: int
                            ) -> HistogramCalibration:
     """The calibration for a given σ² (rounded up to the grid) and threshold δ."""
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
-    s2 = as_sigma2(sigma2)
-    s2 = Fraction(math.ceil(s2 / SIGMA2_GRID)) * SIGMA2_GRID
+    s2 = on_sigma2_grid(as_sigma2(sigma2))
     tau = histogram_threshold(sigma2=s2, delta=threshold_delta, max_keys_per_user=dk)
     return HistogramCalibration(sigma2=s2, threshold=tau, threshold_delta=float(threshold_delta),
                                 max_keys_per_user=dk)

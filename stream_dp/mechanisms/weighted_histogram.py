@@ -14,7 +14,7 @@ counts at the same privacy cost; where every user touches Δ keys, every weight 
 uniform one.
 
 Mechanism (:func:`weighted_histogram`): the thresholded discrete-Gaussian release of
-:func:`~stream_dp.mechanisms.gaussian_histogram.noisy_threshold_release` on the scores, with σ_w = U·σ.
+:func:`~stream_dp.mechanisms.gaussian_histogram.gaussian_histogram` on the scores, with σ_w = U·σ.
 
 Guarantee (derivation in docs/privacy.md §8d): δ-approximate ρ-zCDP with ρ = U²Δ/(2σ_w²) -- the same ρ as the
 uniform histogram with σ = σ_w/U. Neighbours differ by one user u; the others' weights do not depend on u (m is
@@ -38,12 +38,14 @@ from fractions import Fraction
 
 from stream_dp.accounting.events import DpEvent, ZCdpEvent
 from stream_dp.mechanisms._validation import check_delta, check_positive_int
-from stream_dp.mechanisms.discrete_gaussian import as_sigma2, discrete_gaussian_tail
+from stream_dp.mechanisms.discrete_gaussian import as_sigma2
 from stream_dp.mechanisms.gaussian_histogram import (
-    SIGMA2_GRID,
+    _TAIL_MARGIN,
     HistogramResult,
     gaussian_histogram,
+    on_sigma2_grid,
     rho_for_epsilon,
+    selection_delta,
     smallest_threshold,
 )
 from stream_dp.rng import RngLike
@@ -52,7 +54,6 @@ MECHANISM = "weighted_histogram"
 #: The score of one user on Δ keys. Weights are rounded down to integers, so a larger unit wastes less of the
 #: norm (at U = 16 a user on m < Δ keys keeps ≥ 1 − 1/16 of hers; a user on Δ keys all of it).
 WEIGHT_UNIT = 16
-_TAIL_MARGIN = 1e-9  # as in gaussian_histogram: float tail sums are accurate to ~1e-15 relative
 
 
 def user_weight(keys: int, max_keys_per_user: int, unit: int = WEIGHT_UNIT) -> int:
@@ -98,11 +99,9 @@ def weighted_selection_delta(*, sigma2: object, threshold: int, max_keys_per_use
     """δ_τ = max over m = 1 … Δ of P[one of m score-w_m keys has w_m + Z ≥ τ] = 1 − (1 − P[Z ≥ τ − w_m])^m."""
     s2 = as_sigma2(sigma2)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
-    worst = 0.0
-    for m in range(1, dk + 1):
-        p = discrete_gaussian_tail(s2, int(threshold) - user_weight(m, dk, unit))
-        worst = max(worst, -math.expm1(m * math.log1p(-p)) if p < 1 else 1.0)
-    return worst
+    # a score-w key clears τ exactly when a count-1 key clears τ − w + 1: §8's δ_τ at that threshold, for m keys
+    return max(selection_delta(sigma2=s2, threshold=int(threshold) - user_weight(m, dk, unit) + 1, max_keys_per_user=m)
+               for m in range(1, dk + 1))
 
 
 @dataclass(frozen=True)
@@ -151,8 +150,7 @@ def calibrate_weighted_histogram(*, epsilon: float, threshold_delta: float, conv
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     u = check_positive_int(unit, "unit")
     rho = rho_for_epsilon(epsilon, conversion_delta)
-    s2 = Fraction(u * u * dk) / (2 * Fraction(rho))
-    s2 = Fraction(math.ceil(s2 / SIGMA2_GRID)) * SIGMA2_GRID
+    s2 = on_sigma2_grid(Fraction(u * u * dk) / (2 * Fraction(rho)))
     tau = weighted_threshold(sigma2=s2, delta=threshold_delta, max_keys_per_user=dk, unit=u)
     return WeightedHistogramCalibration(sigma2=s2, threshold=tau, threshold_delta=float(threshold_delta),
                                         max_keys_per_user=dk, unit=u)
