@@ -166,16 +166,19 @@ def test_saturated_cells_are_those_nobody_can_beat() -> None:
     rows = []
     for cell, (sdp, peer, documented) in {(5, 0.1): (0.0, 0.0, 0.3), (5, 1.0): (1.0, 0.99, 0.0),
                                           (5, 2.0): (0.9, 0.5, 1.0), (5, 0.5): (0.6, 0.6, 1.0),
+                                          (20, 1.0): (0.8, 0.985, 0.0), (20, 2.0): (1.0, 0.97, 0.0),
                                           (1, 1.0): (1.0, 1.0, 1.0)}.items():
         rows += [row(cell, "sdp_histogram", "stream-dp", sdp), row(cell, "pipelinedp_x", "pipelinedp", peer, 0.02),
                  row(cell, "opendp_laplace_threshold", "opendp", documented),
                  row(cell, "counterfactual_y", "counterfactual", 0.42)]
     got = saturation(rows, peers.cell_verdicts(rows))
-    # (5, 0.1) all at 0, (5, 1.0) all within CI of 1 -- the documented OpenDP row and the counterfactual ignored;
-    # (5, 2.0) open and won, (5, 0.5) open and tied; Δ = 1 not counted
-    assert got == {"cells": 4, "saturated_top": 1, "saturated_zero": 1, "open": 2, "won": 1,
-                   "open_cells": {("d", 5, 2.0, 10, False), ("d", 5, 0.5, 10, False)},
-                   "won_cells": {("d", 5, 2.0, 10, False)}}
+    # (5, 0.1) all at 0; (5, 1.0) and (20, 1.0) a peer within its CI of 1, whatever stream-dp shows -- the
+    # documented OpenDP row and the counterfactual ignored, so (5, 2.0) is open (and won) though the documented
+    # row is at 1; (20, 2.0) open (the peer's interval ends below 1) and won; (5, 0.5) open and tied; Δ = 1 not
+    # counted
+    assert got == {"cells": 6, "saturated_top": 2, "saturated_zero": 1, "open": 3, "won": 2,
+                   "open_cells": {("d", 5, 2.0, 10, False), ("d", 5, 0.5, 10, False), ("d", 20, 2.0, 10, False)},
+                   "won_cells": {("d", 5, 2.0, 10, False), ("d", 20, 2.0, 10, False)}}
 
 
 def test_same_mechanism_is_recognised_from_both_calibrations_only_when_the_parameters_agree() -> None:
