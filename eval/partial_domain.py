@@ -41,8 +41,8 @@ from stream_dp.mechanisms.known_domain import KnownDomainTopk, domain_split
 
 from eval.calibration import largest_parameter, window_epsilon
 from eval.data import Histogram, Stream, bounded_histogram
-from eval.peers import (PeerGrid, Release, _ranked, _rows, _timed, cell_verdicts, run_pipelinedp_public,
-                        sdp_histogram, sdp_histogram_laplace)
+from eval.peers import (PeerGrid, Release, _ranked, _rows, _timed, cell_verdicts, map_cells,
+                        run_pipelinedp_public, sdp_histogram, sdp_histogram_laplace)
 from eval.topk import cell_rng
 
 DOMAIN_FRACTION = 0.5
@@ -84,16 +84,15 @@ def run_discover_then_track(hist: Histogram, domain: np.ndarray, measurement: Kn
 
 
 def run_partial_domain_experiment(datasets: Iterable[Stream], grid: PeerGrid, *, seed: int = 20261129,
-                                  peers: bool = True) -> list[dict[str, Any]]:
+                                  peers: bool = True, workers: int = 1) -> list[dict[str, Any]]:
     """Rows of the stream-dp methods and PipelineDP's public partitions with the partial domain, per dataset ×
-    Δ × ε_w × k (``known_domain`` True, ``domain`` = "partial")."""
-    rows: list[dict[str, Any]] = []
-    for stream in datasets:
-        domain = partial_domain(stream.universe, seed=seed, dataset=stream.name)
-        for dk in grid.deltas_keys:
-            hist = bounded_histogram(stream, dk)
-            for eps in grid.epsilons:
-                rows += _cell(stream.name, hist, domain, dk, eps, grid, seed, peers)
+    Δ × ε_w × k (``known_domain`` True, ``domain`` = "partial"); cells in ``workers`` processes
+    (:func:`eval.peers.map_cells`)."""
+    jobs = [(stream.name, hist, domain, dk, eps, grid, seed, peers)
+            for stream in datasets
+            for domain in (partial_domain(stream.universe, seed=seed, dataset=stream.name),)
+            for dk in grid.deltas_keys for hist in (bounded_histogram(stream, dk),) for eps in grid.epsilons]
+    rows = map_cells(_cell, jobs, workers)
     for row in rows:
         row["domain"] = DOMAIN_LABEL
         row["domain_fraction"] = DOMAIN_FRACTION

@@ -56,8 +56,10 @@ from __future__ import annotations
 
 import functools
 import math
+import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -519,16 +521,26 @@ def peers_available() -> bool:
 
 
 def run_peer_experiment(datasets: Iterable[Stream], grid: PeerGrid, *, seed: int = 20261129,
-                        peers: bool = True) -> list[dict[str, Any]]:
+                        peers: bool = True, workers: int = 1) -> list[dict[str, Any]]:
     """Rows: dataset × Δ × ε_w × known-domain × method × k (the selection-only peers do not depend on k or on
-    the domain: they are run once per (dataset, Δ, ε_w) and scored for every k and both domain settings)."""
-    rows: list[dict[str, Any]] = []
-    for stream in datasets:
-        for dk in grid.deltas_keys:
-            hist = bounded_histogram(stream, dk)
-            for eps in grid.epsilons:
-                rows += _cell(stream.name, hist, dk, eps, grid, seed, peers)
-    return rows
+    the domain: they are run once per (dataset, Δ, ε_w) and scored for every k and both domain settings).
+    ``workers`` > 1 runs the cells in that many processes (:func:`map_cells`)."""
+    jobs = [(stream.name, hist, dk, eps, grid, seed, peers)
+            for stream in datasets for dk in grid.deltas_keys
+            for hist in (bounded_histogram(stream, dk),) for eps in grid.epsilons]
+    return map_cells(_cell, jobs, workers)
+
+
+def map_cells(cell: Callable[..., list[dict[str, Any]]], jobs: Sequence[tuple[Any, ...]], workers: int
+              ) -> list[dict[str, Any]]:
+    """The rows of ``cell(*job)`` for every job, in the jobs' order: in this process when ``workers`` ≤ 1, else in
+    a pool of ``workers`` spawned processes. A cell draws stream-dp's noise from its own generators
+    (:func:`eval.topk.cell_rng`), so its rows do not depend on where it ran; the peer libraries' noise is
+    unseeded either way. ``cell`` must be a module-level function (it is pickled by name)."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [row for job in jobs for row in cell(*job)]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return [row for rows in pool.map(cell, *zip(*jobs)) for row in rows]
 
 
 def _timed(fn: Callable[[], Release]) -> tuple[Release, float]:

@@ -214,3 +214,18 @@ def test_the_goals_name_a_lost_cell_of_twin_mechanisms_and_the_reachable_wins() 
     # the twin tie counts under reading A (1 won + 1 tied of 2), and B counts the won cell of the 1 winnable one
     assert "(A) counting a tie with a peer that runs the same mechanism as met: 2 of 2 cells (met)" in text
     assert "(B) over the 1 cells where a strict win is possible: 1 (100 %, met)" in text
+
+
+def test_cells_run_in_worker_processes_give_the_rows_of_one_process() -> None:
+    """``--workers``: each cell seeds its own generators, so the stream-dp rows (every row without the peer
+    libraries) are the same, in the same order, whether the cells ran here or in a pool of spawned processes."""
+    stream = zipf_stream(n_users=300, universe=200, exponent=1.1, seed=4)
+    grid = peers.PeerGrid(epsilons=(0.5, 2.0), deltas_keys=(1, 5), ks=(10,), runs=5)
+
+    def stripped(rows):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+    here = peers.run_peer_experiment([stream], grid, seed=3, peers=False)
+    pooled = peers.run_peer_experiment([stream], grid, seed=3, peers=False, workers=2)
+    assert {(r["delta_keys"], r["epsilon_w"], r["known_domain"]) for r in here} == {
+        (dk, eps, known) for dk in (1, 5) for eps in (0.5, 2.0) for known in (False, True)}
+    assert repr(stripped(pooled)) == repr(stripped(here))  # repr: NaN (no keys released) equals itself
