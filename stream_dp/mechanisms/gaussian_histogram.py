@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -61,6 +61,7 @@ class HistogramCalibration:
     # calibrated by the exact joint privacy profile (calibrate_histogram_exact): the (ε, δ) it guarantees
     exact_epsilon: float | None = None
     exact_delta: float | None = None
+    unit: ClassVar[int] = 1  # noise units per count: 1 (the per-user weighted calibration's is its U)
 
     @property
     def rho(self) -> float:

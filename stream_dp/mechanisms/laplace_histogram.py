@@ -30,7 +30,7 @@ import math
 from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -151,6 +151,7 @@ class LaplaceHistogramCalibration:
     threshold_delta: float
     max_keys_per_user: int
     boundary: Fraction = Fraction(0)  # P[keep] of a key whose noisy count is exactly threshold − 1
+    unit: ClassVar[int] = 1  # noise units per count: 1 (the per-user weighted calibration's is its U)
 
     @property
     def epsilon(self) -> float:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from stream_dp.config import AlertsConfig, Config
 from stream_dp.mechanisms.measurement import Measurement
+from stream_dp.mechanisms.weighted_histogram import rows_in_count_units
 from stream_dp.node_batches import Reads
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.windows import Window, WindowReader
@@ -358,7 +359,7 @@ class HistogramBuilder:
     def parameters(self) -> dict[str, Any]:
         h = self.cfg.releases.histogram
         cal = self.calibration()
-        unit = getattr(cal, "unit", 1)  # per_user weighting: σ² and τ in count units (score / U)
+        unit = cal.unit  # per_user weighting: σ² and τ in count units (score / U)
         noise = ({"noise": "discrete_laplace", "scale": str(cal.scale)} if h.noise == "laplace" else
                  {"noise": "discrete_gaussian", "sigma2": str(cal.sigma2 / (unit * unit)), "rho": cal.rho,
                   **({"calibration": "exact"} if cal.calibration == "exact" else {})})
@@ -414,13 +415,8 @@ class HistogramBuilder:
         h = self.cfg.releases.histogram
         m = self.measurement
         res = m(data, rng=rng)
-        unit = getattr(m.calibration, "unit", 1)
-        if unit > 1:  # weighted scores -> weighted counts (post-processing)
-            from stream_dp.mechanisms.weighted_histogram import rows_in_count_units
-
-            rows = rows_in_count_units(res, unit)
-        else:
-            rows = [(row.key, row.count, row.ci_low, row.ci_high, row.in_domain) for row in res.rows]
+        unit = m.calibration.unit
+        rows = rows_in_count_units(res, unit)  # weighted scores -> weighted counts (post-processing); U = 1: as is
         items = [{"key": str(key), "rank": i + 1, "count": count, "ci_low": low, "ci_high": high,
                   **({"source": "domain" if in_domain else "discovered"} if self.domain else {})}
                  for i, (key, count, low, high, in_domain) in enumerate(rows)]
