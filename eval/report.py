@@ -57,7 +57,7 @@ SCALES = {
     "tiny": Scale("tiny", topk_runs=20, zipf_users=2000, zipf_universe=1000, zipf_exponent=1.1,
                   use_movielens=False, continual_runs=2, continual_users=1500, seed_runs=30, svt_runs=10,
                   seed_ks=(2, 8), peer_runs=10, weighting_runs=5, weighting_hourly_users=(300,)),
-    # the committed report: ~10 minutes on 2 cores
+    # the committed report: ~48 minutes on 2 cores (40 of them the peer libraries, called per run)
     "full": Scale("full", topk_runs=1000, zipf_users=20000, zipf_universe=10000, zipf_exponent=1.0,
                   use_movielens=True, continual_runs=20, continual_users=20000, seed_runs=1000, svt_runs=200,
                   peer_runs=1000),
