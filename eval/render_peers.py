@@ -191,8 +191,8 @@ def goals(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) ->
     lines.append(f"- Of the {sat['cells']} cells with Δ ≥ 5, {sat['saturated_top'] + sat['saturated_zero']} are "
                  f"saturated — a peer within its 95 % interval of recall 1.00, which no recall can beat by more than "
                  f"the two intervals ({sat['saturated_top']}), or every method at 0.00 ({sat['saturated_zero']}), "
-                 f"so no release type can be strictly better than every peer there; of the remaining {sat['open']}, the best stream-dp type is strictly better than "
-                 f"every peer in {sat['won']}.")
+                 f"so no release type can be strictly better than every peer there; of the remaining {sat['open']}, "
+                 f"the best stream-dp type is strictly better than every peer in {sat['won']}.")
     if peers_available():
         open_twins = {_cell(v) for v in twins if _cell(v) in sat["open_cells"]}
         reachable = sat["open"] - len(open_twins)
