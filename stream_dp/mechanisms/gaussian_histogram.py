@@ -46,8 +46,9 @@ from stream_dp.rng import RngLike
 MECHANISM = "gaussian_histogram"
 # σ² is rounded *up* to a multiple of this (so ρ only shrinks) to keep the exact sampler's fractions small.
 SIGMA2_GRID = Fraction(1, 1000)
-# Float tail sums are accurate to ~1e-15 relative; the threshold keeps this much margin below δ.
-_TAIL_MARGIN = 1e-9
+# Float tail sums are accurate to ~1e-15 relative; a threshold keeps this much relative margin below its δ (the
+# Laplace and the weighted histograms' thresholds use the same one).
+TAIL_MARGIN = 1e-9
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def histogram_threshold(*, sigma2: object, delta: float, max_keys_per_user: int)
     s2 = as_sigma2(sigma2)
     delta = check_delta(delta)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
-    p_max = -math.expm1(math.log1p(-delta) / dk) * (1 - _TAIL_MARGIN)  # per-key bound, with margin
+    p_max = -math.expm1(math.log1p(-delta) / dk) * (1 - TAIL_MARGIN)  # per-key bound, with margin
 
     return smallest_threshold(lambda tau: discrete_gaussian_tail(s2, tau - 1) <= p_max)
 

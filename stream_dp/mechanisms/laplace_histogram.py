@@ -37,13 +37,13 @@ import numpy as np
 from stream_dp.accounting.events import ApproxDpEvent, DpEvent
 from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_fraction, check_positive_int
 from stream_dp.mechanisms.discrete_gaussian import _discrete_laplace, _uniform_below
-from stream_dp.mechanisms.gaussian_histogram import HistogramResult, noisy_threshold_release, smallest_threshold
+from stream_dp.mechanisms.gaussian_histogram import (TAIL_MARGIN, HistogramResult, noisy_threshold_release,
+                                                     smallest_threshold)
 from stream_dp.rng import RngLike, make_rng
 
 MECHANISM = "laplace_histogram"
 # b is rounded *up* to a multiple of this (so ε only shrinks) to keep the sampler's integers small.
 SCALE_GRID = Fraction(1, 1000)
-_TAIL_MARGIN = 1e-9  # relative margin of the float tail below the per-key bound (as the Gaussian's)
 
 
 def as_scale(scale: Any) -> Fraction:
@@ -117,12 +117,12 @@ def boundary_probability(*, scale: Any, threshold: int, delta: float, max_keys_p
     0.3754
     """
     target = delta / (1 + delta)
-    p_max = -math.expm1(math.log1p(-target) / max_keys_per_user) * (1 - _TAIL_MARGIN)
+    p_max = -math.expm1(math.log1p(-target) / max_keys_per_user) * (1 - TAIL_MARGIN)
     room = p_max - discrete_laplace_tail(scale, int(threshold) - 1)
     edge = discrete_laplace_pmf(scale, int(threshold) - 2)
     if room <= 0 or edge <= 0:
         return Fraction(0)
-    r = min(room / edge, 1.0) * (1 - _TAIL_MARGIN)
+    r = min(room / edge, 1.0) * (1 - TAIL_MARGIN)
     return Fraction(r).limit_denominator(2**40) if r > 0 else Fraction(0)
 
 
@@ -137,7 +137,7 @@ def laplace_histogram_threshold(*, scale: Any, delta: float, max_keys_per_user: 
     delta = check_delta(delta)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     target = delta / (1 + delta)
-    p_max = -math.expm1(math.log1p(-target) / dk) * (1 - _TAIL_MARGIN)
+    p_max = -math.expm1(math.log1p(-target) / dk) * (1 - TAIL_MARGIN)
 
     return smallest_threshold(lambda tau: discrete_laplace_tail(b, tau - 1) <= p_max)
 

@@ -40,7 +40,7 @@ from stream_dp.accounting.events import DpEvent, ZCdpEvent
 from stream_dp.mechanisms._validation import check_delta, check_positive_int
 from stream_dp.mechanisms.discrete_gaussian import as_sigma2
 from stream_dp.mechanisms.gaussian_histogram import (
-    _TAIL_MARGIN,
+    TAIL_MARGIN,
     HistogramResult,
     gaussian_histogram,
     on_sigma2_grid,
@@ -100,8 +100,8 @@ def weighted_selection_delta(*, sigma2: object, threshold: int, max_keys_per_use
     s2 = as_sigma2(sigma2)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     # a score-w key clears τ exactly when a count-1 key clears τ − w + 1: §8's δ_τ at that threshold, for m keys
-    return max(selection_delta(sigma2=s2, threshold=int(threshold) - user_weight(m, dk, unit) + 1, max_keys_per_user=m)
-               for m in range(1, dk + 1))
+    return max(selection_delta(sigma2=s2, threshold=int(threshold) - user_weight(m, dk, unit) + 1,
+                               max_keys_per_user=m) for m in range(1, dk + 1))
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class WeightedHistogramCalibration:
 def weighted_threshold(*, sigma2: object, delta: float, max_keys_per_user: int, unit: int = WEIGHT_UNIT) -> int:
     """The smallest integer τ ≥ 1 with :func:`weighted_selection_delta` ≤ ``delta`` (less a 1e-9 margin)."""
     s2 = as_sigma2(sigma2)
-    target = check_delta(delta) * (1 - _TAIL_MARGIN)
+    target = check_delta(delta) * (1 - TAIL_MARGIN)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     return smallest_threshold(lambda tau: weighted_selection_delta(sigma2=s2, threshold=tau, max_keys_per_user=dk,
                                                                    unit=unit) <= target)
