@@ -64,9 +64,13 @@ def test_every_method_runs_on_a_small_window_and_scores_in_range() -> None:
     assert ("pipelinedp_public_gaussian", True) in methods and ("opendp_gaussian_threshold", False) in methods
     for r in rows:
         assert 0 <= r["recall_mean"] <= 1 and r["runs"] == 5
+    assert {m for m, known in methods if m.startswith(("candidate", "counterfactual_known"))} == {
+        "candidate_joint_em_domain", "counterfactual_known_domain_looser_peels"}
+    assert not any(known is False for m, known in methods if m.startswith(("candidate", "counterfactual_known")))
     verdicts = peers.cell_verdicts(rows)
     assert {v["verdict"] for v in verdicts} <= {"win", "same", "lose"}
-    assert not any(v["peer"].startswith("counterfactual") for v in verdicts)
+    assert not any(v["peer"].startswith(("counterfactual", "candidate")) for v in verdicts)
+    assert not any(v["best_sdp"].startswith(("counterfactual", "candidate")) for v in verdicts)
 
 
 def test_verdicts_compare_the_best_stream_dp_type_with_each_peer() -> None:
@@ -214,6 +218,17 @@ def test_the_goals_name_a_lost_cell_of_twin_mechanisms_and_the_reachable_wins() 
     # the twin tie counts under reading A (1 won + 1 tied of 2), and B counts the won cell of the 1 winnable one
     assert "(A) counting a tie with a peer that runs the same mechanism as met: 2 of 2 cells (met)" in text
     assert "(B) over the 1 cells where a strict win is possible: 1 (100 %, met)" in text
+    assert "Two mechanisms outside" not in text  # no candidate rows, no line
+
+    twin = {"dk": 5, "known": True, "eps": 1.0}
+    joint = row("candidate_joint_em_domain", "candidate", 0.52, **twin)  # 0.02 above: more than the two intervals
+    looser = row("counterfactual_known_domain_looser_peels", "counterfactual", 0.505, **twin)  # within them
+    excluded = row("opendp_laplace_threshold", "opendp", 0.9, **twin)  # not counted: ignored
+    text = "\n".join(goals(rows + [joint, looser, excluded], peers.cell_verdicts(rows + [excluded])))
+    assert ("in the 1 of those same-mechanism cells that have a known domain: the joint exponential mechanism at "
+            "pure ε_w") in text
+    assert "strictly better than every peer in 1; the known-domain Gumbel at 1.4× its per-peel ε" in text
+    assert "not private at ε_w — in 0." in text
 
 
 def test_cells_run_in_worker_processes_give_the_rows_of_one_process() -> None:
