@@ -649,10 +649,17 @@ def _known_domain_candidates(name: str, hist: Histogram, dk: int, eps: float, de
 # --------------------------------------------------------------------------------------------------
 
 
+def verdict(mine: dict[str, Any], peer: dict[str, Any], metric: str = "recall") -> str:
+    """"win" when ``mine``'s mean ``metric`` exceeds the peer's by more than both 95 % half-widths combined, "lose"
+    in the mirror case, else "same"."""
+    diff = mine[f"{metric}_mean"] - peer[f"{metric}_mean"]
+    margin = mine[f"{metric}_ci95"] + peer[f"{metric}_ci95"]
+    return "win" if diff > margin else ("lose" if -diff > margin else "same")
+
+
 def cell_verdicts(rows: Sequence[dict[str, Any]], metric: str = "recall") -> list[dict[str, Any]]:
-    """Per grid cell and peer: the best stream-dp method vs that peer on ``metric``@k -- "win" when the
-    best stream-dp mean exceeds the peer's by more than both 95 % half-widths combined, "lose" in the
-    mirror case, else "same". ``counts_for_goal`` is False for the peers of :data:`GOAL_EXCLUDED` (shown, not
+    """Per grid cell and peer: the best stream-dp method vs that peer on ``metric``@k (:func:`verdict`).
+    ``counts_for_goal`` is False for the peers of :data:`GOAL_EXCLUDED` (shown, not
     counted: their stated δ is not their true one)."""
     cells: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
@@ -664,14 +671,12 @@ def cell_verdicts(rows: Sequence[dict[str, Any]], metric: str = "recall") -> lis
             continue
         best = max(sdp, key=lambda r: r[f"{metric}_mean"])
         for peer in (r for r in group if r["family"] in ("opendp", "pipelinedp")):
-            diff = best[f"{metric}_mean"] - peer[f"{metric}_mean"]
-            margin = best[f"{metric}_ci95"] + peer[f"{metric}_ci95"]
-            verdict = "win" if diff > margin else ("lose" if -diff > margin else "same")
             out.append({"dataset": dataset, "delta_keys": dk, "epsilon_w": eps, "k": k, "known_domain": known,
                         "best_sdp": best["method"], "best_sdp_mean": best[f"{metric}_mean"],
                         "best_sdp_ci95": best[f"{metric}_ci95"], "peer": peer["method"],
                         "peer_mean": peer[f"{metric}_mean"], "peer_ci95": peer[f"{metric}_ci95"],
-                        "verdict": verdict, "counts_for_goal": peer["method"] not in GOAL_EXCLUDED})
+                        "verdict": verdict(best, peer, metric),
+                        "counts_for_goal": peer["method"] not in GOAL_EXCLUDED})
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from eval import analysis
 from eval.partial_domain import DOMAIN_FRACTION, partial_cell_rows
 from eval.peers import (GOAL_EXCLUDED, PEEL_EPSILON_FACTOR, PeerGrid, opendp_laplace_delta_audit, peers_available,
-                        same_mechanism)
+                        same_mechanism, verdict)
 
 PUBLIC_SHARE = f"{DOMAIN_FRACTION:.0%}"
 
@@ -160,7 +160,7 @@ def cell_counts(verdicts: Sequence[dict[str, Any]]) -> tuple[set[tuple], set[tup
 
 def strict_wins_of(method: str, rows: Sequence[dict[str, Any]], cells: set[tuple]) -> tuple[set[tuple], set[tuple]]:
     """(the ``cells`` where ``method`` has a row, those of them where it is strictly better than every counted peer)
-    -- the verdict rule of :func:`eval.peers.cell_verdicts` applied to a row that is not a release type."""
+    -- :func:`eval.peers.verdict` applied to a row that is not a release type."""
     by_cell: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         if _cell(r) in cells:
@@ -172,8 +172,7 @@ def strict_wins_of(method: str, rows: Sequence[dict[str, Any]], cells: set[tuple
         if not mine or not peers:
             continue
         measured.add(c)
-        m = mine[0]
-        if all(m["recall_mean"] - p["recall_mean"] > m["recall_ci95"] + p["recall_ci95"] for p in peers):
+        if all(verdict(mine[0], p) == "win" for p in peers):
             won.add(c)
     return measured, won
 
@@ -250,7 +249,7 @@ def goals(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) ->
                          f"{_pm(best, 'recall')} ({LABELS[best['method']]}); goal ≥ 0.5 "
                          f"{'met' if best['recall_mean'] >= 0.5 else 'NOT met'}.")
         elif best_peer is not None:
-            ok = best["recall_mean"] + best["recall_ci95"] + best_peer["recall_ci95"] >= best_peer["recall_mean"]
+            ok = verdict(best, best_peer) != "lose"
             lines.append(f"- MovieLens, ε_w = 1, Δ = 5, k = 10, no domain: best stream-dp recall@10 "
                          f"{_pm(best, 'recall')} ({LABELS[best['method']]}) vs best peer {_pm(best_peer, 'recall')} "
                          f"({LABELS[best_peer['method']]}); goal ≥ best peer {'met' if ok else 'NOT met'}.")
