@@ -227,15 +227,16 @@ def goals(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) ->
                      f"{reachable} of the {sat['cells']} cells can be strict wins"
                      + (f" (the goal needs {(sat['cells'] + 1) // 2})." if 2 * reachable < sat["cells"] else "."))
         lines.append(_readings(sat, open_twins, {_cell(v) for v in verdicts if v["verdict"] == "lose"}))
-        joint, joint_won = strict_wins_of("candidate_joint_em_domain", rows, open_twins)
+        joint, joint_won = strict_wins_of("candidate_joint_em_domain", rows, sat["open_cells"] - sat["won_cells"])
         if joint:
             _, looser_won = strict_wins_of("counterfactual_known_domain_looser_peels", rows, joint)
-            lines.append(f"- Two mechanisms outside the release types, in the {len(joint)} of those same-mechanism "
-                         f"cells that have a known domain: the joint exponential mechanism at pure ε_w (Gillenwater "
-                         f"et al. 2022; it does not pay for Δ, but for the number of candidate sequences) would be "
-                         f"strictly better than every peer in {len(joint_won)}; the known-domain Gumbel at "
-                         f"{PEEL_EPSILON_FACTOR:g}× its per-peel ε — an accounting of the k peels that much tighter "
-                         f"than any the project knows, not private at ε_w — in {len(looser_won)}.")
+            lines.append(f"- Two mechanisms outside the release types, in the {len(joint)} open cells with a known "
+                         f"domain that no release type wins strictly: the joint exponential mechanism at pure ε_w "
+                         f"(Gillenwater et al. 2022; it does not pay for Δ, but for the number of candidate "
+                         f"sequences) would be strictly better than every peer in {len(joint_won)} (as a release "
+                         f"type: {len(sat['won_cells']) + len(joint_won)} of {sat['cells']}); the known-domain Gumbel "
+                         f"at {PEEL_EPSILON_FACTOR:g}× its per-peel ε — an accounting of the k peels that much "
+                         f"tighter than any the project knows, not private at ε_w — in {len(looser_won)}.")
     for known in (True, False):
         sel = analysis.select(rows, dataset="movielens", epsilon_w=1.0, delta_keys=5, k=10, known_domain=known)
         if not sel:

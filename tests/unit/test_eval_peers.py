@@ -225,9 +225,10 @@ def test_the_goals_name_a_lost_cell_of_twin_mechanisms_and_the_reachable_wins() 
     looser = row("counterfactual_known_domain_looser_peels", "counterfactual", 0.505, **twin)  # within them
     excluded = row("opendp_laplace_threshold", "opendp", 0.9, **twin)  # not counted: ignored
     text = "\n".join(goals(rows + [joint, looser, excluded], peers.cell_verdicts(rows + [excluded])))
-    assert ("in the 1 of those same-mechanism cells that have a known domain: the joint exponential mechanism at "
-            "pure ε_w") in text
-    assert "strictly better than every peer in 1; the known-domain Gumbel at 1.4× its per-peel ε" in text
+    assert ("in the 1 open cells with a known domain that no release type wins strictly: the joint exponential "
+            "mechanism at pure ε_w") in text
+    assert "strictly better than every peer in 1 (as a release type: 2 of 2); the known-domain Gumbel" in text
+    assert "at 1.4× its per-peel ε" in text
     assert "not private at ε_w — in 0." in text
 
 
