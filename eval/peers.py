@@ -627,10 +627,11 @@ def _cell(name: str, hist: Histogram, dk: int, eps: float, grid: PeerGrid, seed:
 def _known_domain_candidates(name: str, hist: Histogram, dk: int, eps: float, delta: float, k: int,
                              em_epsilon: float, runs: int, rng: Callable[..., np.random.Generator]
                              ) -> list[dict[str, Any]]:
-    """Rows that are not release types, for the known-domain cells where a peer runs stream-dp's own mechanism:
-    the joint exponential mechanism at pure ε_w (a candidate: private at the cell's guarantee,
-    :mod:`eval.joint_topk`), and the known-domain Gumbel at :data:`PEEL_EPSILON_FACTOR` times its per-peel ε —
-    *not* private at (ε_w, δ_w): what an accounting of the k peels that much tighter than the ledger's would buy."""
+    """Rows that are not release types, for every known-domain cell (the report reads them where no release type
+    wins strictly, e.g. where a peer runs stream-dp's own mechanism): the joint exponential mechanism at pure ε_w
+    (a candidate: private at the cell's guarantee, :mod:`eval.joint_topk`), and the known-domain Gumbel at
+    :data:`PEEL_EPSILON_FACTOR` times its per-peel ε -- *not* private at (ε_w, δ_w): what an accounting of the k
+    peels that much tighter than the ledger's would buy."""
     rows = []
     t = time.perf_counter()
     released = joint_topk(hist, k=k, epsilon=eps, runs=runs, rng=rng("joint", k))
@@ -647,6 +648,11 @@ def _known_domain_candidates(name: str, hist: Histogram, dk: int, eps: float, de
 # --------------------------------------------------------------------------------------------------
 # Verdicts
 # --------------------------------------------------------------------------------------------------
+
+
+def counted_peer(row: dict[str, Any]) -> bool:
+    """A peer library's row that the goal's verdicts count (not one of :data:`GOAL_EXCLUDED`)."""
+    return row["family"] in ("opendp", "pipelinedp") and row["method"] not in GOAL_EXCLUDED
 
 
 def verdict(mine: dict[str, Any], peer: dict[str, Any], metric: str = "recall") -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from eval.analysis import read_csv
 from eval.partial_domain import DOMAIN_LABEL, partial_cell_rows
-from eval.peers import GOAL_EXCLUDED
+from eval.peers import counted_peer
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE_MODULE = ROOT / "stream_dp" / "release" / "release_choice_table.py"
@@ -46,8 +46,8 @@ def evaluated_cells(rows: Sequence[dict[str, Any]], users: dict[str, int]) -> li
     out = []
     for (dataset, dk, eps, k, known, domain), group in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
         ours = [r for r in group if r["method"] in SDP_TYPES]
-        # the peers at the common (ε_w, δ_w): not the rows whose library map under-states δ (eval.peers.GOAL_EXCLUDED)
-        peers = [r for r in group if r["family"] in ("opendp", "pipelinedp") and r["method"] not in GOAL_EXCLUDED]
+        # the peers at the common (ε_w, δ_w): not the rows whose library map under-states δ (eval.peers.counted_peer)
+        peers = [r for r in group if counted_peer(r)]
         if not ours:
             continue
         best = max(ours, key=lambda r: (r["recall_mean"], -SDP_TYPES.index(r["method"])))

@@ -8,8 +8,8 @@ from typing import Any
 
 from eval import analysis
 from eval.partial_domain import DOMAIN_FRACTION, partial_cell_rows
-from eval.peers import (GOAL_EXCLUDED, PEEL_EPSILON_FACTOR, PeerGrid, opendp_laplace_delta_audit, peers_available,
-                        same_mechanism, verdict)
+from eval.peers import (GOAL_EXCLUDED, PEEL_EPSILON_FACTOR, PeerGrid, counted_peer, opendp_laplace_delta_audit,
+                        peers_available, same_mechanism, verdict)
 
 PUBLIC_SHARE = f"{DOMAIN_FRACTION:.0%}"
 
@@ -168,7 +168,7 @@ def strict_wins_of(method: str, rows: Sequence[dict[str, Any]], cells: set[tuple
     measured, won = set(), set()
     for c, group in by_cell.items():
         mine = [r for r in group if r["method"] == method]
-        peers = [r for r in group if r["family"] in ("opendp", "pipelinedp") and r["method"] not in GOAL_EXCLUDED]
+        peers = [r for r in group if counted_peer(r)]
         if not mine or not peers:
             continue
         measured.add(c)
@@ -242,7 +242,7 @@ def goals(rows: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) ->
         if not sel:
             continue
         sdp = [r for r in sel if r["family"] == "stream-dp"]
-        peers = [r for r in sel if r["family"] in ("opendp", "pipelinedp") and r["method"] not in GOAL_EXCLUDED]
+        peers = [r for r in sel if counted_peer(r)]
         best = max(sdp, key=lambda r: r["recall_mean"])
         best_peer = max(peers, key=lambda r: r["recall_mean"]) if peers else None
         if known:

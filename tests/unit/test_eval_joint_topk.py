@@ -40,7 +40,7 @@ def sampler_law(counts: np.ndarray, k: int, epsilon: float, *, tail_like_the_res
     for picks in itertools.permutations(range(len(c)), k):
         err = sequence_error(c, np.array(picks))
         law[tuple(int(order[j]) for j in picks)] = float(
-            sum(p[r] / math.exp(log_m[r]) for r in range(max(err, 0), len(p)) if np.isfinite(log_m[r])))
+            sum(p[r] / math.exp(log_m[r]) for r in range(err, len(p)) if np.isfinite(log_m[r])))
     return law
 
 
