@@ -102,6 +102,22 @@ def git_commit() -> str:
         return "unknown"
 
 
+def command_line(out: Path, scale_name: str, cwd: Path | None = None) -> str:
+    """The command that wrote ``out``, with ``out`` relative to the working directory when inside it (a run in
+    a worktree records ``docs/evaluation``, not the worktree's absolute path).
+
+    >>> command_line(Path("/tmp/w/docs/evaluation"), "full", cwd=Path("/tmp/w"))
+    'python -m eval.report --out docs/evaluation --scale full'
+    >>> command_line(Path("/elsewhere/out"), "tiny", cwd=Path("/tmp/w"))
+    'python -m eval.report --out /elsewhere/out --scale tiny'
+    """
+    base = (cwd or Path.cwd()).resolve()
+    shown = out.resolve()
+    if shown.is_relative_to(base):
+        shown = shown.relative_to(base)
+    return f"python -m eval.report --out {shown} --scale {scale_name}"
+
+
 CONTINUAL_PERIOD = 365 * 86400  # budget period of the continual setups (aligned to the epoch, as the ledger does)
 
 
@@ -261,7 +277,7 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
     timings["seeds"] = time.perf_counter() - t
 
     meta = {
-        "command": f"python -m eval.report --out {out} --scale {scale.name}",
+        "command": command_line(out, scale.name),
         "scale": asdict(scale), "seed": seed, "grid": asdict(grid), "workers": workers,
         "datasets": [{"name": s.name, "events": len(s), "users": int(np.unique(s.user).size),
                       "universe": s.universe} for s in streams],
