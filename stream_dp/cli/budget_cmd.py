@@ -17,6 +17,7 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
+from stream_dp.accounting.period_caps import CapNotices
 from stream_dp.tables import print_table, table
 from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.config import Config
@@ -44,11 +45,15 @@ def _ledger(cfg: Config) -> Ledger:
     from stream_dp import connections
 
     return Ledger(connections.redis_client(cfg.redis), BudgetCap.from_config(cfg.budget),
-                  keys=Keys(cfg.redis.key_prefix), lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
+                  keys=Keys(cfg.redis.key_prefix), lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget),
+                  cap_notices=CapNotices(quiet=True))
 
 
-def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int) -> dict[str, Any]:
-    return {**state.budget_block(state.scope, cap), "rho": state.spent.rho,
+def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int, stored: bool) -> dict[str, Any]:
+    """A scope's row: its budget block under its stored cap (``cap_stored``; a scope not charged yet shows
+    the configured cap, which its first charge will store), δ′ of that cap, ρ, basic ε and open holds."""
+    block = state.budget_block(state.scope, cap)
+    return {**block, "delta_prime": (state.cap or cap).delta_prime, "cap_stored": stored, "rho": state.spent.rho,
             "basic_epsilon": state.spent.basic_epsilon if math.isfinite(state.spent.basic_epsilon) else None,
             "open_reservations": open_reservations}
 
@@ -58,10 +63,13 @@ def _cap(ledger: Ledger, scope: str) -> BudgetCap:
 
 
 def _print_states(rows: list[dict[str, Any]], out: TextIO) -> None:
-    columns = ("scope", "ε spent", "ε left", "ε cap", "δ spent", "δ left", "holds")
+    columns = ("scope", "ε spent", "ε left", "ε cap", "δ spent", "δ left", "δ cap", "holds")
     print_table(table(columns, [(r["scope"], f"{r['epsilon_spent']:.4f}", f"{r['epsilon_remaining']:.4f}",
-                                 f"{r['epsilon_cap']:g}", f"{r['delta_spent']:.3g}", f"{r['delta_remaining']:.3g}",
+                                 f"{r['epsilon_cap']:g}" + ("" if r["cap_stored"] else " (config)"),
+                                 f"{r['delta_spent']:.3g}", f"{r['delta_remaining']:.3g}", f"{r['delta_cap']:.3g}",
                                  r["open_reservations"]) for r in rows], numeric=columns[1:]), out)
+    if any(not r["cap_stored"] for r in rows):
+        print("(config): not charged yet -- the configured cap, stored with the scope's first charge", file=out)
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
@@ -96,7 +104,8 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         scopes = ledger.scopes() if args.action == "list" else [args.scope]
         rows = []
         for scope in scopes:
-            rows.append(_state_dict(ledger.remaining(scope), _cap(ledger, scope), ledger.open_reservations(scope)))
+            rows.append(_state_dict(ledger.remaining(scope), _cap(ledger, scope), ledger.open_reservations(scope),
+                                    ledger.stored_cap(scope) is not None))
         if args.json:
             print(json.dumps(rows, indent=2), file=out)
         else:
@@ -121,11 +130,15 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
     reports = [ledger.verify(scope) for scope in scopes]
     if args.json:
         print(json.dumps([{"scope": r.scope, "ok": r.ok, "problems": list(r.problems), "charges": r.charges,
-                           "open_reservations": r.open_reservations} for r in reports], indent=2), file=out)
+                           "open_reservations": r.open_reservations,
+                           "cap": r.cap.to_dict() if r.cap is not None else None} for r in reports], indent=2),
+              file=out)
     else:
         for r in reports:
             status = "OK" if r.ok else "MISMATCH"
-            print(f"{r.scope}: {status} ({r.charges} charges, {r.open_reservations} open reservations)", file=out)
+            cap = f"stored cap ε {r.cap.epsilon:g}, δ {r.cap.delta:g}" if r.cap is not None else "no stored cap"
+            print(f"{r.scope}: {status} ({r.charges} charges, {r.open_reservations} open reservations, {cap})",
+                  file=out)
             for problem in r.problems:
                 print(f"  - {problem}", file=out)
     return 0 if all(r.ok for r in reports) else 1
