@@ -79,7 +79,7 @@ EXHAUSTED_REASONS = frozenset({REASON_EPSILON, REASON_DELTA, f"lifetime_{REASON_
                                f"lifetime_{REASON_DELTA}"})
 
 
-def _script_text(operation: str) -> str:
+def script_text(operation: str) -> str:
     lua = resources.files("stream_dp.accounting") / "lua"
     return (lua / "common.lua").read_text(encoding="utf-8") + "\n" + (lua / f"{operation}.lua").read_text(
         encoding="utf-8")
@@ -100,6 +100,7 @@ class ChargeResult:
     payload: str | None = None
     scope: str = ""
     cap: BudgetCap | None = None  # the cap the scope is checked against (stored with its first charge)
+    published_block: dict[str, Any] | None = None  # a charge restored from the topic: the block it was published with
 
     @property
     def exhausted(self) -> bool:
@@ -110,7 +111,10 @@ class ChargeResult:
         """The ``budget`` block of a release record (and of ``stream-dp budget show``): what ``scope`` has
         spent and has left after this result, plus the caps: the scope's own (:attr:`cap`, the cap it was
         first charged under), else ``cap`` when given (a result of a ledger older than stored caps). The one
-        place its fields are written."""
+        place its fields are written. A charge restored from the releases topic (``stream-dp budget rebuild``)
+        gives the block it was published with, so that its republication is identical."""
+        if self.published_block is not None:
+            return dict(self.published_block)
         cap = self.cap if self.cap is not None else cap
         block: dict[str, Any] = {
             "scope": scope,
@@ -141,7 +145,7 @@ class Ledger:
         self.lifetime_cap = lifetime_cap
         self.keys = keys
         self.replication = replication
-        self._scripts = {op: redis_client.register_script(_script_text(op))
+        self._scripts = {op: redis_client.register_script(script_text(op))
                          for op in ("charge", "reserve", "settle", "cancel")}
         # Scopes this process knows to be in the scope index durably enough to skip re-adding them before
         # each script (one round trip per operation): after its SADD when no replica is required, else only
@@ -269,7 +273,8 @@ class Ledger:
         return ChargeResult(accepted=bool(data["accepted"]), duplicate=duplicate, reason=str(data["reason"]),
                             spent=spent, epsilon_spent=eps, delta_spent=delta,
                             epsilon_remaining=max(0.0, cap.epsilon - eps),
-                            delta_remaining=max(0.0, cap.delta - delta), payload=payload, scope=scope, cap=cap)
+                            delta_remaining=max(0.0, cap.delta - delta), payload=payload, scope=scope, cap=cap,
+                            published_block=data.get("block"))
 
     @staticmethod
     def _check_id(name: str, value: str) -> None:

@@ -33,7 +33,9 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     "reserve": ("reservation_id", "cost", "events", "now"),
     "settle": ("reservation_id", "release_id", "cost", "events", "now"),
     "cancel": ("reservation_id", "now"),
+    "restore": ("release_id", "cost", "events", "now"),  # and optionally "block" (stream_dp.accounting.ledger_rebuild)
 }
+OPTIONAL_FIELDS: Mapping[str, tuple[str, ...]] = {"restore": ("block",)}
 COST_FIELDS = ("rho", "zd", "beps", "bd", "binf")
 CAP_FIELDS = ("epsilon", "delta", "delta_prime")
 OPTIONAL_CAP_FIELDS = ("lifetime_epsilon", "lifetime_delta")
@@ -61,14 +63,15 @@ def encode(op: str, *, cap: Mapping[str, float], payload: str | None = None, **f
         names = FIELDS[op]
     except KeyError:
         raise ValueError(f"unknown ledger operation {op!r}; known: {', '.join(FIELDS)}") from None
-    if set(fields) != set(names):
-        missing, extra = sorted(set(names) - set(fields)), sorted(set(fields) - set(names))
+    optional = OPTIONAL_FIELDS.get(op, ())
+    if not set(names) <= set(fields) <= set(names) | set(optional):
+        missing, extra = sorted(set(names) - set(fields)), sorted(set(fields) - set(names) - set(optional))
         raise ValueError(f"ledger operation {op!r}: missing {missing}, unknown {extra}")
-    if payload is not None and op not in ("charge", "settle"):
+    if payload is not None and op not in ("charge", "settle", "restore"):
         raise ValueError(f"ledger operation {op!r} stores no payload")
     header: dict[str, Any] = {"v": VERSION, "op": op,
                               "cap": {k: real(cap[k]) for k in (*CAP_FIELDS, *OPTIONAL_CAP_FIELDS) if k in cap}}
-    for name in names:
+    for name in (*names, *(n for n in optional if n in fields)):
         value = fields[name]
         if name == "cost":
             value = {k: (int(value[k]) if k == "binf" else real(value[k])) for k in COST_FIELDS}

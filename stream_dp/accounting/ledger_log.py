@@ -22,6 +22,8 @@ from stream_dp.accounting.events import DpEvent, event_from_dict
 from stream_dp.accounting.period_caps import overspend_problems
 
 COST_FIELDS = ("rho", "zd", "beps", "bd", "binf")
+#: Log entries that commit a cost: a charge, a settled reservation, a published charge restored from the topic.
+CHARGE_TYPES = ("charge", "settle", "restore")
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class HistoryEntry:
     """One entry of a scope's event log."""
 
     entry_id: str
-    type: str  # charge | reserve | settle | cancel
+    type: str  # charge | reserve | settle | cancel | restore (a published charge written back from the topic)
     id: str  # release id (charge, settle) or reservation id (reserve, cancel)
     reservation: str
     cost: Cost
@@ -143,9 +145,9 @@ def check_scope(scope: str, log: Iterable[tuple[Any, Any]], totals: Any, charged
     charged_in_log: list[str] = []
     for entry_id, fields in log:
         entry = history_entry(entry_id, fields)
-        if entry.type in ("charge", "settle", "reserve") and Cost.of(entry.events) != entry.cost:
+        if entry.type in ("charge", "settle", "reserve", "restore") and Cost.of(entry.events) != entry.cost:
             problems.append(f"log entry {entry.entry_id}: logged cost differs from its DP events")
-        if entry.type in ("charge", "settle"):
+        if entry.type in CHARGE_TYPES:
             total = total + entry.cost
             charged_in_log.append(entry.id)
         if entry.type == "reserve":

@@ -27,15 +27,26 @@ from stream_dp.keys import Keys
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "budget", help="inspect the privacy-budget ledger (scopes, spent/remaining ε and δ, history, verify)",
-        description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user, the event log "
-        "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not).")
-    p.add_argument("action", choices=("list", "show", "history", "verify", "plan"),
+        description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user and their stored "
+        "caps, the event log of a scope, or verify that stored totals equal the totals recomputed from the log "
+        "and fit the stored cap (exit code 1 if not); --against-topic also checks the ledger against the "
+        "releases topic both ways. rebuild --from-topic restores the ledger from the releases topic after Redis "
+        "lost it.")
+    p.add_argument("action", choices=("list", "show", "history", "verify", "plan", "rebuild"),
                    help="list: every scope; show/history/verify: one scope (verify without a scope: all); "
-                   "plan: worst-case cost per window and windows per period/lifetime, from the config alone")
+                   "plan: worst-case cost per window and windows per period/lifetime, from the config alone; "
+                   "rebuild --from-topic: restore the ledger from the published records")
     p.add_argument("scope", nargs="?", help="a scope such as 2026-11-29, p1795950000 or lifetime")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--count", type=int, help="history: at most this many entries (oldest first)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--against-topic", action="store_true",
+                   help="verify: also read the releases topic and check it against the ledger both ways")
+    p.add_argument("--from-topic", action="store_true",
+                   help="rebuild: restore each scope's charges (and the released windows) from the releases topic")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even when the ledger lost nothing (rewrites each scope on the topic; stop the "
+                   "release workers first)")
     p.add_argument("--expected-users", type=float, metavar="N",
                    help="plan: also recommend a release type for about N users per window (docs/evaluation)")
     p.set_defaults(func=run, trailing_positional="scope")  # SCOPE may also follow the options
@@ -82,9 +93,16 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     if args.action in ("show", "history") and not args.scope:
         print(f"budget {args.action} needs a scope (see: stream-dp budget list)", file=sys.stderr)
         return 2
+    if args.action == "rebuild" and not args.from_topic:
+        print("budget rebuild needs --from-topic (the releases topic is what it rebuilds from)", file=sys.stderr)
+        return 2
     try:
         ledger = _ledger(cfg)
-        return _act(args, ledger, out)
+        if args.action == "rebuild":
+            from stream_dp.cli.budget_topic import rebuild_from_topic
+
+            return 0 if rebuild_from_topic(cfg, ledger, out, force=args.force) else 1
+        return _act(args, ledger, out, cfg)
     except (ValueError, redis.RedisError) as exc:
         print(f"cannot read the ledger: {exc}", file=sys.stderr)
         return 1
@@ -99,7 +117,7 @@ def _plan(cfg: Config, args: argparse.Namespace, out: TextIO) -> int:
     return 0 if summary["period_covered"] or summary["allow_partial_period"] else 1
 
 
-def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
+def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO, cfg: Config) -> int:
     if args.action in ("list", "show"):
         scopes = ledger.scopes() if args.action == "list" else [args.scope]
         rows = []
@@ -128,10 +146,16 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         return 0
     scopes = [args.scope] if args.scope else ledger.scopes()
     reports = [ledger.verify(scope) for scope in scopes]
+    topic = None
+    if args.against_topic:
+        from stream_dp.cli.budget_topic import audit_topic
+
+        topic = audit_topic(cfg, ledger)
     if args.json:
-        print(json.dumps([{"scope": r.scope, "ok": r.ok, "problems": list(r.problems), "charges": r.charges,
-                           "open_reservations": r.open_reservations,
-                           "cap": r.cap.to_dict() if r.cap is not None else None} for r in reports], indent=2),
+        rows = [{"scope": r.scope, "ok": r.ok, "problems": list(r.problems), "charges": r.charges,
+                 "open_reservations": r.open_reservations,
+                 "cap": r.cap.to_dict() if r.cap is not None else None} for r in reports]
+        print(json.dumps(rows if topic is None else {"scopes": rows, "topic": topic.to_dict()}, indent=2),
               file=out)
     else:
         for r in reports:
@@ -141,4 +165,8 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
                   file=out)
             for problem in r.problems:
                 print(f"  - {problem}", file=out)
-    return 0 if all(r.ok for r in reports) else 1
+        if topic is not None:
+            print(topic.summary(), file=out)
+            for problem in topic.problems:
+                print(f"  - {problem}", file=out)
+    return 0 if (topic is None or topic.ok) and all(r.ok for r in reports) else 1

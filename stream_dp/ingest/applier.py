@@ -83,6 +83,7 @@ class BatchRequest:
     known: frozenset[int]
     forget: frozenset[int] = frozenset()
     caught_up: frozenset[int] = frozenset()
+    epoch_required: bool = False  # the worker checked ingest's epoch at start: a marker gone since is a loss
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,8 @@ class BatchApplier:
                 out.late += r.late
                 out.replanned += r.replanned
         marks = {p: (self.clock.watermark(p), p in req.busy, p in req.caught_up) for p in req.owned}
-        state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout)
+        state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout,
+                                             require_epoch=req.epoch_required)
         self._closed_through = state.closing_through
         if state.closing_through is not None:
             self.store.forget_windows(closed_through=state.closing_through)

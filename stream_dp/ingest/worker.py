@@ -49,8 +49,11 @@ from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
 from stream_dp.ingest.consumers import BrokersUnreachable, records_of
 from stream_dp.ingest.runners import ThreadRunner
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
+from stream_dp.ingest.late_notice import LateNotice
 from stream_dp.ingest.metrics import IngestMetrics
+from stream_dp.ingest.state_check import lost_while_running
 from stream_dp.ingest.store import WatermarkState
+from stream_dp.refusals import Refusal, refusal_of
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,8 @@ class IngestWorker:
 
     def __init__(self, cfg: Config, *, consumer: Any, producer: Any, metrics: IngestMetrics,
                  redis_client: redis.Redis | None = None, runner: Runner | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 before_start: Callable[[], object] | None = None) -> None:
         if runner is None:
             if redis_client is None:
                 raise ValueError("IngestWorker needs a runner or a redis_client")
@@ -124,6 +128,7 @@ class IngestWorker:
                                              max_request_bytes=cfg.ingest.dead_letter_max_request_bytes,
                                              timeout_seconds=cfg.ingest.dead_letter_timeout_seconds)
         self.commits = OffsetCommits(consumer, self.topic, metrics, self.dead_letters)
+        self.late = LateNotice(cfg.windows)  # a rate-limited line for events dropped as late
         self._progressed = False  # a batch outcome came back applied since the last failure
         self._kafka_down = False  # the consumer reported the brokers unreachable (:meth:`_brokers_unreachable`)
         self._stop = threading.Event()
@@ -133,6 +138,10 @@ class IngestWorker:
         self._inflight: deque[_Batch] = deque()  # submitted to the applier, oldest first (at most 2)
         self._failed_batch: _Batch | None = None  # being drained when an error struck (to rewind)
         self.batches = 0
+        # start steps that need Redis and the broker (the ingest epoch check, stream_dp.ingest.state_check):
+        # retried with backoff until both answer; once done, every watermark advance checks the epoch too
+        self.before_start = before_start
+        self._epoch_checked = False
 
     # --- control ---------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -147,8 +156,12 @@ class IngestWorker:
                  self.cfg.contribution.unit, self.cfg.contribution.max_keys_per_user)
         reason = "stop requested"
         try:
+            self._start()
             while not self._stop.is_set():
                 self.step()
+        except Refusal as exc:
+            reason = f"refused: {type(exc).__name__}"
+            raise
         except BaseException as exc:
             reason = f"unexpected error {type(exc).__name__}"
             log.exception("ingest loop ended by an unexpected error; offsets of unapplied records stay uncommitted")
@@ -156,6 +169,23 @@ class IngestWorker:
         finally:
             self._shutdown(reason)
         return reason
+
+    def _start(self) -> None:
+        """Run ``before_start`` until it succeeds (or a stop is requested): Redis or the broker down is retried
+        with backoff, a :class:`~stream_dp.refusals.Refusal` (wrong credentials, lost state) stops the worker."""
+        while self.before_start is not None and not self._epoch_checked and not self._stop.is_set():
+            try:
+                self.before_start()
+                self._epoch_checked = True
+            except (redis.RedisError, KafkaError, OSError) as exc:  # permanent ones stop, the rest are retried
+                refusal = refusal_of(exc, redis_url=self.cfg.redis.url, bootstrap=self.cfg.kafka.bootstrap_servers)
+                if refusal is not None:
+                    raise refusal from None
+                delay = self.backoff.next_delay()
+                log.warning("ingest start check failed (%s: %s): Redis or the broker unavailable; retrying in %.2fs "
+                            "(attempt %d)", type(exc).__name__, exc, delay, self.backoff.failures + 1)
+                self._stop.wait(delay)
+        self.backoff.reset()
 
     def _shutdown(self, reason: str) -> None:
         try:
@@ -302,6 +332,7 @@ class IngestWorker:
         caught_up = {tp.partition for tp, lag in lags.items() if lag == 0}
         forget, self._revoked = frozenset(self._revoked), set()
         return BatchRequest(parts, owned=frozenset(owned), busy=frozenset((busy | lagging) & owned),
+                            epoch_required=self._epoch_checked,
                             known=frozenset(self._known_partitions), forget=forget,
                             caught_up=frozenset(caught_up & owned))
 
@@ -322,6 +353,9 @@ class IngestWorker:
         self._failed_batch = b
         out = self.runner.result()
         if out.failure is not None:
+            lost = lost_while_running(self.cfg, out.failure.message)
+            if lost is not None:
+                raise lost
             raise ApplyFailed(out.failure)
         m = self.metrics
         m.dependency_up.labels(dependency="redis").set(1)
@@ -344,6 +378,7 @@ class IngestWorker:
         for _p, _i, reason in out.rejects:
             m.rejected.labels(reason=reason).inc()
         m.late.inc(out.late)
+        self.late.add(out.late)
         m.shard_fill.set(out.fill)
         m.clock_ticks.inc(out.ticks)
         self.batches += 1

@@ -130,6 +130,14 @@ class Outbox:
         self.publisher = publisher
         self.metrics = metrics
         self.crashpoints = crashpoints  # tests inject one that kills the process at a step
+        # the ledger epoch check before each publication (stream_dp.release.ledger_guard; set at start)
+        self.guard: Any = None
+
+    def check_ledger(self) -> None:
+        """Raise :class:`~stream_dp.state_epochs.StateLost` when Redis no longer holds the ledger this worker
+        started under (no-op without a guard)."""
+        if self.guard is not None:
+            self.guard.check()
 
     # --- step 1 ----------------------------------------------------------------------------------
     def stored(self, scope: str, rid: str) -> Committed | None:
@@ -264,6 +272,7 @@ class Outbox:
         turns into a republication of the identical records (as a crash before the mark always did)."""
         records = [with_budget(c.envelope.record, c.result.budget_block(c.scope, self.ledger.cap)) for c in batch]
         with self.metrics.phase("ledger"):
+            self.check_ledger()  # published ⇒ charged in the ledger the topic was published from (not a wiped one)
             for c in batch:  # published ⇒ charge replicated
                 self.ledger.confirm(c.scope, c.release_id, events=events_of(c.envelope.record))
         with self.metrics.phase("kafka"):
