@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -94,6 +95,7 @@ def mapping_from_args(args: argparse.Namespace, fields_user: str, fields_key: st
 
 def run(args: argparse.Namespace) -> int:
     from stream_dp import connections, demo_data
+    from stream_dp.broker_reach import BOOTSTRAP_ERRORS, unreachable
 
     cfg = load_config_or_report(args.config)
     if cfg is None:
@@ -130,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
             source.close()
         return 1
 
+    # kafka-python logs every failed connection attempt; replay reports what they amount to itself
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
     topic = args.topic or cfg.kafka.events_topic
@@ -148,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     except ReplayError as exc:
         print(f"replay error: {exc}", file=sys.stderr)
         return 1
+    except BOOTSTRAP_ERRORS:  # the topic check or the producer found no broker: one line, not a traceback
+        print(f"replay: {unreachable(cfg.kafka.bootstrap_servers)}", file=sys.stderr)
+        return ExitCode.CONFIG
     finally:
         if producer is not None:
             producer.close()

@@ -12,9 +12,13 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from stream_dp.broker_reach import BrokerUnreachable
 from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion, release_types
 from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.tail import format_release
+
+#: How long tail waits for a first broker to answer before it says none does (exit code 2).
+BOOTSTRAP_TIMEOUT_MS = 10_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "record: window, type, status, mechanism, items, cost and the budget of its period. A release "
         "published twice (a worker restarted between publishing and marking it) is printed once. Records "
         "are checked against the release schema (stream_dp.client): a malformed one is reported on stderr "
-        "and skipped, one of an unknown schema_version stops tail with an error.")
+        "and skipped, one of an unknown schema_version stops tail with an error. No broker answering at the "
+        "start: one line naming kafka.bootstrap_servers, exit code 2; a broker lost later: a line, and tail "
+        "keeps reconnecting.")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--topic", help="releases topic (default: kafka.releases_topic)")
     p.add_argument("--type", action="append", choices=release_types(), dest="types",
@@ -80,8 +86,14 @@ def run(args: argparse.Namespace) -> int:
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    follower = ReleaseSubscriber(cfg.kafka, args.topic or cfg.kafka.releases_topic,
-                                 start="now" if args.new_only else "beginning", on_invalid=_report)
+    try:
+        follower = ReleaseSubscriber(cfg.kafka, args.topic or cfg.kafka.releases_topic,
+                                     start="now" if args.new_only else "beginning", on_invalid=_report,
+                                     consumer_options={"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS})
+    except BrokerUnreachable as exc:  # at start: one line; a broker lost later is retried (follow's notices)
+        signal.signal(signal.SIGINT, previous)
+        print(f"tail: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
     try:
         follow(follower, sys.stdout, types=args.types, count=args.count, idle_timeout=args.idle_timeout,
                as_json=args.json, color=color, should_stop=stop.is_set)
