@@ -519,7 +519,7 @@ RELEASE_TYPES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Releas
 @section
 class MetricsConfig:
     port: Port = 9108  # 0 disables the /metrics endpoint
-    host: Address = "0.0.0.0"
+    host: Address = "127.0.0.1"  # loopback by default: an operator-only surface; Prometheus elsewhere needs 0.0.0.0
 
 
 @section
