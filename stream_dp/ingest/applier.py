@@ -129,7 +129,7 @@ class BatchApplier:
     def __init__(self, cfg: Config, redis_client: redis.Redis) -> None:
         self.window_size = cfg.windows.size_seconds
         self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
-        self.decoder = EventDecoder(cfg.events)
+        self.decoder = EventDecoder(cfg.events, cfg.keys)
         self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards), window_size=self.window_size,
                                  unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user,
                                  cache_max_users=cfg.ingest.bounding_cache_max_users,
