@@ -19,10 +19,17 @@ would silently lose every event counted before the loss. So ingest keeps an epoc
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
+import redis
+from kafka.errors import KafkaError
+
+from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
+from stream_dp.refusals import refusal_of
 from stream_dp.state_epochs import Epoch, EpochMarker, StateLost
 
 log = logging.getLogger(__name__)
@@ -87,3 +94,24 @@ def lost_while_running(cfg: Config, message: str) -> StateLost | None:
     if LOST_MARK not in message:
         return None
     return lost(cfg, f"the ingest epoch marker vanished while this worker ran ({message.split(LOST_MARK, 1)[1].strip()})")
+
+
+def until_done(step: Callable[[], object], cfg: Config, backoff: Backoff, stop: threading.Event) -> bool:
+    """Run the worker's start ``step`` until it succeeds (True) or ``stop`` is set (False): Redis or the broker
+    not answering is retried with ``backoff``; a failure retrying cannot heal (wrong credentials, lost state:
+    :func:`~stream_dp.refusals.refusal_of`) is raised as its :class:`~stream_dp.refusals.Refusal`."""
+    while not stop.is_set():
+        try:
+            step()
+        except (redis.RedisError, KafkaError, OSError) as exc:
+            refusal = refusal_of(exc, redis_url=cfg.redis.url, bootstrap=cfg.kafka.bootstrap_servers)
+            if refusal is not None:
+                raise refusal from None
+            delay = backoff.next_delay()
+            log.warning("ingest start check failed (%s: %s): Redis or the broker unavailable; retrying in %.2fs "
+                        "(attempt %d)", type(exc).__name__, exc, delay, backoff.failures + 1)
+            stop.wait(delay)
+            continue
+        backoff.reset()
+        return True
+    return False

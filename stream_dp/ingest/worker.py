@@ -48,34 +48,15 @@ from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, Ba
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
 from stream_dp.ingest.consumers import BrokersUnreachable, records_of
 from stream_dp.ingest.runners import ThreadRunner
-from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
+from stream_dp.ingest.dead_letters import DeadLetterWriter, Rejected
+from stream_dp.ingest.failures import describe_failure, is_transient
 from stream_dp.ingest.late_notice import LateNotice
 from stream_dp.ingest.metrics import IngestMetrics
-from stream_dp.ingest.state_check import lost_while_running
+from stream_dp.ingest.state_check import lost_while_running, until_done
 from stream_dp.ingest.store import WatermarkState
-from stream_dp.refusals import Refusal, refusal_of
+from stream_dp.refusals import Refusal
 
 log = logging.getLogger(__name__)
-
-
-def is_transient(exc: BaseException) -> str | None:
-    """The dependency a retriable error came from (``"redis"`` / ``"kafka"``), or None if not retriable."""
-    if isinstance(exc, ApplyFailed):  # Redis is the applier's: its errors arrive as failed outcomes
-        return exc.dependency
-    if isinstance(exc, KafkaError):
-        return "kafka"
-    return None
-
-
-def describe_failure(dependency: str, exc: BaseException) -> str:
-    """What failed, naming the real cause: Redis, the broker, or the dead-letter topic (not a bad record:
-    records that cannot be dead-lettered as is are written in bounded form, never retried)."""
-    if isinstance(exc, ApplyFailed):
-        return f"redis unavailable ({exc})" if dependency == "redis" else f"applier failed ({exc})"
-    if isinstance(exc, DeadLetterUnavailable):
-        return str(exc)
-    return f"Kafka broker unavailable ({type(exc).__name__}: {exc})" if dependency == "kafka" else \
-        f"{dependency} failed ({type(exc).__name__}: {exc})"
 
 
 class Runner(Protocol):
@@ -171,21 +152,9 @@ class IngestWorker:
         return reason
 
     def _start(self) -> None:
-        """Run ``before_start`` until it succeeds (or a stop is requested): Redis or the broker down is retried
-        with backoff, a :class:`~stream_dp.refusals.Refusal` (wrong credentials, lost state) stops the worker."""
-        while self.before_start is not None and not self._epoch_checked and not self._stop.is_set():
-            try:
-                self.before_start()
-                self._epoch_checked = True
-            except (redis.RedisError, KafkaError, OSError) as exc:  # permanent ones stop, the rest are retried
-                refusal = refusal_of(exc, redis_url=self.cfg.redis.url, bootstrap=self.cfg.kafka.bootstrap_servers)
-                if refusal is not None:
-                    raise refusal from None
-                delay = self.backoff.next_delay()
-                log.warning("ingest start check failed (%s: %s): Redis or the broker unavailable; retrying in %.2fs "
-                            "(attempt %d)", type(exc).__name__, exc, delay, self.backoff.failures + 1)
-                self._stop.wait(delay)
-        self.backoff.reset()
+        """``before_start`` until it is done or a stop is requested (:func:`~stream_dp.ingest.state_check.until_done`)."""
+        if self.before_start is not None and not self._epoch_checked:
+            self._epoch_checked = until_done(self.before_start, self.cfg, self.backoff, self._stop)
 
     def _shutdown(self, reason: str) -> None:
         try:
