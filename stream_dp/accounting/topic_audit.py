@@ -66,7 +66,8 @@ class AuditReport:
         the topic (0 pending, 0 before retention); 0 problems``."""
         return (f"releases topic {self.topic}: {self.records_checked} records checked against the ledger, "
                 f"{self.charges_checked} charges checked against the topic ({self.pending} pending publication, "
-                f"{self.before_retention} before the topic's retention); {len(self.problems)} problems")
+                f"{self.before_retention} before the topic's retention); {len(self.problems)} problem"
+                + ("" if len(self.problems) == 1 else "s"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "messages": self.messages, "records_checked": self.records_checked,

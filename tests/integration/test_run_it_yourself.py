@@ -67,5 +67,6 @@ def test_readme_walkthrough_devstack_ingest_release_replay_tail_budget(tmp_path)
     for rtype in ("topk", "alerts", "sample"):
         assert out.count(f"· {rtype} ·") == 3, rtype
     assert re.search(r": OK", out), "budget verify reports OK"
+    assert re.search(r"9 records checked against the ledger, 9 charges checked against the topic .*; 0 problems", out)
     assert '"running": false' in out.split("stream-dp devstack down")[-1]
     assert "blocking the event loop" not in out + ingest_log + release_log
