@@ -78,6 +78,14 @@ def run_until_released(cfg, client, tmp_path, name: str, n: int) -> None:
         assert stop(proc) == 0
 
 
+def started_and_released(cfg, client, tmp_path, n: int):
+    """A release worker ``w1`` on ``cfg``, once it released ``n`` windows; returns it and its log path."""
+    log = tmp_path / "w1.log"
+    worker = start_worker(cfg, worker_id="w1", log_path=log)
+    wait_for(lambda: released(client) == n, timeout=90, what=f"{n} windows released", procs=[worker])
+    return worker, log
+
+
 def refused(proc, log_path, timeout: float = 60.0) -> str:
     wait_for(lambda: proc.poll() is not None, timeout=timeout, what="the worker to refuse")
     text = log_path.read_text()
@@ -94,10 +102,8 @@ def test_flushall_mid_stream_stops_the_worker_until_the_ledger_is_rebuilt(tmp_pa
     cfg = config_for(tmp_path, bootstrap_servers, redis_url, topic)
     rnd = random.Random(44)
     add_windows(client, 0, 4, rnd)
-    log = tmp_path / "w1.log"
-    worker = start_worker(cfg, worker_id="w1", log_path=log)
+    worker, log = started_and_released(cfg, client, tmp_path, 4)
     try:
-        wait_for(lambda: released(client) == 4, timeout=90, what="four windows released", procs=[worker])
         verified = cli("budget", "verify", "--against-topic", "--config", str(cfg))
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert ("12 records checked against the ledger, 12 charges checked against the topic "
@@ -159,10 +165,8 @@ def test_redis_restarted_without_persistence_stops_the_worker(tmp_path, bootstra
         cfg = config_for(tmp_path, bootstrap_servers, stack.redis_url, topic)
         rnd = random.Random(3)
         add_windows(client, 0, 2, rnd)
-        log = tmp_path / "w1.log"
-        worker = start_worker(cfg, worker_id="w1", log_path=log)
+        worker, log = started_and_released(cfg, client, tmp_path, 2)
         try:
-            wait_for(lambda: released(client) == 2, timeout=90, what="two windows released", procs=[worker])
             stack.redis.stop()
             stack.redis.start()  # no AOF: empty
             client = redis.Redis.from_url(stack.redis_url)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import pytest
 
@@ -95,12 +96,13 @@ def test_a_differing_config_is_logged_once_per_scope(redis_client, caplog) -> No
 
 @pytest.fixture
 def config_file(tmp_path, redis_url, monkeypatch):
-    for name in [n for n in __import__("os").environ if n.startswith("STREAM_DP_")]:
+    """The budget CLI's config: the LARGE cap (what a restarted worker would be configured with)."""
+    from release_processes import write_config
+
+    for name in [n for n in os.environ if n.startswith("STREAM_DP_")]:
         monkeypatch.delenv(name)
-    path = tmp_path / "c.toml"
-    path.write_text(f'[redis]\nurl = "{redis_url}"\nkey_prefix = "pc"\n'
-                    '[budget]\nepsilon = 20.0\ndelta = 1e-4\ndelta_prime = 1e-8\n')
-    return str(path)
+    return str(write_config(tmp_path / "c.toml", {"redis": {"url": redis_url, "key_prefix": "pc"},
+                                                   "budget": {"epsilon": 20.0, "delta": 1e-4, "delta_prime": 1e-8}}))
 
 
 def test_budget_show_prints_the_stored_cap_and_verify_passes(redis_client, config_file, capsys) -> None:
