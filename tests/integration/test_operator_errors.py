@@ -118,6 +118,26 @@ def test_release_waits_for_redis_at_start_then_releases(tmp_path, bootstrap_serv
     assert "Traceback" not in log.read_text()
 
 
+def test_ingest_waits_for_redis_at_start_then_counts(tmp_path, bootstrap_servers, topic_name, redis_down) -> None:
+    topic = topic_name("events")
+    create_topic(bootstrap_servers, topic, 1)
+    produce(bootstrap_servers, topic, make_events(3, 100, users=10, keys=5, windows=1, size=60))
+    cfg = write_toml(tmp_path / "ingest.toml", config_mapping(bootstrap_servers, redis_down.redis_url, topic,
+                                                              group=topic_name("g"), size=60, max_keys=3))
+    log = tmp_path / "ingest.log"
+    proc = start_ingest(cfg, log)
+    try:
+        wait_for(lambda: log.exists() and "ingest start check failed" in log.read_text(), timeout=60,
+                 what="ingest retrying Redis", procs=[proc])
+        redis_down.redis.start()
+        client = redis.Redis.from_url(redis_down.redis_url)
+        wait_for(lambda: client.exists(Keys("sdp").watermarks()), timeout=60, what="ingest counting",
+                 procs=[proc])
+    finally:
+        assert stop_worker(proc) == 0
+    assert "Traceback" not in log.read_text()
+
+
 @pytest.fixture
 def redis_with_password(tmp_path):
     port = free_port()
