@@ -8,8 +8,8 @@ compares it with Kafka:
 
 - the ledger's (``Keys.ledger_epoch``, the scope index's slot): written by the first release worker of a
   deployment (an empty releases topic) or by ``stream-dp budget rebuild --from-topic``; compared with the last
-  records on the releases topic when a release worker starts, and read again before every publication and
-  every idle pass (:mod:`stream_dp.release.ledger_guard`);
+  records on the releases topic when a release worker starts, and read again in every poll and behind
+  every commit (:mod:`stream_dp.release.ledger_guard`);
 - ingest's (``Keys.ingest_epoch``, the ``{ingest}`` slot): written by the first ingest start of a consumer
   group with no committed offsets; checked at start against the group's committed offsets and by every
   watermark advance (:mod:`stream_dp.ingest.state_check`).

@@ -20,9 +20,9 @@ silently doubled. The topic is the ground truth (each record carries its DP even
 
   Several release workers agree: the epoch is written with ``SET NX``, and a record is published only
   after its charge is committed, so a record another worker published is never seen without its charge.
-- **while running** (:class:`LedgerGuard`) the epoch is read again before every publication and on every
-  idle pass: a worker that finds it gone or changed stops (exit 2) before publishing anything computed
-  on the wiped state.
+- **while running** (:class:`LedgerGuard`) the epoch is read again in every poll of the worker and right
+  behind every commit (in the commit's round trip; the publication checks that read): a worker that finds
+  it gone or changed stops (exit 2) before publishing anything computed on the wiped state.
 
 The refusal (:class:`~stream_dp.state_epochs.StateLost`) names ``stream-dp budget rebuild --from-topic``,
 which restores every scope's spent budget from the published records and writes a new epoch.
@@ -84,7 +84,7 @@ def start_check(client: Any, keys: Keys, contents: Any) -> Epoch:
 
 
 class LedgerGuard:
-    """Checks, before a publication and on idle passes, that Redis still holds the ledger epoch this worker
+    """Checks, in every poll and behind every commit, that Redis still holds the ledger epoch this worker
     started under (:func:`start_check`); raises :class:`~stream_dp.state_epochs.StateLost` otherwise."""
 
     def __init__(self, client: Any, keys: Keys, epoch: Epoch) -> None:

@@ -176,11 +176,16 @@ class ReleaseWorker:
             self._index_ahead(guessed)
         polled = Pending()
         also = None if guessed is None else self._poll_reads(guessed)
+        # the ledger epoch (stream_dp.release.ledger_guard) is read in every poll, after its wait: a pass on a
+        # Redis that lost the ledger stops (StateLost) before it claims or charges anything
+        epoch = self.outbox.epoch_reads()
         if wait_seconds > 0:
-            pending = self.reader.closable(also=also, also_result=polled, first=self.closes.wait_reads(wait_seconds))
+            first = self.closes.wait_reads(wait_seconds)
+            pending = self.reader.closable(also=also, also_result=polled,
+                                           first=first if epoch is None else joined(first, epoch))
         else:
             with self.metrics.phase("redis"):
-                pending = self.reader.closable(also=also, also_result=polled)
+                pending = self.reader.closable(also=also, also_result=polled, first=epoch)
         self.metrics.windows_pending.set(len(pending))
         now = time.time()
         for w in pending:
@@ -606,8 +611,6 @@ class ReleaseWorker:
         while not stop.is_set():
             try:
                 released = self.run_once(wait_seconds=wait)
-                if released is None:  # idle: is the ledger this worker started under still in Redis?
-                    self.outbox.check_ledger()
                 backoff.reset()
             except Exception as exc:  # noqa: BLE001 - permanent failures stop the loop (exit code 2), others retry
                 refusal = refusal_of(exc)

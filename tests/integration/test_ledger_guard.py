@@ -138,3 +138,35 @@ def test_rebuild_makes_each_scope_exactly_what_was_published(redis_client, ledge
     assert again.restored == {"d": 3} and ledger.remaining("d").spent.basic_epsilon == pytest.approx(1.5)
     assert [r["release_id"] for r in first_records(topic(records[2], records[0], records[2]).records)] == \
         ["0-60.topk", "120-180.topk"]
+
+
+def test_a_publication_checks_the_epoch_read_behind_its_commit(redis_client, ledger) -> None:
+    """The epoch is read in the commit's own round trip (after its script) and the publication checks that
+    read: no round trip of its own; a ledger wiped before the commit is caught; a stored release published
+    again (no commit) reads the epoch itself."""
+    from stream_dp.node_batches import RideAlong
+    from stream_dp.release.metrics import ReleaseMetrics
+    from prometheus_client import CollectorRegistry
+
+    sent = []
+    publisher = type("P", (), {"publish": lambda self, r: sent.append(r)})()
+    outbox = Outbox(ledger, publisher, ReleaseMetrics(CollectorRegistry()))  # type: ignore[arg-type]
+    guard = LedgerGuard(redis_client, KEYS, start_check(redis_client, KEYS, topic()))
+    outbox.guard = guard
+    own_reads = []
+    check = guard.check
+    guard.check = lambda: (own_reads.append(1), check())[1]  # type: ignore[method-assign]
+    record = {"release_id": "0-60.topk", "type": "topk", "status": "released", "items": [],
+              "cost": {"events": [e.to_dict() for e in EV]}}
+    committed = outbox.charge("d", "0-60.topk", Envelope(record), tuple(EV), ride=RideAlong())
+    assert committed.epoch is not None and committed.epoch.done
+    outbox.publish_all([committed])
+    assert len(sent) == 1 and own_reads == []
+    outbox.publish_all([outbox.stored("d", "0-60.topk")])  # republished: no commit, so its own read
+    assert len(sent) == 2 and own_reads == [1]
+    redis_client.delete(KEYS.ledger_epoch())  # wiped before the next commit's round trip
+    again = outbox.charge("d", "60-120.topk", Envelope({**record, "release_id": "60-120.topk"}), tuple(EV),
+                          ride=RideAlong())
+    with pytest.raises(StateLost):
+        outbox.publish_all([again])
+    assert len(sent) == 2 and own_reads == [1]
