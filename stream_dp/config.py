@@ -29,6 +29,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, get_type_hints
 
 from pydantic import (AfterValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
@@ -626,7 +627,7 @@ def environment_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], d
     return data, applied
 
 
-_OVERRIDES: ContextVar[dict[str, Any]] = ContextVar("stream_dp_config_overrides", default={})
+_OVERRIDES: ContextVar[Mapping[str, Any]] = ContextVar("stream_dp_config_overrides", default=MappingProxyType({}))
 
 
 class _EnvironmentOverrides(PydanticBaseSettingsSource):
@@ -638,7 +639,7 @@ class _EnvironmentOverrides(PydanticBaseSettingsSource):
         return _OVERRIDES.get().get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return _OVERRIDES.get()
+        return dict(_OVERRIDES.get())
 
 
 class _Settings(BaseSettings):

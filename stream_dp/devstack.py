@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stream_dp.processes import die_with_parent, free_port  # noqa: F401 - also re-exported for tests and tools
+from stream_dp.processes import die_with_parent, free_port  # also re-exported for tests and tools
 
 log = logging.getLogger(__name__)
 

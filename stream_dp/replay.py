@@ -133,7 +133,7 @@ def read_rows(path: str | os.PathLike[str], *, fmt: str | None = None, delimiter
     if delimiter is not None and len(delimiter) != 1:
         raise ReplayError(f"the delimiter must be one character, got {delimiter!r}")
     try:
-        raw: BinaryIO = gzip.open(path, "rb") if os.fspath(path).endswith(".gz") else open(path, "rb")  # noqa: SIM115
+        raw: BinaryIO = gzip.open(path, "rb") if os.fspath(path).endswith(".gz") else open(path, "rb")
     except FileNotFoundError:
         raise ReplayError(f"input file {os.fspath(path)!r} does not exist") from None
     size = None if os.fspath(path).endswith(".gz") else os.path.getsize(path)

@@ -35,15 +35,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     root = config.rootpath
 
+    @functools.cache
+    def shares_a_fixture(path: str) -> bool:
+        try:
+            return bool(_SHARED_FIXTURE.search((root / path).read_text(encoding="utf-8")))
+        except OSError:
+            return False
+
     class SharedFixtureFileScheduling(LoadScopeScheduling):
-        @functools.cache
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            try:
-                shared = bool(_SHARED_FIXTURE.search((root / path).read_text(encoding="utf-8")))
-            except OSError:
-                shared = False
-            return path if shared else nodeid
+            return path if shares_a_fixture(path) else nodeid
 
     return SharedFixtureFileScheduling(config, log)  # type: ignore[arg-type]
 
@@ -128,7 +130,7 @@ def topic_name() -> Callable[[str], str]:
 
 
 @pytest.fixture
-def own_stack(tmp_path) -> Iterator[DevStack]:  # noqa: ANN001
+def own_stack(tmp_path) -> Iterator[DevStack]:
     """A dev stack of this test's own (for outage tests that stop and restart a service)."""
     stack = DevStack(workdir=tmp_path / "stack", redis_persistence=True)
     stack.start()

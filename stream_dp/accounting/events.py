@@ -68,8 +68,8 @@ def _normalise(event: "DpEvent", **checked: object) -> None:
     """Store validated, plain-Python values (so ``to_dict`` is JSON-serialisable and equality is exact)."""
     for name, value in checked.items():
         object.__setattr__(event, name, value)
-    _check_label("mechanism", getattr(event, "mechanism"), optional=False)
-    _check_label("release_id", getattr(event, "release_id"), optional=True)
+    _check_label("mechanism", event.mechanism, optional=False)
+    _check_label("release_id", event.release_id, optional=True)
 
 
 @dataclass(frozen=True)

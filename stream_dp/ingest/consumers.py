@@ -346,7 +346,7 @@ class ConfluentConsumer:
             _raise_as_kafka_error(exc, f"seeking {tp.topic}[{tp.partition}] to {offset}")
         self._start[tp] = offset
 
-    def position(self, tp: TopicPartition, timeout_ms: int = 0) -> int | None:  # noqa: ARG002 - local: never waits
+    def position(self, tp: TopicPartition, timeout_ms: int = 0) -> int | None:  # local: never waits
         """The next offset to consume of ``tp``, if known: librdkafka's once a record was consumed; before
         that, the committed offset read at assignment, or the low watermark of the last fetch when the
         group has none (consumption starts at the earliest record)."""

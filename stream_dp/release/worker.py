@@ -608,7 +608,7 @@ class ReleaseWorker:
                 stop.wait(delay)
                 wait = 0.0  # the retry polls at once
                 continue
-            except Exception as exc:  # noqa: BLE001 - the loop survives anything one window throws
+            except Exception as exc:  # the loop survives anything one window throws
                 kind = "kafka" if isinstance(exc, KafkaError) else "other"
                 self.metrics.errors.labels(kind).inc()
                 delay = backoff.next_delay()

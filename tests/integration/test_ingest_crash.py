@@ -87,7 +87,7 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
         proc = start_worker(cfg_file, tmp_path / f"run{kills}.log")
         before = _applied(redis_client, store)
         # progress means Redis moved; then kill at a random moment within the next ~0.2 s
-        moved = lambda: _applied(redis_client, store) > before or proc.poll() is not None  # noqa: E731
+        moved = lambda before=before, proc=proc: _applied(redis_client, store) > before or proc.poll() is not None  # noqa: E731
         wait_for(moved, timeout=60, interval=0.02, what=f"progress before kill {kills + 1}")
         time.sleep(rnd.uniform(0, 0.2))  # the random kill moment (not a wait for a condition)
         assert proc.poll() is None, "worker exited on its own"
