@@ -15,6 +15,7 @@ resynchronises from its new master. Not for production: no auth, loopback only.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -132,13 +133,18 @@ class LocalCluster:
                 "--cluster-config-file", str(workdir / "nodes.conf"), "--cluster-replica-validity-factor", "0",
                 "--appendonly", "no", "--save", "", "--maxmemory-policy", "noeviction", *self.extra_args]
 
+    def _on_free_ports(self, workdir: Path) -> tuple[int, list[str]]:
+        port = cluster_port()
+        return port, self._argv(port, workdir)
+
     def start(self) -> "LocalCluster":
         total = self.n_masters * (1 + self.n_replicas)
         for i in range(total):
             port = cluster_port()
             workdir = self.workdir / f"node{i}"
             workdir.mkdir(parents=True, exist_ok=True)
-            svc = Service(f"redis-cluster-{i}", self._argv(port, workdir), port, self.workdir / f"node{i}.log")
+            svc = Service(f"redis-cluster-{i}", self._argv(port, workdir), port, self.workdir / f"node{i}.log",
+                          rebind=functools.partial(self._on_free_ports, workdir))
             svc.start()
             self.nodes.append(Node(i, svc, workdir))
         for node in self.nodes:
