@@ -166,22 +166,31 @@ class LocalCluster:
     def wait_healthy(self, timeout: float = READY_SECONDS) -> None:
         """Until every running node reports cluster_state:ok, every running replica's link is up, and every
         running node's slot map (``CLUSTER SLOTS``: what a cluster client reads at start) covers all 16384
-        slots with the same masters. cluster_state:ok alone came back while a node's map still lacked the
-        slots of a master just replaced, and a client started from that node refused to start."""
-        def slot_map(node: Node) -> frozenset[tuple[int, int, int]]:  # (first slot, last slot, master port)
-            return frozenset((int(start), int(end), int(master[1]))
-                             for start, end, master, *_ in node.call("CLUSTER", "SLOTS"))
+        slots with the same masters and lists every running replica. cluster_state:ok alone came back while a
+        node's map still lacked the slots of a master just replaced, and a client started from that node
+        refused to start; a node that had not yet heard of a replica made ``min_replicas_acked = "auto"``
+        read 0 replicas from it."""
+        def slot_map(node: Node) -> tuple[frozenset[tuple[int, int, int]], frozenset[int]]:
+            """(first slot, last slot, master port) of each range, and the replica ports listed."""
+            ranges = node.call("CLUSTER", "SLOTS")
+            return (frozenset((int(start), int(end), int(master[1])) for start, end, master, *_ in ranges),
+                    frozenset(int(replica[1]) for _, _, _, *replicas in ranges for replica in replicas))
 
         def healthy() -> bool:
-            maps = set()
+            maps, listed, replicas = set(), [], set()
             for node in self.running():
                 if node.cluster_info()["cluster_state"] != "ok":
                     return False
                 info = node.info("replication")
-                if info["role"] == "slave" and info.get("master_link_status") != "up":
-                    return False
-                maps.add(slot_map(node))
-            return len(maps) == 1 and sum(end - start + 1 for start, end, _ in maps.pop()) == 16384
+                if info["role"] == "slave":
+                    if info.get("master_link_status") != "up":
+                        return False
+                    replicas.add(node.port)
+                masters, known = slot_map(node)
+                maps.add(masters)
+                listed.append(known)
+            return (len(maps) == 1 and sum(end - start + 1 for start, end, _ in maps.pop()) == 16384
+                    and all(replicas <= known for known in listed))
 
         wait_until(healthy, timeout=timeout, what="cluster_state:ok on every node and replica links up")
 
