@@ -111,9 +111,10 @@ def find_redis_server() -> Path:
     return _make_executable(binary)
 
 
-def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path) -> None:
-    """Until ``proc`` accepts connections on ``port``; :class:`PortTaken` when another process holds it."""
-    log_start = log_path.stat().st_size if log_path.exists() else 0
+def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path,
+              log_start: int = 0) -> None:
+    """Until ``proc`` accepts connections on ``port``; :class:`PortTaken` when another process holds it
+    (``log_start``: where in ``log_path`` this start's output begins)."""
     while True:
         if proc.poll() is not None:
             tail = log_path.read_bytes()[log_start:][-2000:].decode(errors="replace") if log_path.exists() else ""
@@ -170,6 +171,7 @@ class Service:
     def _start_once(self) -> float:
         t0 = time.monotonic()
         logf = open(self.log_path, "ab")
+        log_start = logf.tell()  # the log of an earlier start (a restart, a taken port) comes before
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -182,7 +184,7 @@ class Service:
             )
         finally:
             logf.close()
-        _wait_tcp(self.host, self.port, t0 + READY_TIMEOUT_SECONDS, self.proc, self.name, self.log_path)
+        _wait_tcp(self.host, self.port, t0 + READY_TIMEOUT_SECONDS, self.proc, self.name, self.log_path, log_start)
         return time.monotonic() - t0
 
     @property

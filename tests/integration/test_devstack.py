@@ -191,13 +191,16 @@ def _redis_argv(port: int, workdir: Path) -> list[str]:
             "--save", "", "--appendonly", "no"]
 
 
-def test_a_port_taken_after_it_was_chosen_moves_the_first_start_to_another(tmp_path):
+@pytest.mark.parametrize("listening", [True, False], ids=["listening", "bound"])
+def test_a_port_taken_after_it_was_chosen_moves_the_first_start_to_another(tmp_path, listening):
     """free_port's port can be taken by another process (another test worker's server) before the service
-    binds it; the port then answers for that process. The start notices whose listener it is and moves to
-    a free port, so the service never hands out an address that reaches someone else's server."""
+    binds it. Listening, the port answers for that process: the start asks whose listener it is. Only bound,
+    the service exits at once ("already in use" in its log). Either way the start moves to a free port, so
+    the service never hands out an address that reaches someone else's server."""
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
+        if listening:
+            squatter.listen()
         taken = squatter.getsockname()[1]
 
         def on_free_port() -> tuple[int, list[str]]:
