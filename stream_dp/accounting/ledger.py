@@ -156,7 +156,7 @@ class Ledger:
         self._cap_notices = cap_notices if cap_notices is not None else CapNotices()
 
     @property
-    def scripts(self) -> tuple:
+    def scripts(self) -> tuple[Any, ...]:
         """The ledger's Lua scripts (charge, reserve, settle, cancel), e.g. to load them when a worker starts."""
         return tuple(self._scripts.values())
 
@@ -561,7 +561,7 @@ class Ledger:
 
     def history(self, scope: str, *, count: int | None = None) -> list[HistoryEntry]:
         """The scope's event log, oldest first (``count``: at most that many entries)."""
-        entries = self.redis.xrange(self.keys.ledger(scope, "log"), count=count)
+        entries = self.redis.xrange(self.keys.ledger(scope, "log"), count=count) or []
         return [history_entry(entry_id, fields) for entry_id, fields in entries]
 
     def verify(self, scope: str) -> VerifyReport:

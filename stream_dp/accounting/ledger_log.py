@@ -119,7 +119,7 @@ def decode(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def history_entry(entry_id: Any, fields: dict[Any, Any]) -> HistoryEntry:
+def history_entry(entry_id: Any, fields: Any) -> HistoryEntry:
     """One log entry (an ``XRANGE`` item) as a :class:`HistoryEntry`."""
     f = {decode(k): decode(v) for k, v in as_dict(fields).items()}
     events = tuple(event_from_dict(d) for d in json.loads(f.get("events", "[]")))

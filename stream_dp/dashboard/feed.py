@@ -131,7 +131,7 @@ class Feed:
                         if self.board.add(record):
                             self.last_record_at = time.time()
                             self.listeners.publish(record)
-            except Exception as exc:  # broker down, bad credentials ...: say so, retry
+            except Exception as exc:  # noqa: BLE001 - broker down, bad credentials ...: say so, retry
                 self.connected = False
                 # no broker at the start: the client's error names kafka.bootstrap_servers and the address
                 self.error = str(exc) if isinstance(exc, BrokerUnreachable) else f"{type(exc).__name__}: {exc}"
@@ -142,5 +142,5 @@ class Feed:
                 if sub is not None:
                     try:
                         sub.close()
-                    except Exception:  # closing a broken connection
+                    except Exception:  # noqa: BLE001 - closing a broken connection
                         pass

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -182,12 +182,12 @@ class EventDecoder:
         reason = None
         user = self._text(obj.get(self.user_field), self.max_user_bytes)
         if type(user) is not str:
-            reason = ("missing_user", "bad_user", "user_too_long", "user_control_chars")[user]
+            reason = ("missing_user", "bad_user", "user_too_long", "user_control_chars")[cast(int, user)]
         else:
             key = self._text(obj.get(self.key_field), self.max_key_bytes, self.key_form)
             if type(key) is not str:
-                reason = ("missing_key", "bad_key", "key_too_long", "key_control_chars")[key]
-            elif not _has_base_character(key):
+                reason = ("missing_key", "bad_key", "key_too_long", "key_control_chars")[cast(int, key)]
+            elif not _has_base_character(cast(str, key)):
                 reason = "key_no_base_char"
             else:
                 ts = self._time(obj.get(self.time_field), timestamp_ms)
