@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import orjson
 
@@ -121,7 +121,7 @@ class EventDecoder:
 
     def __init__(self, cfg: EventsConfig | None = None, keys: KeysConfig | None = None) -> None:
         cfg = cfg or EventsConfig()
-        self.key_form = (keys or KeysConfig()).normalization  # "NFC" or "NFKC"
+        self.key_form: Literal["NFC", "NFKC"] = "NFKC" if (keys or KeysConfig()).normalization == "NFKC" else "NFC"
         self.user_field = cfg.user_field
         self.key_field = cfg.key_field
         self.time_field = cfg.time_field
@@ -187,7 +187,7 @@ class EventDecoder:
             key = self._text(obj.get(self.key_field), self.max_key_bytes, self.key_form)
             if type(key) is not str:
                 reason = ("missing_key", "bad_key", "key_too_long", "key_control_chars")[cast(int, key)]
-            elif not _has_base_character(cast(str, key)):
+            elif not _has_base_character(key):
                 reason = "key_no_base_char"
             else:
                 ts = self._time(obj.get(self.time_field), timestamp_ms)
@@ -198,7 +198,7 @@ class EventDecoder:
         return Rejection(reason, partition, offset)
 
     @staticmethod
-    def _text(raw: Any, max_bytes: int, form: str = "NFC") -> str | int:
+    def _text(raw: Any, max_bytes: int, form: Literal["NFC", "NFKC"] = "NFC") -> str | int:
         """The string normalised to ``form`` (NFC or NFKC), or 0 (missing), 1 (not a usable string), 2 (too
         long), 3 (control or invisible format characters)."""
         if raw is None or raw == "":

@@ -96,7 +96,7 @@ def _read(consumer: KafkaConsumer, topic: str, last: int | None, timeout: float)
         ends = consumer.end_offsets(tps)  # maybe under-reported: the read still goes to the fetched end
         for tp in tps:
             consumer.seek(tp, max(out.starts[tp.partition], int(ends[tp]) - last))
-    joiner, begun = PartJoiner(), set()
+    joiner, begun = PartJoiner(), set[int]()
     deadline = time.monotonic() + timeout
     while True:
         for tp, messages in consumer.poll(timeout_ms=200).items():

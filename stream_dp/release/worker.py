@@ -180,9 +180,9 @@ class ReleaseWorker:
         # Redis that lost the ledger stops (StateLost) before it claims or charges anything
         epoch = self.outbox.epoch_reads()
         if wait_seconds > 0:
-            first = self.closes.wait_reads(wait_seconds)
+            wait_for_close = self.closes.wait_reads(wait_seconds)
             pending = self.reader.closable(also=also, also_result=polled,
-                                           first=first if epoch is None else joined(first, epoch))
+                                           first=wait_for_close if epoch is None else joined(wait_for_close, epoch))
         else:
             with self.metrics.phase("redis"):
                 pending = self.reader.closable(also=also, also_result=polled, first=epoch)
@@ -614,7 +614,7 @@ class ReleaseWorker:
             try:
                 released = self.run_once(wait_seconds=wait)
                 backoff.reset()
-            except Exception as exc:  # permanent failures stop the loop (exit code 2), the others are retried
+            except Exception as exc:  # noqa: BLE001 - the loop survives anything one window throws, but a refusal
                 refusal = refusal_of(exc)
                 if refusal is not None:
                     raise refusal from None
@@ -638,6 +638,6 @@ class ReleaseWorker:
         kind = "kafka" if isinstance(exc, KafkaError) else "other"  # the loop survives anything one window throws
         self.metrics.errors.labels(kind).inc()
         cause = "releases topic unavailable" if kind == "kafka" else "unexpected error"
-        log.exception("release pass failed: %s (%s); retrying in %.2fs (attempt %d)", cause,
-                      type(exc).__name__, delay, backoff.failures + 1)
+        log.error("release pass failed: %s (%s); retrying in %.2fs (attempt %d)", cause,
+                  type(exc).__name__, delay, backoff.failures + 1, exc_info=exc)
         return delay
