@@ -11,8 +11,6 @@ from typing import Any
 
 import redis
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
 
 from stream_dp.config import KafkaConfig, RedisConfig
 
@@ -141,12 +139,31 @@ def _require_bootstrap(cfg: KafkaConfig) -> None:
         raise ValueError("kafka.bootstrap_servers is empty: configure it, or start the embedded dev stack first")
 
 
+#: Every kafka-python producer and consumer of the service: a send to or subscription of a missing topic
+#: never makes the broker create it with the broker's defaults (one partition, 7-day retention; see
+#: :mod:`stream_dp.topics`): topics are made by ``stream-dp topics create`` only.
+NO_AUTO_CREATE: dict[str, Any] = {"allow_auto_create_topics": False}
+
+
+def forbid_auto_create(client: Any) -> Any:
+    """``client`` (a kafka-python producer or consumer) made to honour ``allow_auto_create_topics=False``.
+
+    kafka-python 3.0.x builds the cluster metadata its requests come from without passing the client's
+    ``allow_auto_create_topics`` on (its ClusterMetadata keeps the default, True), so every metadata request
+    of a consumer subscribed to a deleted topic asked Apache Kafka to create it again -- with the broker's
+    defaults (tests/integration/test_no_auto_create.py saw it). The setting is put where the requests read it."""
+    cluster = getattr(client, "_metadata", None) or getattr(client, "_cluster", None)
+    if cluster is not None and "allow_auto_create_topics" in getattr(cluster, "config", {}):
+        cluster.config["allow_auto_create_topics"] = False
+    return client
+
+
 def kafka_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
-    """A producer with acks=all (and idempotence where the caller asks for it)."""
+    """A producer with acks=all (and idempotence where the caller asks for it); it never auto-creates a topic."""
     _require_bootstrap(cfg)
-    opts: dict[str, Any] = {**cfg.client_options(), "acks": "all", "linger_ms": 5}
+    opts: dict[str, Any] = {**cfg.client_options(), **NO_AUTO_CREATE, "acks": "all", "linger_ms": 5}
     opts.update(overrides)
-    return KafkaProducer(**opts)
+    return forbid_auto_create(KafkaProducer(**opts))
 
 
 def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
@@ -155,7 +172,8 @@ def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
     the ingest consumer, the release producer)."""
     _require_bootstrap(cfg)
     conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "client.id": cfg.client_id,
-                            "security.protocol": cfg.security_protocol}
+                            "security.protocol": cfg.security_protocol,
+                            "allow.auto.create.topics": False}  # as NO_AUTO_CREATE (librdkafka producers: true)
     if cfg.sasl_mechanism:
         conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
                      "sasl.password": cfg.sasl_password})
@@ -169,10 +187,11 @@ def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
 def kafka_consumer(cfg: KafkaConfig, *topics: str, consumer_class: type[KafkaConsumer] = KafkaConsumer,
                    **overrides: Any) -> KafkaConsumer:
     """A consumer (``consumer_class``: kafka-python's or a subclass) with manual commits and the group timings
-    from the config."""
+    from the config; it never auto-creates a topic."""
     _require_bootstrap(cfg)
     opts: dict[str, Any] = {
         **cfg.client_options(),
+        **NO_AUTO_CREATE,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "session_timeout_ms": cfg.session_timeout_ms,
@@ -180,21 +199,4 @@ def kafka_consumer(cfg: KafkaConfig, *topics: str, consumer_class: type[KafkaCon
         "max_poll_records": cfg.max_poll_records,
     }
     opts.update(overrides)
-    return consumer_class(*topics, **opts)
-
-
-def ensure_topics(cfg: KafkaConfig, topics: dict[str, int]) -> None:
-    """Create each ``name → partitions`` topic that does not exist yet (replication factor 1 for dev)."""
-    _require_bootstrap(cfg)
-    admin = KafkaAdminClient(**cfg.client_options())
-    try:
-        existing = set(admin.list_topics())
-        missing = [NewTopic(name, num_partitions=n, replication_factor=1)
-                   for name, n in topics.items() if name not in existing]
-        if missing:
-            try:
-                admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        admin.close()
+    return forbid_auto_create(consumer_class(*topics, **opts))

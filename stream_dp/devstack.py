@@ -121,6 +121,32 @@ def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[byte
             time.sleep(0.02)
 
 
+def _kafka_services(workdir: Path, nodes: int, *, detached: bool, own_process_group: bool) -> list["Service"]:
+    """One :class:`Service` per KRaft node of a new local Apache Kafka cluster (:mod:`stream_dp.kafka_broker`:
+    jars fetched, storage formatted). The first is named ``broker``, the others ``broker-<id>``."""
+    from stream_dp.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, prepare_cluster
+
+    try:
+        libs, planned = prepare_cluster(workdir, nodes)
+    except KafkaUnavailable as exc:
+        raise DevStackError(str(exc)) from None
+    return [Service("broker" if n.node_id == 1 else f"broker-{n.node_id}", n.argv(libs), n.port, n.log_path,
+                    detached=detached, own_process_group=own_process_group, ready_timeout=KAFKA_READY)
+            for n in planned]
+
+
+def _wait_kafka_ready(brokers: list["Service"]) -> None:
+    """Wait until every node is registered with the cluster (metadata lists them all), with a deadline."""
+    from stream_dp.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, wait_ready
+
+    bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+    try:
+        wait_ready(bootstrap, len(brokers), deadline=time.monotonic() + KAFKA_READY,
+                   alive=lambda: all(b.running for b in brokers), describe="Apache Kafka")
+    except KafkaUnavailable as exc:
+        raise DevStackError(f"{exc} (logs: {', '.join(str(b.log_path) for b in brokers)})") from None
+
+
 @dataclass
 class Service:
     """One child process on a fixed loopback port; can be stopped and restarted on the same port."""
@@ -217,10 +243,8 @@ class DevStack:
         self.redis: Service | None = None
         self.ready_seconds: dict[str, float] = {}
         if kafka and broker == "kafka":
-            from stream_dp.devstack_kafka import kafka_services
-
-            self.brokers = kafka_services(self.workdir, kafka_nodes, detached=detached,
-                                          own_process_group=own_process_group)
+            self.brokers = _kafka_services(self.workdir, kafka_nodes, detached=detached,
+                                           own_process_group=own_process_group)
         elif kafka:
             port = free_port()
             url = f"tcp://127.0.0.1:{port}"
@@ -272,9 +296,7 @@ class DevStack:
             for svc in self.services:
                 self.ready_seconds[svc.name] = svc.wait_listening()
             if self.broker_kind == "kafka":
-                from stream_dp.devstack_kafka import wait_cluster_ready
-
-                wait_cluster_ready(self.brokers)
+                _wait_kafka_ready(self.brokers)
         except BaseException:
             self.stop()
             raise

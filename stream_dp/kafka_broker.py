@@ -256,3 +256,13 @@ def wait_ready(bootstrap: str, expected_brokers: int, *, deadline: float,
             admin.close()
         time.sleep(0.2)
     raise KafkaUnavailable(f"{describe} at {bootstrap} was not ready in time ({last})")
+
+
+def prepare_cluster(workdir: Path, nodes: int = 1, overrides: dict[str, str] | None = None
+                    ) -> tuple[Path, list[KafkaNode]]:
+    """Everything before the first start of a local cluster: the jars (fetched if needed), ``nodes`` nodes
+    planned on free ports under ``workdir/kafka``, their storage formatted. Returns ``(jar dir, nodes)``."""
+    libs = ensure_libs()
+    planned = plan_cluster(workdir / "kafka", nodes)
+    format_storage(planned, libs, overrides)
+    return libs, planned

@@ -12,10 +12,11 @@ import threading
 import time
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 
 from stream_dp.broker_reach import NO_BROKER
 from stream_dp.demo_data import generate_ratings, write_csv
+from topic_helpers import CheckedProducer
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -100,7 +101,7 @@ def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
          "budget": {"scope": "2026-11-02", "epsilon_spent": 0.7, "delta_spent": 1.1e-6,
                     "epsilon_remaining": 9.3, "delta_remaining": 8.9e-6}},
     ]  # tail checks records against the release schema, so these follow it
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks="all")
     for rec in records + records[:1]:  # the topk release is published twice (a restart)
         producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
     producer.send(topic, key=b"junk", value=b"not json")
@@ -131,7 +132,7 @@ def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, top
     """A poll during an outage returns nothing, as on a quiet topic: tail says which one it is, on stderr."""
     topic = topic_name("releases")
     rec = TOPK_RECORD
-    producer = KafkaProducer(bootstrap_servers=own_stack.bootstrap_servers, acks="all")
+    producer = CheckedProducer(bootstrap_servers=own_stack.bootstrap_servers, acks="all")
     producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
     producer.flush()
     producer.close()
