@@ -41,6 +41,7 @@ LOG4J_VERSION = "2.24.3"  #: the log4j 2 binding Kafka 4.1 ships with
 LIBS_VARIABLE = "STREAM_DP_KAFKA_LIBS"
 READY_TIMEOUT_SECONDS = 90.0  # a JVM start on a loaded 2-core machine: seconds normally, a minute at worst
 RETENTION_CHECK_INTERVAL_MS = 1000  # Kafka's default is 300000 (5 minutes)
+INITIAL_TASK_DELAY_SECONDS = 30  # Kafka's log.initial.task.delay.ms default: the first retention check after start
 HEAP = "-Xmx512m"
 _COMPLETE = ".complete"  # marker written last: the cache directory holds every jar
 
