@@ -267,3 +267,26 @@ def prepare_cluster(workdir: Path, nodes: int = 1, overrides: dict[str, str] | N
     planned = plan_cluster(workdir / "kafka", nodes)
     format_storage(planned, libs, overrides)
     return libs, planned
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stream_dp.kafka_broker fetch``: fetch the pinned Apache Kafka into the cache (CI runs it
+    before the tests, so a download failure is one clear line, not a skipped or failed test later)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m stream_dp.kafka_broker", description=main.__doc__)
+    parser.add_argument("action", choices=("fetch",))
+    parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        java()
+        print(ensure_libs())
+    except KafkaUnavailable as exc:
+        print(f"kafka error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
