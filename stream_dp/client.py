@@ -45,7 +45,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from stream_dp.broker_reach import BrokerReach
-from stream_dp.connections import forbid_auto_create
+from stream_dp.kafka_options import forbid_auto_create
 from stream_dp.config import KafkaConfig
 from stream_dp.wire import join_parts
 

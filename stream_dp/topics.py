@@ -117,14 +117,14 @@ def contract(cfg: KafkaConfig, brokers: int, roles: tuple[str, ...] = ROLES) -> 
     return [specs[r] for r in roles]
 
 
-def admin_client(cfg: KafkaConfig) -> Any:
-    """A confluent-kafka AdminClient on ``cfg``'s brokers and security settings."""
+def admin_client(cfg: KafkaConfig, **settings: Any) -> Any:
+    """A confluent-kafka AdminClient on ``cfg``'s brokers and security settings (plus librdkafka ``settings``)."""
     from confluent_kafka.admin import AdminClient
 
     from stream_dp.connections import confluent_client_settings
 
     # librdkafka's own log lines (a broker going away) are noise here: every failure reaches the caller
-    return AdminClient({**confluent_client_settings(cfg), "log_level": 2})
+    return AdminClient({**confluent_client_settings(cfg), "log_level": 2, **settings})
 
 
 def broker_count(admin: Any) -> int:

@@ -95,6 +95,8 @@ def adopt(client: Any, keys: Keys, topic: str, topic_id: str) -> int:
 
 #: How often a running ingest worker asks the broker for the events topic's id at least (one admin call).
 CHECK_INTERVAL_SECONDS = 5.0
+#: How long one check may wait for the broker (it runs on the ingest loop's thread).
+GUARD_TIMEOUT_SECONDS = 2.0
 
 
 class TopicWatch:
@@ -156,15 +158,33 @@ def topic_guard(cfg: Any) -> Callable[[], None]:
     from stream_dp import topics
     from stream_dp.connections import redis_client
 
-    admin = topics.admin_client(cfg.kafka)
+    import redis
+    from confluent_kafka import KafkaException
+
+    # metadata refreshed every few seconds: after a broker dies the client finds another to ask
+    admin = topics.admin_client(cfg.kafka, **{"topic.metadata.refresh.interval.ms": 5000})
     client = redis_client(cfg.redis)
     keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
     topic = cfg.kafka.events_topic
+    unchecked = [0]  # checks in a row that could not be made
 
     def guard() -> None:
-        topic_id = current_topic_id(admin, topic)
-        if topic_id is not None:
-            check(client, keys, topic, topic_id)
+        try:
+            topic_id = current_topic_id(admin, topic, timeout=GUARD_TIMEOUT_SECONDS)
+            if topic_id is not None:
+                check(client, keys, topic, topic_id)
+        except (KafkaException, redis.ConnectionError, redis.TimeoutError) as exc:
+            # an outage is the loop's to handle (it backs off and retries); the identity is checked again
+            # at the next assignment or tick, and no offset of an unchecked topic is skipped meanwhile any
+            # more than the loop's own retries would
+            unchecked[0] += 1
+            if unchecked[0] == 1:
+                log.warning("events topic %s: topic id not checked (%s: %s); checking again every %g s",
+                            topic, type(exc).__name__, exc, CHECK_INTERVAL_SECONDS)
+            return
+        if unchecked[0]:
+            log.info("events topic %s: topic id checked again after %d failed attempt(s)", topic, unchecked[0])
+            unchecked[0] = 0
 
     return guard
 
