@@ -59,17 +59,17 @@ def configure_logging(level: str | None = None) -> None:
     """Configure the root logger once for this process (later calls only change the level).
 
     ``level`` defaults to ``$STREAM_DP_LOG_LEVEL`` or INFO. kafka-python narrates every connection at INFO,
-    so its logger is held at WARNING or above. A fatal signal (a crash in native code) dumps every thread's
-    stack to stderr (:mod:`faulthandler`). URL credentials are masked from here on;
+    so its logger is held at WARNING or above. A fatal signal on a Python thread dumps every thread's stack
+    to stderr (:mod:`faulthandler`). URL credentials are masked from here on;
     a loaded config's secrets once :func:`load_config_or_report` registers them."""
     name = (level or os.environ.get(LOG_LEVEL_VARIABLE) or "INFO").upper()
     root = logging.getLogger()
     if not getattr(root, "_stream_dp_configured", False):
         logging.basicConfig(format=LOG_FORMAT)
         root._stream_dp_configured = True  # type: ignore[attr-defined]
-        # a crash in native code (librdkafka once segfaulted an ingest worker when its topic was deleted and
-        # created again on Tansu) prints every thread's Python stack to stderr -- the log -- instead of the
-        # process vanishing without a line (not where stderr is no file: a test capturing it in-process)
+        # a fatal signal on a Python thread (a crash in a C extension) prints every thread's Python stack to
+        # stderr -- the log -- instead of the process vanishing without a line (not where stderr is no file:
+        # a test capturing it in-process)
         try:
             faulthandler.enable()
         except (io.UnsupportedOperation, AttributeError, ValueError):

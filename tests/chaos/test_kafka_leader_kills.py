@@ -12,23 +12,28 @@ equal the bounded oracle exactly, each (window, release type) has exactly one re
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import redis
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from event_times import T0
-from ingest_helpers import config_mapping, ground_truth, start_worker as start_ingest, stop_worker, window_store
-from ingest_helpers import write_toml
-from release_processes import by_release_id, cli, read_topic, start_worker, stop, wait_for, wait_started
-from stream_dp.config import config_from_mapping
-from stream_dp.devstack import DevStack
-from stream_dp.keys import Keys
-from topic_helpers import CheckedProducer
+# the integration tier's helpers (oracle, workers, topics, waiting), imported as its own tests import them
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from event_times import T0  # noqa: E402
+from ingest_helpers import config_mapping, ground_truth, start_worker as start_ingest, stop_worker, window_store  # noqa: E402
+from ingest_helpers import write_toml  # noqa: E402
+from release_processes import by_release_id, cli, read_topic, start_worker, stop, wait_for, wait_started  # noqa: E402
+from stream_dp.config import config_from_mapping  # noqa: E402
+from stream_dp.devstack import DevStack  # noqa: E402
+from stream_dp.keys import Keys  # noqa: E402
+from topic_helpers import CheckedProducer  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -55,10 +55,9 @@ def _cli(cfg_file, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN
 def test_a_recreated_events_topic_stops_ingest_and_adopt_counts_it_from_its_start(
         bootstrap_servers, broker_kind, redis_client, redis_url, topic_name, tmp_path, client):
     if broker_kind == "tansu" and client == "confluent":
-        pytest.skip("on Tansu, librdkafka (confluent-kafka) hangs in consume() or segfaults after its subscribed "
-                    "topic is deleted and created again, before any check can run (the 'exit with no log line' "
-                    "of the issue; a worker now at least dumps its stacks, runtime.configure_logging); on Apache "
-                    "Kafka the confluent variant runs")
+        pytest.skip("on Tansu, librdkafka (confluent-kafka) segfaults in its own threads (or hangs in consume()) "
+                    "right after its subscribed topic is deleted and created again, before any check can run: the "
+                    "issue's 'exit with no log line' (docs/topics.md); on Apache Kafka the confluent variant runs")
     topic, group = topic_name("events"), topic_name("group")
     start = T0 // SIZE * SIZE
     create_topic(bootstrap_servers, topic, 2)
