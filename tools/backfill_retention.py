@@ -14,10 +14,8 @@ topic's partitions and earliest offsets (non-zero: retention deleted records). F
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -29,15 +27,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 DAY = 86400
-DAYS = 4
-
-
-def history(start: int) -> list[dict]:
-    rnd = random.Random(40)
-    events = [{"user": f"u{rnd.randrange(300)}", "key": f"m{min(int(rnd.paretovariate(0.9)), 80)}",
-               "ts": start + rnd.randrange(DAYS * DAY)} for _ in range(3000)]
-    events.sort(key=lambda e: e["user"])
-    return [*events, {"user": "tick", "key": "tick", "ts": start + DAYS * DAY + DAY // 2}]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", type=float, default=90.0, help="seconds to wait for the releases")
     args = parser.parse_args(argv)
     from bounding_oracle import bounded_counts
+    from test_backfill import DAYS, history, write_csv  # the test's history: one definition of the backfill
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -55,10 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="backfill-"))
     start = int(time.time()) // DAY * DAY - 40 * DAY
     events = history(start)
-    with open(work / "history.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["user", "key", "ts"])
-        writer.writeheader()
-        writer.writerows(events)
+    write_csv(work / "history.csv", events)
     with DevStack(broker="kafka", workdir=work / "stack") as stack:
         # a broker that has been up a while: Kafka runs its first retention check log.initial.task.delay.ms
         # (default 30 s) after start, then every log.retention.check.interval.ms (1 s here)

@@ -35,8 +35,8 @@ PARTITIONS = 4
 MAX_KEYS = 3
 
 
-def _history(start: int) -> list[dict]:
-    """3,000 ratings over DAYS days from ``start``, in user order (as MovieLens files are), plus one event a
+def history(start: int) -> list[dict]:
+    """3,000 ratings over DAYS days from ``start`` (tools/backfill_retention.py replays the same), in user order (as MovieLens files are), plus one event a
     day later that moves the watermark past the last day."""
     rnd = random.Random(40)
     events = [{"user": f"u{rnd.randrange(300)}", "key": f"m{min(int(rnd.paretovariate(0.9)), 80)}",
@@ -45,15 +45,19 @@ def _history(start: int) -> list[dict]:
     return [*events, {"user": "tick", "key": "tick", "ts": start + DAYS * DAY + DAY // 2}]
 
 
+def write_csv(path, events: list[dict]) -> None:  # noqa: ANN001
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["user", "key", "ts"])
+        writer.writeheader()
+        writer.writerows(events)
+
+
 @pytest.mark.timeout(240)
 def test_history_40_days_old_replayed_after_the_workers_started_is_counted_and_released_whole(
         tmp_path, bootstrap_servers, broker_kind, broker_stack, redis_url, topic_name) -> None:
     start = int(time.time()) // DAY * DAY - 40 * DAY
-    events = _history(start)
-    with open(tmp_path / "history.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["user", "key", "ts"])
-        writer.writeheader()
-        writer.writerows(events)
+    events = history(start)
+    write_csv(tmp_path / "history.csv", events)
     prefix = topic_name("bf")
     data = config_mapping(bootstrap_servers, redis_url, topic_name("events"), group=topic_name("g"), size=DAY,
                           max_keys=MAX_KEYS, lateness=0, idle=1.0, prefix=prefix,
