@@ -17,6 +17,7 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
+from stream_dp.budget_text import delta_text, epsilon_text
 from stream_dp.tables import print_table, table
 from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.config import Config
@@ -58,10 +59,12 @@ def _cap(ledger: Ledger, scope: str) -> BudgetCap:
 
 
 def _print_states(rows: list[dict[str, Any]], out: TextIO) -> None:
+    """Spent / left / cap per scope, in the precision tail, the demo and the dashboard use (budget_text)."""
     columns = ("scope", "ε spent", "ε left", "ε cap", "δ spent", "δ left", "holds")
-    print_table(table(columns, [(r["scope"], f"{r['epsilon_spent']:.4f}", f"{r['epsilon_remaining']:.4f}",
-                                 f"{r['epsilon_cap']:g}", f"{r['delta_spent']:.3g}", f"{r['delta_remaining']:.3g}",
-                                 r["open_reservations"]) for r in rows], numeric=columns[1:]), out)
+    print_table(table(columns, [(r["scope"], epsilon_text(r["epsilon_spent"]), epsilon_text(r["epsilon_remaining"]),
+                                 epsilon_text(r["epsilon_cap"]), delta_text(r["delta_spent"]),
+                                 delta_text(r["delta_remaining"]), r["open_reservations"]) for r in rows],
+                      numeric=columns[1:]), out)
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
@@ -112,10 +115,12 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
             spent = e.cost.spent()
             when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
             mechanisms = ",".join(sorted({ev.mechanism or ev.kind for ev in e.events}))
-            rows.append((when, e.type, e.id, f"{spent.rho:.5f}", f"{spent.basic_epsilon:.4g}",
-                         f"{spent.zcdp_delta:.3g}", mechanisms))
-        print_table(table(("time (UTC)", "type", "id", "ρ", "Σε", "δ", "mechanisms"), rows,
-                          numeric=("ρ", "Σε", "δ")), out)
+            # cost: this entry's ε on its own, as tail and the dashboard show a release's cost (budget_text)
+            rows.append((when, e.type, e.id, epsilon_text(spent.epsilon(ledger.cap.delta_prime)), f"{spent.rho:.5f}",
+                         epsilon_text(spent.basic_epsilon), delta_text(max(spent.zcdp_delta, spent.basic_delta)),
+                         mechanisms))
+        print_table(table(("time (UTC)", "type", "id", "cost ε", "ρ", "Σε", "δ", "mechanisms"), rows,
+                          numeric=("cost ε", "ρ", "Σε", "δ")), out)
         return 0
     scopes = [args.scope] if args.scope else ledger.scopes()
     reports = [ledger.verify(scope) for scope in scopes]

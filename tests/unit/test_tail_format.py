@@ -55,3 +55,16 @@ def test_helpers():
     assert budget_bar(5, 0, width=4) == "[████]"
     assert table([]) == []
     assert decode(b"[1]") is None and decode(b"{bad") is None and decode('{"a": 1}') == {"a": 1}
+
+
+def test_cost_and_spent_read_as_everywhere_else():
+    """One meaning and one precision (stream_dp.budget_text): cost is the release's ε on its own -- a
+    zCDP-only histogram's ρ converted at its δ′ -- and spent is the period's ε after it."""
+    rec = {**BASE, "release_id": "h", "type": "histogram", "items": [],
+           "cost": {"epsilon": None, "delta": 1e-7, "rho": 0.0202, "events": []},
+           "mechanism": {"name": "gaussian_histogram", "parameters": {"delta_prime": 1e-7}},
+           "budget": {"scope": "2026-11-28", "epsilon_spent": 3.1689, "epsilon_remaining": 6.8311,
+                      "epsilon_cap": 10.0, "delta_spent": 4e-7, "delta_remaining": 9.6e-6}}
+    last = format_release(rec).splitlines()[-1]
+    assert last.startswith("  cost ε 1.00 δ 1.0e-07 · budget [") and last.endswith(
+        "] 2026-11-28: ε 3.17 spent of 10.00, 6.83 left"), last
