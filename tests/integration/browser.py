@@ -97,6 +97,17 @@ class HeadlessChromium:
                                      f"{self.evaluate('document.body.innerText')}")
             time.sleep(0.1)
 
+    def set_viewport(self, width: int, height: int) -> None:
+        """Make the page's viewport ``width`` × ``height`` CSS pixels (device scale 1), as a screen of that size."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=False)
+
+    def screenshot_viewport(self, path: Path) -> Path:
+        """What the viewport shows (a wall screen does not scroll), as a PNG."""
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
+
     def screenshot(self, path: Path) -> Path:
         """The whole page as a PNG."""
         height = int(self.evaluate("Math.ceil(document.documentElement.scrollHeight)") or 1200)
