@@ -3,11 +3,13 @@ demo, the dashboard and ``stream-dp budget``.
 
 Two numbers, never mixed up:
 
-- **cost** -- what one release costs *on its own*: the ε of its DP events alone, by the smaller of the two
-  accountings the ledger uses (basic composition Σε; approximate zCDP ρ converted at the budget's δ′,
-  :func:`~stream_dp.accounting.composition.zcdp_to_epsilon`). For a pure-ε or range-bounded release that is
-  its Σε (top-k: outcomes × ε per outcome); a zCDP-only release (the Gaussian histogram) has no Σε, so it is
-  its ρ converted at the δ′ its mechanism parameters name -- the ε it was calibrated to.
+- **cost** -- what one release costs *on its own*: the ε the ledger would report for its DP events alone,
+  the smaller of its two accountings (basic composition Σε; approximate zCDP ρ converted at the budget's δ′,
+  :func:`~stream_dp.accounting.composition.zcdp_to_epsilon`). So a first release of a period costs exactly
+  what the period has then spent (seven top-k outcomes at ε 0.1: Σε 0.70, but ρ = 7 · 0.1²/8 converts to
+  0.64, and 0.64 is what both read). A zCDP-only release (the Gaussian histogram) has no Σε: its cost is its ρ
+  converted -- the ε it was calibrated to. δ′ is the one the record's mechanism parameters name, else the
+  reader's ``budget.delta_prime`` (the ledger's; the record does not carry it), else unknown: then Σε.
 - **spent** -- what the budget period has used *after* the release: the ledger's ε of everything charged
   in the period so far, composed (the same smaller-of-two rule over the period's total ρ and Σε), including
   any hold reserved before it (an alerts instance that opens in the same window reserves its ε first).
@@ -45,11 +47,15 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def release_epsilon(record: Mapping[str, Any]) -> float | None:
-    """A release's cost: the ε of its DP events alone (see the module docstring); None when the record does
-    not say (a zCDP-only cost whose mechanism parameters name no ``delta_prime``).
+def release_epsilon(record: Mapping[str, Any], delta_prime: float | None = None) -> float | None:
+    """A release's cost: the ε of its DP events alone (see the module docstring), with the δ′ its mechanism
+    parameters name, else ``delta_prime`` (the reader's ``budget.delta_prime``); None when neither Σε nor a δ′
+    is known.
 
-    >>> release_epsilon({"cost": {"epsilon": 0.5, "rho": 0.125}})
+    >>> topk = {"cost": {"epsilon": 0.7, "rho": 0.00875}}  # seven outcomes at ε 0.1
+    >>> release_epsilon(topk), round(release_epsilon(topk, 1e-07), 2)
+    (0.7, 0.64)
+    >>> release_epsilon({"cost": {"epsilon": 0.5, "rho": 0.125}}, 1e-07)  # SVT: Σε is the smaller
     0.5
     >>> round(release_epsilon({"cost": {"epsilon": None, "rho": 0.0202},
     ...                        "mechanism": {"parameters": {"delta_prime": 1e-07}}}), 2)
@@ -61,7 +67,8 @@ def release_epsilon(record: Mapping[str, Any]) -> float | None:
     basic = _number(cost.get("epsilon"))
     rho = _number(cost.get("rho"))
     params = (record.get("mechanism") or {}).get("parameters") or {}
-    delta_prime = _number(params.get("delta_prime")) if isinstance(params, Mapping) else None
+    named = _number(params.get("delta_prime")) if isinstance(params, Mapping) else None
+    delta_prime = named if named is not None else _number(delta_prime)
     converted = (zcdp_to_epsilon(rho, delta_prime) if rho is not None and delta_prime is not None
                  and 0 < delta_prime < 1 else None)
     known = [x for x in (basic, converted) if x is not None]
@@ -96,10 +103,10 @@ def delta_text(value: Any) -> str:
     return "0" if x == 0 else f"{x:.1e}"
 
 
-def cost_text(record: Mapping[str, Any]) -> str:
-    """``cost ε … δ …`` of one release (its cost on its own)."""
+def cost_text(record: Mapping[str, Any], delta_prime: float | None = None) -> str:
+    """``cost ε … δ …`` of one release (its cost on its own, :func:`release_epsilon`)."""
     cost = record.get("cost") or {}
-    return f"cost ε {epsilon_text(release_epsilon(record))} δ {delta_text(cost.get('delta'))}"
+    return f"cost ε {epsilon_text(release_epsilon(record, delta_prime))} δ {delta_text(cost.get('delta'))}"
 
 
 def spent_text(budget: Mapping[str, Any]) -> str:

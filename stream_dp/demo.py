@@ -48,6 +48,7 @@ from stream_dp.devstack import DevStack
 from stream_dp.processes import die_with_parent, free_port
 from stream_dp.redact import redact_url
 from stream_dp.schedule import window_start
+from stream_dp.tables import counted
 
 log = logging.getLogger(__name__)
 
@@ -414,7 +415,7 @@ class Demo:
                         first_seen[start] = time.monotonic()
                         self.say(f"\n{'━' * 100}")
                     seen[start].add(str(record.get("type")))
-                    self.say(format_release(record, color=self.opts.color))
+                    self.say(format_release(record, color=self.opts.color, delta_prime=cfg.budget.delta_prime))
                     self.releases_printed += 1
                 self._mark_done(seen, first_seen, window_types)
                 if self._replay_error is not None:
@@ -433,7 +434,7 @@ class Demo:
                     return 0
                 if self.opts.duration is not None and time.monotonic() - t0 >= self.opts.duration:
                     if self.opts.windows is not None:
-                        self.say(f"\nonly {len(self.windows_done)} of {self.opts.windows} windows were released "
+                        self.say(f"\nonly {len(self.windows_done)} of {counted(self.opts.windows, 'window')} released "
                                  f"within {self.opts.duration:.0f}s")
                         return 1
                     return 0
@@ -481,7 +482,8 @@ class Demo:
 
     def summary(self) -> str:
         sent = f"{self.replay_stats.sent:,} events replayed" if self.replay_stats else "replay interrupted"
-        return f"{sent}; {len(self.windows_done)} windows released; {self.releases_printed} releases printed"
+        windows, printed = counted(len(self.windows_done), "window"), counted(self.releases_printed, "release")
+        return f"{sent}; {windows} released; {printed} printed"
 
     def run(self) -> int:
         """Run until a bound is reached, a worker dies, or :meth:`request_stop`; always clean up."""

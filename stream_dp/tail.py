@@ -119,8 +119,10 @@ def _mechanism(record: Mapping[str, Any]) -> str:
     return f"{mech.get('name', '?')}" + (f" ({inner})" if inner else "")
 
 
-def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: int = 15) -> str:
-    """The release record as a few lines of text (see the module example)."""
+def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: int = 15,
+                   delta_prime: float | None = None) -> str:
+    """The release record as a few lines of text (see the module example); ``delta_prime``: the budget's δ′
+    (``budget.delta_prime``), for the cost of a release on its own (:func:`~stream_dp.budget_text.release_epsilon`)."""
     window = record.get("window") or {}
     kind = record.get("type", "?")
     status = record.get("status", "?")
@@ -155,7 +157,7 @@ def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: 
     budget = record.get("budget") or {}
     tail = []
     if record.get("cost"):
-        tail.append(cost_text(record))
+        tail.append(cost_text(record, delta_prime))
     if budget:
         spent, left = budget.get("epsilon_spent"), budget.get("epsilon_remaining")
         bar = (budget_bar(spent, left) + " " if isinstance(spent, (int, float)) and isinstance(left, (int, float))

@@ -23,12 +23,24 @@ from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 
+EXAMPLES = """\
+examples:
+  stream-dp budget plan                            # from the config alone: does a day of windows fit the cap?
+  stream-dp budget plan --expected-users 5000      # ... and which release type to run for that audience
+  stream-dp budget list                            # every period: ε spent / left / cap, δ spent / left
+  stream-dp budget show 2026-11-29                 # one period (scope)
+  stream-dp budget history 2026-11-29 --count 20   # its charges: cost ε, ρ, Σε, δ per release
+  stream-dp budget verify                          # stored totals = totals recomputed from the log (exit 1 if not)
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "budget", help="inspect the privacy-budget ledger (scopes, spent/remaining ε and δ, history, verify)",
         description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user, the event log "
-        "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not).")
+        "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not). "
+        "ε as tail and the dashboard show it: spent is the period's composed ε, a charge's cost its ε on its own.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("list", "show", "history", "verify", "plan"),
                    help="list: every scope; show/history/verify: one scope (verify without a scope: all); "
                    "plan: worst-case cost per window and windows per period/lifetime, from the config alone")

@@ -55,8 +55,9 @@ class ReleaseBoard:
     Thread-safe: the subscriber thread adds, the web handlers read.
     """
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, *, delta_prime: float | None = None) -> None:
         self.capacity = capacity
+        self.delta_prime = delta_prime  # budget.delta_prime: a release's cost on its own (stream_dp.budget_text)
         self._records: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.rejected = 0
@@ -121,7 +122,7 @@ class ReleaseBoard:
             block = rec.get("budget") or {}
             if isinstance(block.get("scope"), str):
                 periods.setdefault(block["scope"], []).append(rec)
-        out = [period(scope, recs) for scope, recs in periods.items()]
+        out = [period(scope, recs, self.delta_prime) for scope, recs in periods.items()]
         out.sort(key=lambda p: p["first_window_start"], reverse=True)
         return {"periods": out}
 

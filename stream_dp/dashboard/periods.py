@@ -32,8 +32,9 @@ def _charge_order(record: dict[str, Any]) -> tuple[Any, ...]:
             type_rank(record["type"]))
 
 
-def period(scope: str, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """One budget period: its state after the latest charge and its charge-ordered points."""
+def period(scope: str, records: Iterable[dict[str, Any]], delta_prime: float | None = None) -> dict[str, Any]:
+    """One budget period: its state after the latest charge and its charge-ordered points (``delta_prime``: the
+    budget's δ′, for each release's cost on its own)."""
     recs = sorted(records, key=_charge_order)
     last = recs[-1]["budget"]
     spent, left = number(last.get("epsilon_spent")) or 0.0, number(last.get("epsilon_remaining")) or 0.0
@@ -47,7 +48,7 @@ def period(scope: str, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "first_window_start": min(r["window"]["start"] for r in recs),
         "last_window_end": max(r["window"]["end"] for r in recs),
         "points": [{"release_id": r["release_id"], "type": r["type"], "status": r["status"],
-                    "window_start": r["window"]["start"], "cost_epsilon": release_epsilon(r),
+                    "window_start": r["window"]["start"], "cost_epsilon": release_epsilon(r, delta_prime),
                     "epsilon_spent": number(r["budget"].get("epsilon_spent")),
                     "epsilon_remaining": number(r["budget"].get("epsilon_remaining"))} for r in recs],
     }

@@ -147,3 +147,10 @@ def test_a_release_cost_is_its_epsilon_on_its_own_and_spent_is_the_ledgers():
     costs = [(p["type"], round(p["cost_epsilon"], 2), p["epsilon_spent"]) for p in period["points"]]
     assert costs == [("topk", 0.4, 0.4), ("histogram", 1.0, 2.31)]
     assert period["last_window_end"] == T0 + DAY
+    # seven outcomes: Σε 0.7, but ρ converts to less at the budget's δ′, which the dashboard's config gives
+    seven = record(0, spent=0.64, cost={"events": [], "epsilon": 0.7, "delta": 1e-7, "rho": 0.00875})
+    board = ReleaseBoard(delta_prime=1e-7)
+    board.add(seven)
+    (point,) = board.budget()["periods"][0]["points"]
+    assert round(point["cost_epsilon"], 2) == 0.64 and board_of(seven).budget()["periods"][0]["points"][0][
+        "cost_epsilon"] == 0.7

@@ -68,3 +68,25 @@ def test_cost_and_spent_read_as_everywhere_else():
     last = format_release(rec).splitlines()[-1]
     assert last.startswith("  cost ε 1.00 δ 1.0e-07 · budget [") and last.endswith(
         "] 2026-11-28: ε 3.17 spent of 10.00, 6.83 left"), last
+
+
+def test_a_first_release_costs_what_its_period_has_then_spent():
+    """Cost and spent are the same accounting: the first release of a period (seven top-k outcomes at ε 0.1)
+    costs the ε the ledger reports for the period after it -- 0.64, not Σε = 0.70 (the issue's example)."""
+    from stream_dp.accounting.budget import reported_epsilon
+    from stream_dp.accounting.composition import compose
+    from stream_dp.accounting.events import RangeBoundedEvent
+    from stream_dp.budget_text import epsilon_text, release_epsilon
+
+    events = [RangeBoundedEvent(epsilon=0.1, count=7, delta=1e-7, mechanism="limited_domain_topk")]
+    spent = reported_epsilon(compose(events), 1e-7)  # what the ledger writes into budget.epsilon_spent
+    total = compose(events)
+    rec = {**BASE, "release_id": "t", "type": "topk", "items": [], "hit_bottom": True,
+           "mechanism": {"name": "limited_domain_topk", "parameters": {"k": 10}},
+           "cost": {"epsilon": total.basic_epsilon, "delta": 1e-7, "rho": total.rho, "events": []},
+           "budget": {"scope": "2026-11-02", "epsilon_spent": spent, "epsilon_remaining": 10 - spent,
+                      "epsilon_cap": 10.0, "delta_spent": 2e-7, "delta_remaining": 9.8e-6}}
+    assert release_epsilon(rec, 1e-7) == spent < total.basic_epsilon
+    last = format_release(rec, delta_prime=1e-7).splitlines()[-1]
+    assert f"cost ε {epsilon_text(spent)} " in last and f"ε {epsilon_text(spent)} spent of 10.00" in last, last
+    assert "cost ε 0.64" in last
