@@ -36,7 +36,8 @@ from typing import Any
 from stream_dp.budget_text import cost_text, spent_text
 
 BAR_WIDTH = 24
-PREFERRED_COLUMNS = ("rank", "key", "above", "estimate", "lower_bound", "gap", "token", "branch")
+PREFERRED_COLUMNS = ("rank", "key", "count", "ci_low", "ci_high", "above", "estimate", "lower_bound", "gap", "token",
+                     "branch")
 
 
 def _when(epoch: Any) -> str:
@@ -141,6 +142,17 @@ def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: 
         above = [i for i in items if i.get("above")]
         lines.append(f"  {len(above)} of {len(items)} watched keys above the threshold")
         lines += table(above + [i for i in items if not i.get("above")], max_rows=max_rows)
+    elif kind == "histogram" and items:
+        info = record.get("info") or {}
+        conf, half = info.get("confidence"), info.get("ci_half_width")
+        sources = {i.get("source") for i in items}
+        origin = f", all {items[0]['source']} keys" if len(sources) == 1 and items[0].get("source") else ""
+        capped = " (capped at max_keys)" if info.get("capped") else ""
+        interval = f"; intervals ±{_fmt(half)} at {_fmt(100 * conf)}%" if isinstance(conf, (int, float)) and half else ""
+        lines.append(f"  {len(items):,} keys with a noisy count{origin}{capped}{interval}; the largest:")
+        if origin:  # said once above instead of in every row
+            items = [{k: v for k, v in i.items() if k != "source"} for i in items]
+        lines += table(items, max_rows=max_rows)
     elif kind == "alerts" and status == "released" and (record.get("info") or {}).get("watchlist_size") == 0:
         lines.append("  no watched keys yet (the watchlist: configured keys plus keys top-k released earlier)")
     elif items:

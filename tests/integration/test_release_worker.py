@@ -50,9 +50,10 @@ class ListPublisher:
 
 def make_cfg(**releases: Any) -> Config:
     base: dict[str, Any] = {
-        "topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+        "topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
         "alerts": {"enabled": False},
         "sample": {"enabled": False},
+        "histogram": {"enabled": False},
     }
     for name, over in releases.items():
         base[name] = {**base.get(name, {}), **over}

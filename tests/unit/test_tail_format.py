@@ -90,3 +90,17 @@ def test_a_first_release_costs_what_its_period_has_then_spent():
     last = format_release(rec, delta_prime=1e-7).splitlines()[-1]
     assert f"cost ε {epsilon_text(spent)} " in last and f"ε {epsilon_text(spent)} spent of 10.00" in last, last
     assert "cost ε 0.64" in last
+
+
+def test_a_histogram_reads_count_first_with_its_interval_and_says_where_its_keys_come_from():
+    items = [{"key": f"k{i}", "rank": i + 1, "count": 500 - 10 * i, "ci_low": 480 - 10 * i, "ci_high": 520 - 10 * i,
+              "source": "domain"} for i in range(20)]
+    rec = {**BASE, "release_id": "h", "type": "histogram", "items": items,
+           "mechanism": {"name": "gaussian_histogram", "parameters": {}},
+           "info": {"above_threshold": 20, "capped": False, "ci_half_width": 20, "confidence": 0.95}}
+    lines = format_release(rec).splitlines()
+    assert lines[1] == "  20 keys with a noisy count, all domain keys; intervals ±20 at 95%; the largest:"
+    assert lines[2].split() == ["rank", "key", "count", "ci_low", "ci_high"]
+    assert lines[4].split() == ["1", "k0", "500", "480", "520"] and "… 5 more" in lines[-2]
+    mixed = format_release({**rec, "items": [items[0], {**items[1], "source": "discovered"}]})
+    assert "source" in mixed.splitlines()[2] and "all domain" not in mixed
