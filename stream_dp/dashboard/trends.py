@@ -10,10 +10,12 @@ ranking says nothing about where an unreleased key stood, only that it was not c
   released value (a histogram's noisy ``count``, or an ``estimate``) and its interval, and ``history``: its
   rank in each of the last ``windows`` windows of that type (oldest first, ``None`` where it was not
   released, or the window was not);
-- ``rising`` -- the keys that climbed most since the previous released window: ``climb`` = the previous
-  rank minus the current one, where a key absent from the previous ranking enters from just below it
-  (its length + 1; that is all the previous release says about it). Ties go to the larger rise of the
-  released value when both windows carry one, then to the better rank.
+- ``rising`` -- the keys that climbed most within the top :data:`RISING_HORIZON` ranks since the previous
+  released window: ``climb`` = the previous rank minus the current one, where a key that was not in the
+  previous ranking's top :data:`RISING_HORIZON` (absent, or ranked lower) enters from just below it (that is
+  all the previous release says about it, and a histogram over a large domain would otherwise make every
+  key that hops into the list from rank 1,000 the top riser). Ties go to the larger rise of the released
+  value when both windows carry one, then to the better rank.
 
 >>> def rec(start, keys):
 ...     return {"release_id": f"{start}.topk", "type": "topk", "status": "released", "hit_bottom": True,
@@ -37,6 +39,7 @@ RANKED_TYPES = ("topk", "histogram", "watch_topk", "argmax")
 TYPE_ORDER = ("topk", "histogram", "alerts", "sample", "watch_topk", "argmax")  # how lists order release types
 DEFAULT_HISTORY_WINDOWS = 12
 RISING_SHOWN = 5
+RISING_HORIZON = 20  # ranks that count for rising: a climb from below them counts from rank 21
 
 
 def type_rank(rtype: str) -> int:
@@ -128,19 +131,21 @@ def ranking(history: Sequence[Mapping[str, Any]], *, windows: int = DEFAULT_HIST
 
 
 def rising(items: Sequence[Mapping[str, Any]], previous: Mapping[str, Mapping[str, Any]],
-           previous_length: int, shown: int = RISING_SHOWN) -> list[dict[str, Any]]:
-    """The ``shown`` keys of ``items`` that climbed most against ``previous`` (key → item of the previous
-    released ranking, which held ``previous_length`` keys); only keys that climbed."""
+           previous_length: int, shown: int = RISING_SHOWN, horizon: int = RISING_HORIZON) -> list[dict[str, Any]]:
+    """The ``shown`` keys of ``items`` that climbed most within the top ``horizon`` ranks against ``previous``
+    (key → item of the previous released ranking, which held ``previous_length`` keys); only keys that
+    climbed. ``from_rank`` is None for a key that entered (not in the previous ranking's top ``horizon``)."""
+    below = min(previous_length, horizon) + 1  # where a key enters from
     out = []
     for item in items:
         prev = previous.get(item["key"])
-        start = prev["rank"] if prev else previous_length + 1
+        start = prev["rank"] if prev and prev["rank"] < below else below
         climb = start - item["rank"]
         if climb <= 0:
             continue
         before, now = (value_of(prev) if prev else None), item.get("value")
         out.append({"key": item["key"], "rank": item["rank"], "climb": climb,
-                    "from_rank": prev["rank"] if prev else None,
+                    "from_rank": start if start < below else None,
                     "value_change": now - before if now is not None and before is not None else None})
     out.sort(key=lambda x: (-x["climb"], -(x["value_change"] or 0.0), x["rank"]))
     return out[:shown]

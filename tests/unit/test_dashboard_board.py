@@ -154,3 +154,17 @@ def test_a_release_cost_is_its_epsilon_on_its_own_and_spent_is_the_ledgers():
     (point,) = board.budget()["periods"][0]["points"]
     assert round(point["cost_epsilon"], 2) == 0.64 and board_of(seven).budget()["periods"][0]["points"][0][
         "cost_epsilon"] == 0.7
+
+
+def test_rising_counts_climbs_within_the_top_twenty_so_a_long_list_does_not_drown_it():
+    """A histogram over a large domain releases 1,000 keys: a key hopping from rank 900 to rank 2 entered the
+    top 20 (climb 21 - 2 = 19), it did not climb 898 places past keys that hardly moved."""
+    keys = [f"k{n}" for n in range(1000)]
+    before = histogram(0, [{"key": k, "rank": n + 1, "count": 1000 - n, "ci_low": 0, "ci_high": 2000}
+                           for n, k in enumerate(keys)])
+    order = [keys[0], keys[899], *keys[1:3], keys[30], *keys[3:20]]
+    now = histogram(1, [{"key": k, "rank": n + 1, "count": 1000 - n, "ci_low": 0, "ci_high": 2000}
+                        for n, k in enumerate(order)])
+    (ranking,) = board_of(before, now).trending()["rankings"]
+    got = [(x["key"], x["climb"], x["from_rank"], x["rank"]) for x in ranking["rising"]]
+    assert got == [("k899", 19, None, 2), ("k30", 16, None, 5)]

@@ -9,7 +9,9 @@ const WALL_FROM_PX = 1920;
 const PRIMARY_ORDER = ["histogram", "topk", "watch_topk", "argmax"];  // the ranking shown large: counts first
 const ROWS = { wall: { ranking: 10, bars: 5, timeline: 28, periods: 7 },
                page: { ranking: 15, bars: 10, timeline: 42, periods: 7 } };
+const WALL_RANKING_ALONE = 14;  // wall mode without alerts and samples: the ranking has the whole left side
 const HISTORY_WINDOWS = 12;
+const SPARK_RANKS = 20;  // the rank lines' scale: ranks 1..20 (lower ranks on the bottom edge)
 
 function h(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -126,11 +128,12 @@ function sparkline(history, worst) {
     if (run.length > 1) svg.append(s("polyline", { points: run.join(" "), "vector-effect": "non-scaling-stroke" }));
     run = [];
   };
-  history.forEach((rank, i) => { if (rank === null || rank === undefined) flush(); else run.push(`${i},${rank - 1}`); });
+  const y = rank => Math.min(rank, top) - 1;
+  history.forEach((rank, i) => { if (rank === null || rank === undefined) flush(); else run.push(`${i},${y(rank)}`); });
   flush();
   const last = history[n - 1];
   if (last !== null && last !== undefined) {
-    svg.append(s("line", { class: "now", x1: n - 1, x2: n - 1, y1: last - 1, y2: last - 1, "vector-effect": "non-scaling-stroke" }));
+    svg.append(s("line", { class: "now", x1: n - 1, x2: n - 1, y1: y(last), y2: y(last), "vector-effect": "non-scaling-stroke" }));
   }
   return svg;
 }
@@ -167,10 +170,14 @@ function renderRanking(trending) {
     renderOtherRankings(trending.rankings.filter(x => x !== r));
     return;
   }
-  const items = r.items.slice(0, rows().ranking);
+  const alone = wall && document.body.classList.contains("no-alerts") && document.body.classList.contains("no-sample");
+  const items = r.items.slice(0, alone ? WALL_RANKING_ALONE : rows().ranking);
   const valued = items.some(i => i.value !== null && i.value !== undefined);
   const max = Math.max(0, ...items.map(i => (i.interval && i.interval.upper) || i.value || 0)) * 1.04;
-  const worst = Math.max(items.length, ...items.flatMap(i => i.history.filter(x => x !== null)));
+  // the lines span ranks 1..SPARK_RANKS at most: a rank further down is drawn on the bottom edge (a long
+  // histogram would otherwise squash every line into the top)
+  const floor = Math.max(items.length, SPARK_RANKS);
+  const worst = Math.min(floor, Math.max(items.length, ...items.flatMap(i => i.history.filter(x => x !== null))));
   const cols = [h("col", { class: "c-rank" }), h("col", { class: "c-change" }), h("col", { class: "c-key" })];
   if (valued) cols.push(h("col", { class: "c-value" }), h("col", { class: "c-bar" }));
   cols.push(h("col", { class: "c-history" }));
@@ -220,7 +227,7 @@ function renderRising(r) {
   if (!r.compared_with) { replace("rising", h("p", { class: "muted" }, "needs two released windows")); return; }
   if (!r.rising.length) { replace("rising", h("p", { class: "muted" }, "no key climbed since the previous window")); return; }
   const cells = r.rising.flatMap(x => {
-    const where = x.from_rank === null ? `new at #${x.rank}` : `#${x.from_rank} → #${x.rank}`;
+    const where = x.from_rank === null ? `entered at #${x.rank}` : `#${x.from_rank} → #${x.rank}`;
     const change = x.value_change !== null ? ` · ${x.value_change >= 0 ? "+" : ""}${num(x.value_change)}` : "";
     return [h("span", { class: "climb" }, `▲${x.climb}`), h("span", { class: "key", title: x.key, "data-key": x.key }, x.key),
             h("span", { class: "where" }, where + change)];
@@ -229,8 +236,14 @@ function renderRising(r) {
 }
 
 // ---- alerts: estimate and lower confidence bound as error bars --------------------------------
+function showCard(id, shown, flag) {
+  // a card with nothing to show is left out, and the grid closes the gap (body.no-alerts / body.no-sample)
+  document.getElementById(id).hidden = !shown;
+  document.body.classList.toggle(flag, !shown);
+}
+
 function renderAlerts(record) {
-  document.getElementById("alerts-card").hidden = !record;
+  showCard("alerts-card", !!record, "no-alerts");
   if (!record) return;
   titled("alerts-window", `· ${windowLabel(record.window)}`);
   if (record.status === "budget_exhausted") {
@@ -270,7 +283,7 @@ function renderAlerts(record) {
 
 // ---- sample estimates --------------------------------------------------------------------------
 function renderEstimates(record) {
-  document.getElementById("estimates-card").hidden = !record;
+  showCard("estimates-card", !!record, "no-sample");
   if (!record) return;
   titled("estimates-title", record.type === "sample" ? "Sample estimates" : "Estimates");
   titled("estimates-window", `· ${windowLabel(record.window)}`);
@@ -330,8 +343,8 @@ function renderBudget(budget) {
       h("span", { class: "of" }, `ε left of ${fmtEps(p.epsilon_cap)}`)),
     meter(p.epsilon_spent, p.epsilon_cap),
     h("p", { class: "muted one-line" }, `spent ε ${fmtEps(p.epsilon_spent)} in ${p.releases} release${p.releases === 1 ? "" : "s"}`
-      + ` · δ ${fmtDelta(p.delta_spent)} of ${fmtDelta(p.delta_cap)}` + (p.budget_exhausted ? ` · ${p.budget_exhausted} refused` : "")),
-    burnDown(p)];
+      + ` · δ ${fmtDelta(p.delta_spent)} of ${fmtDelta(p.delta_cap)}` + (p.budget_exhausted ? ` · ${p.budget_exhausted} refused` : ""))];
+  if (p.points.length > 1) nodes.push(burnDown(p));  // one release per period: the meter says it all
   if (before.length) {
     const shown = before.slice(0, rows().periods).reverse();  // oldest left, like the timeline
     nodes.push(h("div", { class: "periods", title: "earlier periods: ε spent of the cap" }, shown.map(q =>
@@ -381,9 +394,9 @@ let live = false, last = null;
 function draw() {
   if (!last) return;
   const { trending, budget, timeline, alerts, sample } = last;
-  renderRanking(trending);
   renderAlerts(alerts.releases[0] || null);
   renderEstimates(sample.releases[0] || null);
+  renderRanking(trending);
   renderBudget(budget);
   renderTimeline(timeline);
   renderFreshness(timeline);
