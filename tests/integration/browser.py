@@ -17,7 +17,10 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from stream_dp.processes import die_with_parent
 
@@ -33,6 +36,20 @@ def chromium_binary() -> str | None:
         if path:
             return path
     return None
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator["HeadlessChromium"]:
+    """A headless Chromium for one test (import this fixture into the test module); skips the test when no
+    Chromium is installed."""
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it when it can")
+    browser = HeadlessChromium(binary, tmp_path)
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 class HeadlessChromium:

@@ -12,23 +12,10 @@ import json
 
 import pytest
 
-from browser import HeadlessChromium, chromium_binary
 from dashboard_helpers import HOT, DashboardProcess, Pipeline, pipeline_config, wait_for
 from stream_dp.budget_text import epsilon_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture
-def chromium(tmp_path):
-    binary = chromium_binary()
-    if binary is None:
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it when it can")
-    browser = HeadlessChromium(binary, tmp_path)
-    try:
-        yield browser
-    finally:
-        browser.close()
 
 
 def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, redis_url, topic_name, chromium):

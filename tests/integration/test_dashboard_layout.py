@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from browser import HeadlessChromium, chromium_binary
+from browser import HeadlessChromium
 from dashboard_helpers import DashboardProcess
 from ingest_helpers import write_toml
 from release_records import produce
@@ -87,18 +87,6 @@ def month_records() -> list[dict[str, Any]]:
             if item.get("key") == RENAMED:
                 item["key"] = LONG_KEY
     return records
-
-
-@pytest.fixture
-def chromium(tmp_path):
-    binary = chromium_binary()
-    if binary is None:
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it when it can")
-    browser = HeadlessChromium(binary, tmp_path)
-    try:
-        yield browser
-    finally:
-        browser.close()
 
 
 @pytest.fixture(params=["all types", "histogram only"])
