@@ -122,16 +122,17 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         if args.json:
             print(json.dumps([e.to_dict() for e in entries], indent=2), file=out)
             return 0
-        rows = []
+        lines: list[tuple[str, ...]] = []
         for e in entries:
             spent = e.cost.spent()
             when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-            mechanisms = ",".join(sorted({ev.mechanism or ev.kind for ev in e.events}))
+            # mechanism: a field of every event type, which the base class DpEvent does not declare
+            mechanisms = ",".join(sorted({getattr(ev, "mechanism", "") or ev.kind for ev in e.events}))
             # cost: this entry's ε on its own, as tail and the dashboard show a release's cost (budget_text)
-            rows.append((when, e.type, e.id, epsilon_text(spent.epsilon(ledger.cap.delta_prime)), f"{spent.rho:.5f}",
-                         epsilon_text(spent.basic_epsilon), delta_text(max(spent.zcdp_delta, spent.basic_delta)),
-                         mechanisms))
-        print_table(table(("time (UTC)", "type", "id", "cost ε", "ρ", "Σε", "δ", "mechanisms"), rows,
+            lines.append((when, e.type, e.id, epsilon_text(spent.epsilon(ledger.cap.delta_prime)), f"{spent.rho:.5f}",
+                          epsilon_text(spent.basic_epsilon), delta_text(max(spent.zcdp_delta, spent.basic_delta)),
+                          mechanisms))
+        print_table(table(("time (UTC)", "type", "id", "cost ε", "ρ", "Σε", "δ", "mechanisms"), lines,
                           numeric=("cost ε", "ρ", "Σε", "δ")), out)
         return 0
     scopes = [args.scope] if args.scope else ledger.scopes()

@@ -109,7 +109,7 @@ class Prometheus:
                                      for job, port in targets.items()]}
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
         web = free_port()
-        self.log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115
+        self.log = open(tmp_path / "prometheus.log", "wb")
         self.proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                                       f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{web}"],
                                      stdout=self.log, stderr=subprocess.STDOUT)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from release_records import DAY, T0, record  # noqa: E402
+from release_records import DAY, T0, record
 
-from stream_dp.dashboard.app import BadParameter, parse_limit, parse_since, parse_type, parse_windows  # noqa: E402
-from stream_dp.dashboard.board import ReleaseBoard  # noqa: E402
-from stream_dp.dashboard.trends import interval_of  # noqa: E402
+from stream_dp.dashboard.app import BadParameter, parse_limit, parse_since, parse_type, parse_windows
+from stream_dp.dashboard.board import ReleaseBoard
+from stream_dp.dashboard.trends import interval_of
 
 
 def histogram(window: int, items: list[dict], **extra) -> dict:
