@@ -369,7 +369,7 @@ class BudgetConfig:
 
 @section
 class TopkConfig:
-    enabled: Flag = True
+    enabled: Flag = False
     k: Count = 10
     k_bar: Count = 100
     epsilon: Number = 0.1  # per outcome
@@ -397,7 +397,7 @@ class TopkConfig:
 
 @section
 class AlertsConfig:
-    enabled: Flag = True
+    enabled: Flag = False
     watchlist: tuple[StrictStr, ...] = ()
     include_released_topk: Flag = True
     threshold: Number = 100.0
@@ -429,7 +429,7 @@ class AlertsConfig:
 
 @section
 class SampleConfig:
-    enabled: Flag = True
+    enabled: Flag = False
     scheme: Annotated[Str, _one_of("pps", "ppswor", "none")] = "pps"  # pps (priority), ppswor, none
     tau: Number = 0.01
     epsilon: Number = 0.5
@@ -473,7 +473,7 @@ class WatchTopkConfig:
 
 @section
 class HistogramConfig:
-    enabled: Flag = False
+    enabled: Flag = True
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
     noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"
