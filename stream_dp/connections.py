@@ -13,7 +13,7 @@ import redis
 from kafka import KafkaConsumer, KafkaProducer
 
 from stream_dp.config import KafkaConfig, RedisConfig
-from stream_dp.kafka_options import NO_AUTO_CREATE, forbid_auto_create  # noqa: F401 - re-exported
+from stream_dp.kafka_options import NO_AUTO_CREATE, forbid_auto_create
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _adopt(cfg) -> int:  # noqa: ANN001
+def _adopt(cfg) -> int:
     """``topics adopt``: record the events topic's current id and forget the old topic's applied offsets."""
     from confluent_kafka import KafkaException
 

@@ -26,14 +26,14 @@ from confluent_kafka.admin import AdminClient
 # the integration tier's helpers (oracle, workers, topics, waiting), imported as its own tests import them
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from event_times import T0  # noqa: E402
-from ingest_helpers import config_mapping, ground_truth, start_worker as start_ingest, stop_worker, window_store  # noqa: E402
-from ingest_helpers import write_toml  # noqa: E402
-from release_processes import by_release_id, cli, read_topic, start_worker, stop, wait_for, wait_started  # noqa: E402
-from stream_dp.config import config_from_mapping  # noqa: E402
-from stream_dp.devstack import DevStack  # noqa: E402
-from stream_dp.keys import Keys  # noqa: E402
-from topic_helpers import CheckedProducer  # noqa: E402
+from event_times import T0
+from ingest_helpers import config_mapping, ground_truth, start_worker as start_ingest, stop_worker, window_store
+from ingest_helpers import write_toml
+from release_processes import by_release_id, cli, read_topic, start_worker, stop, wait_for, wait_started
+from stream_dp.config import config_from_mapping
+from stream_dp.devstack import DevStack
+from stream_dp.keys import Keys
+from topic_helpers import CheckedProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,7 +53,7 @@ def _events() -> list[dict]:
     return [*out, *({"user": f"tick-{i}", "key": "tick", "ts": T0 + span + SIZE / 2} for i in range(12))]
 
 
-def _describe(stack: DevStack, topic: str):  # noqa: ANN202
+def _describe(stack: DevStack, topic: str):
     """The topic's description as the running brokers tell it (a fresh admin client on them: one that knew
     the killed broker may keep asking it), or None while they cannot answer."""
     live = ",".join(f"127.0.0.1:{b.port}" for b in stack.brokers if b.running)
@@ -146,15 +146,15 @@ def test_leader_kills_on_a_three_broker_cluster_keep_counts_and_releases_exact(t
                                 ("releases", lambda: released() >= 1)):
                 wait_for(when, timeout=120, what=f"mid-stream before killing the {topic} leader",
                          procs=[ingest, release])
-                victim = wait_for(lambda: max(_leader(stack, topic), 0), timeout=30, what=f"{topic}-0's leader")
+                victim = wait_for(lambda topic=topic: max(_leader(stack, topic), 0), timeout=30, what=f"{topic}-0's leader")
                 node = stack.brokers[victim - 1]
                 t0 = time.monotonic()
                 node.kill()
-                wait_for(lambda: _leader(stack, topic) not in (victim, -1), timeout=60, interval=0.5,
+                wait_for(lambda topic=topic, victim=victim: _leader(stack, topic) not in (victim, -1), timeout=60, interval=0.5,
                          what=f"a new leader of {topic}-0")
                 failover = time.monotonic() - t0
                 node.start()
-                wait_for(lambda: _in_sync(stack, topic, victim), timeout=120, interval=0.5,
+                wait_for(lambda topic=topic, victim=victim: _in_sync(stack, topic, victim), timeout=120, interval=0.5,
                          what=f"broker {victim} back in sync")
                 figures["kills"].append({"topic": f"{topic}-0", "broker": victim, "sent_at_kill": producing.sent,
                                          "new_leader_after_s": round(failover, 1),

@@ -45,7 +45,7 @@ def history(start: int) -> list[dict]:
     return [*events, {"user": "tick", "key": "tick", "ts": start + DAYS * DAY + DAY // 2}]
 
 
-def write_csv(path, events: list[dict]) -> None:  # noqa: ANN001
+def write_csv(path, events: list[dict]) -> None:
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=["user", "key", "ts"])
         writer.writeheader()

@@ -338,7 +338,6 @@ def test_a_broker_outage_does_not_close_the_windows_of_partitions_that_are_behin
     down, the global watermark must stay at the slow partitions' (kafka-python, without its outage report:
     it jumps to partition 0's)."""
     import redis
-    from kafka import KafkaProducer
 
     from stream_dp.processes import free_port
 

@@ -44,7 +44,7 @@ def _appears_within(bootstrap: str, topic: str, seconds: float) -> bool:
     return False
 
 
-def _subscribed_then_deleted(bootstrap: str, topic: str, poll) -> None:  # noqa: ANN001
+def _subscribed_then_deleted(bootstrap: str, topic: str, poll) -> None:
     """The topic exists while the consumer joins, then is deleted while it keeps polling (what happened to
     the ingest worker: kafka-python's next metadata request made the topic again, one partition)."""
     contract_topics(bootstrap, events=topic)

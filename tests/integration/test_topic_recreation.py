@@ -45,7 +45,7 @@ def _delete_and_recreate(bootstrap: str, topic: str) -> None:
     wait_for(recreated, timeout=60, interval=0.5, what=f"{topic} created again")
 
 
-def _cli(cfg_file, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
+def _cli(cfg_file, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "stream_dp.cli", *args, "--config", str(cfg_file)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
