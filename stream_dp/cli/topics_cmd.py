@@ -9,6 +9,14 @@ import sys
 from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report
 
 
+EXAMPLES = """\
+examples:
+  stream-dp topics create                       # make the missing topics with the contract's settings
+  stream-dp topics check --config prod.toml     # one line per breach: topic, setting, the fix (exit 2)
+  stream-dp topics adopt                        # after the events topic was recreated, workers stopped
+"""
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "topics", help="create or check the events, dead-letter and releases topics",
@@ -16,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "configs (existing topics are checked, not changed). check: list every way a topic breaks the "
         "contract, one line each naming the topic, the config and the fix (exit code 2 if any). adopt: after the "
         "events topic was deleted and created again, with every ingest worker stopped: count the new topic from "
-        "its start (forgets the old topic's applied offsets, keeps counts and contribution bounds).")
+        "its start (forgets the old topic's applied offsets, keeps counts and contribution bounds).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("create", "check", "adopt"))
     add_config_option(p)
     p.set_defaults(func=run)
