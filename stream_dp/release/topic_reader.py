@@ -20,6 +20,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from stream_dp.client import PartJoiner, ReleaseRecordError, check_record
 from stream_dp.config import KafkaConfig
+from stream_dp.kafka_options import NO_AUTO_CREATE, forbid_auto_create
 
 READ_TIMEOUT_SECONDS = 60.0
 
@@ -73,8 +74,9 @@ def read_releases(cfg: KafkaConfig, topic: str | None = None, *, last: int | Non
     """Every release record on ``topic`` (default ``kafka.releases_topic``), or with ``last`` only those in
     the last ``last`` messages of each partition. A topic that does not exist reads as empty."""
     topic = topic or cfg.releases_topic
-    consumer = KafkaConsumer(**cfg.client_options(), enable_auto_commit=False, group_id=None,
-                             auto_offset_reset="earliest")
+    # a read never creates the topic (the topic contract: stream-dp topics create makes it)
+    consumer = forbid_auto_create(KafkaConsumer(**cfg.client_options(), **NO_AUTO_CREATE, enable_auto_commit=False,
+                                                group_id=None, auto_offset_reset="earliest"))
     try:
         return _read(consumer, topic, last, timeout)
     finally:

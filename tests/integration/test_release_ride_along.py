@@ -50,10 +50,11 @@ def make_cfg(*, lifetime: bool = False, max_instances: int = 2) -> Config:
         "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": "0"},
         "budget": budget,
         "releases": {
-            "topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
-            "alerts": {"watchlist": WATCHED, "threshold": 500.0, "k": 2, "epsilon": 1.0,
+            "topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+            "alerts": {"enabled": True, "watchlist": WATCHED, "threshold": 500.0, "k": 2, "epsilon": 1.0,
                        "max_instances_per_period": max_instances},
-            "sample": {"scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+            "sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+            "histogram": {"enabled": False},
         },
     }, environ={})
 
@@ -354,13 +355,13 @@ class ObservedDelivery:
 
 
 def observed_worker(client: redis.Redis, bootstrap: str, topic: str, **observe: Any) -> tuple[ReleaseWorker, ObservedProducer, Ledger]:
-    from stream_dp.connections import ensure_topics
+    from stream_dp import topics
     from stream_dp.release.outbox import Publisher
     from stream_dp.release.producers import release_producer
 
     cfg = make_cfg()
     cfg = dataclasses.replace(cfg, kafka=dataclasses.replace(cfg.kafka, bootstrap_servers=bootstrap, releases_topic=topic))
-    ensure_topics(cfg.kafka, {topic: 1})
+    topics.create(cfg.kafka, ("releases",))
     keys = Keys(cfg.redis.key_prefix)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys)
     producer = ObservedProducer(release_producer(cfg), client, ledger, keys, **observe)

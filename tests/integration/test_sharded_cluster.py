@@ -25,7 +25,7 @@ from stream_dp.release.records import validate_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = 60
-T0 = 1_800_000_000
+from event_times import T0  # noqa: E402 - near the present (Kafka 4 refuses future times)
 MAX_KEYS = 3
 SHARDS = 12
 TYPES = ("topk", "alerts", "sample")
@@ -49,9 +49,10 @@ def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: in
     data["windows"]["shards"] = shards
     data["kafka"]["releases_topic"] = releases_topic
     data["kafka"]["max_poll_records"] = poll
-    data["releases.topk"] = {"k": 5, "k_bar": 40, "epsilon": 1e4, "delta": 1e-6}
-    data["releases.alerts"] = {"watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4}
-    data["releases.sample"] = {"scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.topk"] = {"enabled": True, "k": 5, "k_bar": 40, "epsilon": 1e4, "delta": 1e-6}
+    data["releases.alerts"] = {"enabled": True, "watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4}
+    data["releases.sample"] = {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.histogram"] = {"enabled": False}
     cfg_path = write_toml(tmp_path / "stream-dp.toml", data)
     slices = [events[i * len(events) // parts:(i + 1) * len(events) // parts] for i in range(parts)]
     produce(bootstrap_servers, events_topic, slices[0])

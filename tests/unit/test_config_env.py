@@ -53,7 +53,11 @@ STRING_VALUES = {
 
 
 # Settings of a union type (e.g. "auto" or an integer): environment text and the value it sets.
-UNION_VALUES = {"redis.min_replicas_acked": ("2", 2)}
+UNION_VALUES = {"redis.min_replicas_acked": ("2", 2), "kafka.replication_factor": ("3", 3),
+                "kafka.min_insync_replicas": ("2", 2),
+                # retention.ms: -1 (unlimited, the default) or at least a minute
+                "kafka.events_retention_ms": ("86400000", 86_400_000),
+                "kafka.releases_retention_ms": ("86400000", 86_400_000)}
 
 
 def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
@@ -125,7 +129,7 @@ BAD = [
     ("kafka.events_topic", '""', "non-empty"),
     ("kafka.releases_topic", "events", "different"),
     ("kafka.max_poll_records", "0", ">= 1"),
-    ("kafka.session_timeout_ms", "0", ">= 1"),
+    ("kafka.session_timeout_ms", "0", ">= 6000 (Apache Kafka's default group.min.session.timeout.ms"),
     ("kafka.heartbeat_interval_ms", "6000", "< kafka.session_timeout_ms"),
     ("redis.url", "http://localhost:6379", "redis://"),
     ("redis.key_prefix", "a{b}", "braces"),
@@ -174,8 +178,11 @@ BAD = [
 @pytest.mark.parametrize("setting,text,words", BAD, ids=[f"{s}={t}" for s, t, _ in BAD])
 def test_bad_values_name_the_setting_the_range_and_the_variable(setting, text, words):
     env = env_name(tuple(setting.split(".")))
+    parts = setting.split(".")
+    # a release type's ranges apply when it is enabled (test_disabled_release_types_...): enable it
+    enabled = {env_name((*parts[:2], "enabled")): "true"} if parts[0] == "releases" and parts[2] != "enabled" else {}
     with pytest.raises(ConfigError) as info:
-        config_from_mapping({}, environ={env: text})
+        config_from_mapping({}, environ={**enabled, env: text})
     message = str(info.value)
     assert message.startswith(setting + " "), message
     assert words in message, message
@@ -183,7 +190,11 @@ def test_bad_values_name_the_setting_the_range_and_the_variable(setting, text, w
 
 
 def test_disabled_release_types_and_their_off_range_settings():
-    # argmax / watch_topk are validated only when enabled: enabling them applies their ranges
+    # a release type is validated only when enabled (a disabled type costs nothing): enabling it applies its
+    # ranges -- the off-by-default top-k, alerts and sample as much as argmax / watch_topk
+    config_from_mapping({"releases": {"topk": {"k": 0}, "alerts": {"epsilon": 0}, "sample": {"tau": 0}}}, environ={})
+    with pytest.raises(ConfigError, match=r"^releases\.topk\.k "):
+        config_from_mapping({"releases": {"topk": {"enabled": True, "k": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.argmax\.epsilon "):
         config_from_mapping({"releases": {"argmax": {"enabled": True, "epsilon": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.watch_topk\.noise "):
