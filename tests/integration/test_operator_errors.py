@@ -93,7 +93,7 @@ def release_config(tmp_path: Path, bootstrap: str, redis_url: str, topic: str) -
         "redis": {"url": redis_url, "key_prefix": "t"},
         "windows": {"size_seconds": 60, "retention_seconds": 3600, "start": "0"},
         "budget": {"epsilon": 40.0, "delta": 1e-4, "allow_partial_period": True},
-        "releases.alerts": {"enabled": False}, "releases.sample": {"enabled": False},
+        "releases.topk": {"enabled": True}, "releases.histogram": {"enabled": False},
         "release": {"backoff_max_seconds": 1.0},
         "metrics": {"port": 0},
     })

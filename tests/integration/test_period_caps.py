@@ -114,7 +114,7 @@ def test_budget_show_prints_the_stored_cap_and_verify_passes(redis_client, confi
     assert row["epsilon_remaining"] == pytest.approx(1.0)
     assert main(["budget", "show", "d9", "--config", config_file]) == 0  # not charged: the config's, marked
     text = capsys.readouterr().out
-    assert "20 (config)" in text and "not charged yet" in text
+    assert "20.00 (config)" in text and "not charged yet" in text
     assert main(["budget", "verify", "--config", config_file]) == 0
     assert "d1: OK (2 charges, 0 open reservations, stored cap ε 2, δ 1e-05)" in capsys.readouterr().out
 

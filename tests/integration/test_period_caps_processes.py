@@ -47,9 +47,10 @@ def test_restart_with_a_larger_cap_keeps_the_period_within_its_first_cap(tmp_pat
         "budget": {"epsilon": 2.0, "delta": 1e-4, "delta_prime": 1e-7, "period_seconds": PERIOD,
                    "allow_partial_period": True},
         # one top-k per window, at most 2 outcomes of ε 0.25: ε ≤ 0.5 per window by basic composition
-        "releases.topk": {"k": 2, "k_bar": 10, "epsilon": 0.25, "delta": 1e-6},
+        "releases.topk": {"enabled": True, "k": 2, "k_bar": 10, "epsilon": 0.25, "delta": 1e-6},
         "releases.alerts": {"enabled": False},
         "releases.sample": {"enabled": False},
+        "releases.histogram": {"enabled": False},
         "metrics": {"port": 0},
     })
     rnd = random.Random(44)
