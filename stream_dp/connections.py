@@ -14,9 +14,12 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from stream_dp import kafka_sockets
 from stream_dp.config import KafkaConfig, RedisConfig
 
 log = logging.getLogger(__name__)
+
+kafka_sockets.install()  # every client built here closes its sockets on kafka-python 3.0's leaking paths
 
 
 class _DropSlowTaskWarnings(logging.Filter):

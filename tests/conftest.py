@@ -17,7 +17,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from stream_dp import kafka_sockets
 from stream_dp.devstack import REDIS_DATABASES, DevStack
+
+# the tests' own kafka-python clients too (the service's modules install it for theirs): a socket one of them
+# left open on kafka-python 3.0's leaking paths failed whichever test ran when the garbage collector found it
+kafka_sockets.install()
 
 
 _SHARED_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope=["'](module|class|package)["']""")
