@@ -44,6 +44,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from stream_dp import kafka_sockets
 from stream_dp.broker_reach import BOOTSTRAP_ERRORS, BrokerReach, BrokerUnreachable, unreachable
 from stream_dp.kafka_options import forbid_auto_create
 from stream_dp.config import KafkaConfig
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BrokerUnreachable", "InvalidReleaseRecord", "ReleaseRecordError", "ReleaseSubscriber",
            "UnsupportedSchemaVersion", "check_record", "subscribe"]
+
+kafka_sockets.install()  # the subscriber's consumer closes its sockets on kafka-python 3.0's leaking paths
 
 SUPPORTED_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
 SCHEMA_PATH = Path(__file__).resolve().parent / "defaults" / "release.schema.json"

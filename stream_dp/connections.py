@@ -12,10 +12,13 @@ from typing import Any
 import redis
 from kafka import KafkaConsumer, KafkaProducer
 
+from stream_dp import kafka_sockets
 from stream_dp.config import KafkaConfig, RedisConfig
 from stream_dp.kafka_options import NO_AUTO_CREATE, forbid_auto_create
 
 log = logging.getLogger(__name__)
+
+kafka_sockets.install()  # every client built here closes its sockets on kafka-python 3.0's leaking paths
 
 
 class _DropSlowTaskWarnings(logging.Filter):

@@ -82,6 +82,9 @@ class Report:
     breaches: list[Breach] = field(default_factory=list)
     unverified: dict[str, list[str]] = field(default_factory=dict)  # topic -> configs not reported
     topic_ids: dict[str, str] = field(default_factory=dict)  # topic -> the broker's topic id
+    # topic -> message.timestamp.after.max.ms, where the broker reports it (Apache Kafka 4 refuses a record
+    # stamped further ahead of its clock; Tansu reports nothing and accepts any timestamp)
+    timestamp_after_max_ms: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -201,6 +204,9 @@ def check(cfg: KafkaConfig, roles: tuple[str, ...] = ROLES, *, admin: Any = None
         report.topic_ids[spec.name] = str(desc.topic_id)
         _check_layout(spec, desc, report)
         _check_configs(spec, {k: v.value for k, v in entries.items()}, report)
+        ahead = entries.get("message.timestamp.after.max.ms")
+        if ahead is not None and ahead.value is not None:
+            report.timestamp_after_max_ms[spec.name] = int(ahead.value)
     return report
 
 

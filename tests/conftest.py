@@ -18,10 +18,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from stream_dp import kafka_sockets
 from stream_dp.devstack import BROKERS, REDIS_DATABASES, DevStack
 
 EXTERNAL_BROKER = "STREAM_DP_TEST_BOOTSTRAP_SERVERS"
 EXTERNAL_REDIS = "STREAM_DP_TEST_REDIS_URL"
+
+# the tests' own kafka-python clients too (the service's modules install it for theirs): a socket one of them
+# left open on kafka-python 3.0's leaking paths failed whichever test ran when the garbage collector found it
+kafka_sockets.install()
 
 
 _SHARED_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope=["'](module|class|package)["']""")

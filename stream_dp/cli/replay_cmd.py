@@ -158,8 +158,10 @@ def run(args: argparse.Namespace) -> int:
             fraction = None
             total = len(events) if args.limit is None else min(len(events), args.limit)
         progress = Progress(total=total, enabled=not args.no_progress)
+        ahead_ms = report.timestamp_after_max_ms.get(topic)
         stats = replay(events, producer, topic, f, pacer=pacer, progress=progress, fraction=fraction,
-                       limit=args.limit, should_stop=stop.is_set)
+                       limit=args.limit, should_stop=stop.is_set,
+                       max_ahead_s=ahead_ms / 1000 if ahead_ms is not None else None)
     except (ReplayError, topics.TopicContractError) as exc:
         print(f"replay error: {exc}", file=sys.stderr)
         return 1

@@ -123,6 +123,9 @@ def test_leader_kills_on_a_three_broker_cluster_keep_counts_and_releases_exact(t
                               idle=30.0, prefix="chaos", budget={"epsilon": 1e6, "delta": 1e-3})
         data["kafka"].update({"releases_topic": "releases", "events_partitions": PARTITIONS})
         data["windows"]["start"] = str(T0 // SIZE * SIZE)
+        # the three types this test checks (the defaults run the histogram only)
+        data.setdefault("releases", {}).update({t: {"enabled": True} for t in TYPES})
+        data["releases"]["histogram"] = {"enabled": False}
         cfg_file = write_toml(tmp_path / "stream-dp.toml", data)
         cfg = config_from_mapping(data, environ={})
         made = cli("topics", "create", "--config", str(cfg_file))
