@@ -239,6 +239,13 @@ class EventsConfig:
         return self
 
 
+@section
+class KeysConfig:
+    # Unicode normalisation of keys (user ids are always NFC): "NFC" keeps compatibility look-alikes apart
+    # (fullwidth "ｃａｆé", ligatures, superscripts); "NFKC" folds them into one key (docs/ingest.md, "Keys")
+    normalization: Annotated[Str, _one_of("NFC", "NFKC")] = "NFC"
+
+
 FIRST_START = "first-start"
 
 
@@ -550,7 +557,7 @@ RELEASE_TYPES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Releas
 @section
 class MetricsConfig:
     port: Port = 9108  # 0 disables the /metrics endpoint
-    host: Address = "0.0.0.0"
+    host: Address = "127.0.0.1"  # loopback by default: an operator-only surface; Prometheus elsewhere needs 0.0.0.0
 
 
 @section
@@ -564,6 +571,7 @@ class Config:
     kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
     redis: RedisConfig = dataclasses.field(default_factory=RedisConfig)
     events: EventsConfig = dataclasses.field(default_factory=EventsConfig)
+    keys: KeysConfig = dataclasses.field(default_factory=KeysConfig)
     windows: WindowsConfig = dataclasses.field(default_factory=WindowsConfig)
     contribution: ContributionConfig = dataclasses.field(default_factory=ContributionConfig)
     ingest: IngestConfig = dataclasses.field(default_factory=IngestConfig)

@@ -20,6 +20,7 @@ detached stack instead and records it in a state file for ``status`` and ``down`
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stream_dp.processes import die_with_parent, free_port, listens  # free_port: also re-exported for tests and tools
+from stream_dp.redis_ready import wait_loaded
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +225,16 @@ class Service:
             logf.close()
 
     def wait_listening(self) -> float:
-        """Wait until the launched process accepts connections; returns the seconds since :meth:`launch`."""
+        """Wait until the launched process accepts connections -- and, for redis-server, answers PING, not
+        LOADING (with an AOF it replays it first: stream_dp.redis_ready) -- returns the seconds since :meth:`launch`."""
         assert self.proc is not None, "launch() first"
-        _wait_tcp(self.host, self.port, self.started_at + self.ready_timeout, self.proc, self.name, self.log_path,
-                  self._log_start, self.ready_timeout)
+        deadline = self.started_at + self.ready_timeout
+        _wait_tcp(self.host, self.port, deadline, self.proc, self.name, self.log_path, self._log_start,
+                  self.ready_timeout)
+        if self.name == "redis" and not wait_loaded(self.host, self.port, deadline,
+                                                     alive=lambda: self.proc is not None and self.proc.poll() is None):
+            raise DevStackError(f"redis-server on {self.host}:{self.port} did not finish loading its data within "
+                                f"{self.ready_timeout}s; log {self.log_path}")
         return time.monotonic() - self.started_at
 
     @property
@@ -393,12 +401,24 @@ class DevStack:
 # --------------------------------------------------------------------------------------------------
 
 
-def state_path() -> Path:
-    """Where the detached stack is recorded (``$STREAM_DP_DEVSTACK_STATE`` overrides)."""
+def checkout() -> Path:
+    """The source tree (an editable install's checkout) or installation this stream-dp runs from."""
+    return Path(__file__).resolve().parents[1]
+
+
+def state_path(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where the detached stack is recorded: ``override`` (``stream-dp devstack --state``), else
+    ``$STREAM_DP_DEVSTACK_STATE``, else one file per checkout (:func:`checkout`) under the user's state
+    directory -- so a second checkout's commands never attach to the first one's broker and Redis."""
+    if override:
+        return Path(override)
     env = os.environ.get("STREAM_DP_DEVSTACK_STATE")
     if env:
         return Path(env)
-    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "stream-dp" / "devstack.json"
+    root = checkout()
+    tag = hashlib.blake2b(str(root).encode(), digest_size=4).hexdigest()
+    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "stream-dp"
+    return base / f"devstack-{root.name}-{tag}.json"
 
 
 def _alive(pid: int) -> bool:
@@ -433,46 +453,47 @@ def _components(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _write_state(info: dict[str, Any]) -> None:
-    path = state_path()
+def _write_state(info: dict[str, Any], state: Path | None = None) -> None:
+    path = state_path(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(info, indent=2))
 
 
-def up(broker: str = "tansu") -> dict[str, Any]:
+def up(broker: str = "tansu", state: Path | None = None) -> dict[str, Any]:
     """Start a detached stack (or return the running one) and record it.
 
     If a recorded stack has a dead component, that component is started again on its recorded port
     (the broker keeps memory storage: its topics are gone; Redis starts empty unless it kept an AOF); if
     the port was taken meanwhile, :class:`DevStackError` says so, and nothing is orphaned: the live
     components stay recorded for ``down``."""
-    current = status()
+    current = status(state)
     if current.get("pids") and current.get("broker", "tansu") != broker:
         raise DevStackError(f"a dev stack with the {current.get('broker', 'tansu')} broker is recorded in "
-                            f"{state_path()}: run `stream-dp devstack down` first to switch to {broker}")
+                            f"{state_path(state)}: run `stream-dp devstack down` first to switch to {broker}")
     if current.get("running"):
         return current
     if current.get("pids") and any(current["alive"].values()):
-        return _restart_dead(current)
+        return _restart_dead(current, state)
     if current.get("pids"):  # every component dead: forget the old record
-        down()
+        down(state)
     stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")), broker=broker)
     stack.start()
     info = stack.describe()
+    info["checkout"] = str(checkout())
     info["components"] = {s.name: {"port": s.port, "argv": s.argv, "log": str(s.log_path),
                                    "ready_timeout": s.ready_timeout} for s in stack.services}
-    _write_state(info)
+    _write_state(info, state)
     return {**info, "running": True}
 
 
-def _restart_dead(current: dict[str, Any]) -> dict[str, Any]:
+def _restart_dead(current: dict[str, Any], state: Path | None = None) -> dict[str, Any]:
     info = {k: v for k, v in current.items() if k not in ("alive", "running", "listening")}
     restarted = []
     for name, comp in _components(info).items():
         if current["alive"].get(name):
             continue
         if "argv" not in comp:
-            raise DevStackError(f"the dev stack's {name} is dead and the state file {state_path()} does not say how "
+            raise DevStackError(f"the dev stack's {name} is dead and the state file {state_path(state)} does not say how "
                                 "to restart it: run `stream-dp devstack down`, then `stream-dp devstack up`")
         if _listening(comp["port"]):
             raise DevStackError(f"the dev stack's {name} is dead but its port {comp['port']} is taken by another "
@@ -482,14 +503,14 @@ def _restart_dead(current: dict[str, Any]) -> dict[str, Any]:
         svc.start()
         info["pids"][name] = svc.pid
         restarted.append(name)
-    _write_state(info)
+    _write_state(info, state)
     log.info("dev stack: restarted %s on the recorded port(s)", ", ".join(restarted))
-    return {**status(), "restarted": restarted}
+    return {**status(state), "restarted": restarted}
 
 
-def status() -> dict[str, Any]:
+def status(state: Path | None = None) -> dict[str, Any]:
     """What the state file says, and whether its processes are alive and listening on their ports."""
-    path = state_path()
+    path = state_path(state)
     if not path.exists():
         return {"running": False}
     info = json.loads(path.read_text())
@@ -499,9 +520,9 @@ def status() -> dict[str, Any]:
     return {**info, "alive": alive, "running": bool(alive) and all(alive.values())}
 
 
-def down() -> dict[str, Any]:
+def down(state: Path | None = None) -> dict[str, Any]:
     """Stop the detached stack recorded in the state file and remove the record."""
-    info = status()
+    info = status(state)
     pids = [pid for pid in info.get("pids", {}).values() if pid]
     for pid in pids:
         if _alive(pid):
@@ -518,7 +539,7 @@ def down() -> dict[str, Any]:
             os.kill(pid, signal.SIGKILL)
     if info.get("workdir"):
         shutil.rmtree(info["workdir"], ignore_errors=True)
-    state_path().unlink(missing_ok=True)
+    state_path(state).unlink(missing_ok=True)
     stopped = {name: not _alive(pid) for name, pid in info.get("pids", {}).items() if pid}
     return {**{k: v for k, v in info.items() if k != "alive"}, "stopped": stopped, "running": False}
 

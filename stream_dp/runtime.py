@@ -163,6 +163,41 @@ def with_devstack(cfg: Config) -> Config:
     return cfg.replace(kafka=kafka, redis=redis_cfg)
 
 
+def redis_credentials_or_report(cfg: Config) -> bool:
+    """False (after one line naming ``redis.password`` / ``redis.username``) when Redis refuses this process's
+    credentials: retrying cannot heal that. A Redis that does not answer yet is no reason to refuse: the
+    workers retry it with backoff."""
+    import redis
+
+    from stream_dp.connections import redis_client
+
+    try:
+        client = redis_client(cfg.redis)
+    except ValueError:  # no redis.url: redis_preflight_or_report says so
+        return True
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:  # a cluster client reads its slots here
+        return _credentials_accepted(cfg, exc)
+    try:
+        client.ping()
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        return _credentials_accepted(cfg, exc)
+    finally:
+        client.close()
+    return True
+
+
+def _credentials_accepted(cfg: Config, exc: Exception) -> bool:
+    from stream_dp.refusals import redis_refusal
+
+    refusal = redis_refusal(exc)
+    if refusal is not None:
+        log.error("%s", refusal)
+        return False
+    log.warning("Redis at %s does not answer yet (%s); the worker retries until it does", cfg.redis.url,
+                type(exc).__name__)
+    return True
+
+
 def redis_preflight_or_report(cfg: Config) -> bool:
     """Whether a worker may start on ``cfg.redis`` (:func:`~stream_dp.connections.preflight_redis`); logs
     why not (naming the setting) when it may not."""
@@ -232,9 +267,10 @@ WORKER_TOPICS = {"ingest": ("events", "dead-letter"), "release": ("releases",)}
 
 
 def worker_preflight(cfg: Config, role: str | None = None) -> bool:
-    """The start checks every worker passes before it touches data: budget plan, Redis, release schedule,
-    and the topic contract of the topics ``role`` uses (:data:`WORKER_TOPICS`)."""
-    return (budget_plan_or_report(cfg) and redis_preflight_or_report(cfg) and schedule_or_report(cfg)
+    """The start checks every worker passes before it touches data: budget plan, Redis credentials, Redis,
+    release schedule, and the topic contract of the topics ``role`` uses (:data:`WORKER_TOPICS`)."""
+    return (budget_plan_or_report(cfg) and redis_credentials_or_report(cfg) and redis_preflight_or_report(cfg)
+            and schedule_or_report(cfg)
             and (role not in WORKER_TOPICS or topics_preflight_or_report(cfg, WORKER_TOPICS[role])))
 
 
@@ -317,6 +353,8 @@ def run_worker(cfg: Config, *, role: str, build: Callable[[object], Running]) ->
     check or the metrics port refused."""
     from prometheus_client import CollectorRegistry
 
+    from stream_dp.refusals import Refusal
+
     redact.install(cfg)  # every log line of this process masks the config's secrets and URL credentials
     if not worker_preflight(cfg, role):
         return ExitCode.CONFIG
@@ -327,13 +365,18 @@ def run_worker(cfg: Config, *, role: str, build: Callable[[object], Running]) ->
     SignalPolicy(worker.stop, first_message=worker.stopping_message).install()
     try:
         outcome = worker.run()
+    except Refusal as exc:  # waiting cannot heal it: one line naming the setting or the command, exit code 2
+        log.error("%s stopped: %s", role, exc)
+        return ExitCode.CONFIG
     finally:
         worker.close()
     return outcome if isinstance(outcome, ExitCode) else ExitCode.OK
 
 
-def run_ingest_worker(cfg: Config) -> int:
-    """The ingest worker until a signal: the first one finishes the batch, commits and closes."""
+def run_ingest_worker(cfg: Config, *, accept_state_loss: bool = False) -> int:
+    """The ingest worker until a signal: the first one finishes the batch, commits and closes.
+    ``accept_state_loss``: continue although Redis lost the window state of the committed offsets
+    (:mod:`stream_dp.ingest.state_check`)."""
     from stream_dp.ingest.runners import containers_in_flight
     from stream_dp.ingest.service import build_worker
     from stream_dp.processes import collect_garbage_per_batches
@@ -341,7 +384,7 @@ def run_ingest_worker(cfg: Config) -> int:
     from stream_dp.ingest.topic_identity import TopicRecreated
 
     def build(registry: object) -> Running:
-        worker = build_worker(cfg, registry)  # type: ignore[arg-type]
+        worker = build_worker(cfg, registry, accept_state_loss=accept_state_loss)  # type: ignore[arg-type]
         collect_garbage_per_batches(containers_in_flight(cfg))  # start-up done: young collections per batches
 
         def run() -> ExitCode:

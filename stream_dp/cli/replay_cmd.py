@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import signal
 import sys
 import threading
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
     from stream_dp import connections, demo_data, topics
+    from stream_dp.broker_reach import BOOTSTRAP_ERRORS, unreachable
 
     cfg = load_config_or_report(args.config)
     if cfg is None:
@@ -134,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
             source.close()
         return 1
 
+    # kafka-python logs every failed connection attempt; replay reports what they amount to itself
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
     topic = args.topic or cfg.kafka.events_topic
@@ -161,10 +165,12 @@ def run(args: argparse.Namespace) -> int:
     except (ReplayError, topics.TopicContractError) as exc:
         print(f"replay error: {exc}", file=sys.stderr)
         return 1
-    except KafkaException as exc:
-        print(f"replay error: the brokers at {cfg.kafka.bootstrap_servers} (kafka.bootstrap_servers) did not answer: "
-              f"{exc.args[0].str()}", file=sys.stderr)
-        return 1
+    except KafkaException as exc:  # the topic contract's admin client: no broker answered (one line, exit 2)
+        print(f"replay: {unreachable(cfg.kafka.bootstrap_servers)} ({exc.args[0].str()})", file=sys.stderr)
+        return ExitCode.CONFIG
+    except BOOTSTRAP_ERRORS:  # the producer found no broker: one line, not a traceback
+        print(f"replay: {unreachable(cfg.kafka.bootstrap_servers)}", file=sys.stderr)
+        return ExitCode.CONFIG
     finally:
         if producer is not None:
             producer.close()

@@ -115,12 +115,12 @@ def write_toml(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def start_worker(config_file: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def start_worker(config_file: Path, log_path: Path, *options: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("STREAM_DP_LOG_LEVEL", None)
     logf = open(log_path, "ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(config_file)],
+        return subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(config_file), *options],
                                 cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT,
                                 preexec_fn=die_with_parent)
     finally:

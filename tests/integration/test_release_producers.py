@@ -80,6 +80,10 @@ def test_the_worker_counts_a_failed_publish_as_the_kafka_dependency(redis_url, t
         "releases": {"topk": {"enabled": True}, "histogram": {"enabled": False}},  # the top-k release checked below
         "metrics": {"port": 0},
     }, environ={})
+    # no broker: no releases topic to compare the ledger with at start (stream_dp.release.ledger_guard)
+    from stream_dp.release.topic_reader import TopicContents
+
+    monkeypatch.setattr(service, "read_releases", lambda kafka, **k: TopicContents(kafka.releases_topic))
     registry = CollectorRegistry()
     svc = service.build_worker(cfg, registry=registry, worker_id="w1", rng=1)
     # a delivery timeout below the publisher's: librdkafka reports the record failed (ProduceFailed, a class of

@@ -75,6 +75,7 @@ def test_readme_walkthrough_devstack_ingest_release_replay_tail_budget(tmp_path,
     assert out.count("· histogram ·") == 3, "the default release type, once per closed day"
     assert out.count("keys with a noisy count") == 3 and "cost ε 1.00" in out
     assert re.search(r": OK", out), "budget verify reports OK"
+    assert re.search(r"3 records checked against the ledger, 3 charges checked against the topic .*; 0 problems", out)
     assert '"running": false' in out.split("stream-dp devstack down")[-1]
     assert "blocking the event loop" not in out + ingest_log + release_log
     assert not list(clone.iterdir()), f"the walkthrough left files in the clone: {sorted(clone.iterdir())}"

@@ -222,6 +222,8 @@ def test_compose_environment_is_a_valid_config():
     cfg = config_from_mapping({}, environ={k: str(v) for k, v in env.items()})
     assert cfg.redis.url == "redis://redis:6379/0" and cfg.redis.password  # auth: the required variable
     assert cfg.metrics.port == 9108
+    # the default binds loopback; Prometheus scrapes over the compose network, so compose binds every address
+    assert load_config(None, environ={}).metrics.host == "127.0.0.1" and cfg.metrics.host == "0.0.0.0"
 
 
 def test_prometheus_scrapes_every_worker_on_its_metrics_port():

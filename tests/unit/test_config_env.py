@@ -47,6 +47,7 @@ STRING_VALUES = {
     "releases.watch_topk.noise": "exponential",
     "windows.start": "2026-11-03T00:00:00Z",
     "ingest.kafka_client": "kafka-python",
+    "keys.normalization": "NFKC",
     "release.kafka_client": "kafka-python",
 }
 
