@@ -605,7 +605,7 @@ def test_topk_with_a_known_domain_tracks_it_and_discovers_keys_outside_it(redis_
     domain_file.write_text("d3\n\nd4\n")
     cfg = make_cfg(topk={"k": 3, "k_bar": 5, "epsilon": 1000.0, "delta": 1e-6, "domain": ["d1", "d2"],
                          "domain_file": str(domain_file), "domain_from_released": True,
-                         "discovery_share": 0.2})
+                         "discovery_share": 0.2, "discovery": "limited_domain"})
     keys = Keys("t")
     write_window(redis_client, keys, 0, SIZE, {"d1": 5000.0, "d3": 3000.0, "new": 9000.0, "noise": 2.0})
     write_window(redis_client, keys, SIZE, SIZE, {"d1": 10.0, "new": 7000.0, "d4": 4000.0})

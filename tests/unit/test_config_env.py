@@ -48,6 +48,10 @@ STRING_VALUES = {
     "windows.start": "2026-11-03T00:00:00Z",
     "ingest.kafka_client": "kafka-python",
     "release.kafka_client": "kafka-python",
+    "releases.topk.discovery": "limited_domain",
+    "releases.topk.domain_order": "frequent",
+    "releases.alerts.domain_order": "frequent",
+    "releases.histogram.domain_order": "frequent",
 }
 
 

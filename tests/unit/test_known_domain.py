@@ -20,7 +20,7 @@ def test_without_discovery_only_domain_keys_are_released_and_no_delta_is_charged
 
 def test_the_settled_cost_never_exceeds_the_reserved_worst_case() -> None:
     reserve = compose(KnownDomainTopk(k=3, k_bar=4, track_epsilon=0.4, discover_epsilon=0.2, delta=1e-6,
-                                      max_keys_per_user=2).privacy_map())
+                                      max_keys_per_user=2, discovery="limited_domain").privacy_map())
     for seed in range(30):
         r = known_domain_topk({"a": 5, "b": 1}, {f"o{j}": j for j in range(10)}, k=3, k_bar=4, track_epsilon=0.4,
                               discover_epsilon=0.2, delta=1e-6, max_keys_per_user=2, rng=seed)
