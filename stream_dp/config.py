@@ -398,7 +398,7 @@ class TopkConfig(LearnedDomain):
     # with a domain: how keys outside it are found -- threshold (a discrete-Gaussian histogram of the keys outside
     # the domain, keys above its threshold) or limited_domain (limited-domain top-k, the k̄-based ⊥ rule)
     discovery: Annotated[Str, _one_of("threshold", "limited_domain")] = "threshold"
-    discovery_share: Number = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
+    discovery_share: Number = 0.8  # with a domain: share of the zCDP ρ spent discovering keys outside it (docs/evaluation 2b)
 
     @property
     def has_domain(self) -> bool:

@@ -44,7 +44,7 @@ METHODS: dict[str, tuple[str, str]] = {
                                       'releases.histogram.noise = "laplace" with releases.histogram.domain / '
                                       'domain_file (keys outside it need the threshold)'),
     "sdp_known_domain_partial": ("topk over the domain, with discovery",
-                                 "releases.topk.domain / domain_file with discovery_share = 0.2 (LDT discovers "
+                                 "releases.topk.domain / domain_file with discovery = \"limited_domain\", discovery_share = 0.2 (LDT discovers "
                                  "keys outside the domain)"),
 }
 
