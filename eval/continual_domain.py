@@ -316,7 +316,8 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         ahead = all(mine["recall_mean"] - r["recall_mean"] > mine["recall_ci95"] + r["recall_ci95"] for r in peer_rows)
         out.append({"cell": cell, "epsilon_w": eps, "released": mine["recall_mean"],
                     "released_ci95": mine["recall_ci95"], "best_single": single["method"],
-                    "best_single_recall": single["recall_mean"],
+                    "best_single_recall": single["recall_mean"], "best_single_ci95": single["recall_ci95"],
+                    "wins": bool(mine["recall_mean"] - single["recall_mean"] > mine["recall_ci95"] + single["recall_ci95"]),
                     "ratio": mine["recall_mean"] / single["recall_mean"] if single["recall_mean"] > 0 else math.inf,
                     "best_peer": best_peer["method"] if best_peer else "",
                     "best_peer_recall": best_peer["recall_mean"] if best_peer else math.nan,
@@ -330,8 +331,11 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def load_cells(scale_name: str, movielens_dir: Any = None) -> list[Cell]:
     from eval.weighting import hourly_stream
 
-    if scale_name == "tiny":  # synthetic only, small: the test suite runs this
-        return [Cell("hourly day, 300 users", hourly_stream(300), 3600)]
+    if scale_name == "tiny":  # synthetic only, the first 8 hours: the test suite runs this
+        day = hourly_stream(300)
+        keep = day.ts < day.ts.min() - day.ts.min() % 3600 + 8 * 3600
+        return [Cell("hourly day, 300 users, 8 hours", Stream(day.name, day.user[keep], day.key[keep], day.ts[keep],
+                                                             day.universe, day.key_labels), 3600)]
     ml = load_movielens(movielens_dir) if movielens_dir else load_movielens()
     return cells(ml, hourly_stream)
 
@@ -348,7 +352,9 @@ RUNS = {"tiny": (2, 4), "full": (30, 200)}  # (production replays, single-window
 def run_and_write(out: Any, scale_name: str, redis_url: str | None, *, seed: int, movielens_dir: Any = None,
                   peers: bool = True) -> dict[str, Any]:
     """Run experiment 2b at ``scale_name`` (against ``redis_url``, or an embedded redis-server) and write
-    ``continual_domain.csv``, ``continual_domain_windows.csv`` and ``continual_domain_verdicts.csv`` into ``out``."""
+    ``continual_domain.csv``, ``continual_domain_windows.csv``, ``continual_domain_verdicts.csv`` and
+    ``continual_domain_meta.json`` (runs, users per window) into ``out``."""
+    import json
     from pathlib import Path
 
     from eval import analysis
@@ -368,10 +374,12 @@ def run_and_write(out: Any, scale_name: str, redis_url: str | None, *, seed: int
     analysis.write_csv(out / "continual_domain.csv", rows)
     analysis.write_csv(out / "continual_domain_windows.csv", windows)
     analysis.write_csv(out / "continual_domain_verdicts.csv", verdicts(rows))
-    ml = load_movielens(movielens_dir) if movielens_dir else load_movielens()
-    return {"runs": runs, "single_runs": single_runs, "cells": [c.name for c in the_cells],
+    ml = (load_movielens(movielens_dir) if movielens_dir else load_movielens()) if scale_name == "full" else None
+    meta = {"runs": runs, "single_runs": single_runs, "cells": [c.name for c in the_cells],
             "users_per_window": {c.name: _users_per_window(c) for c in the_cells},
-            "movielens_real_30d_windows": real_time_windows(ml) if ml is not None and scale_name == "full" else None}
+            "movielens_real_30d_windows": real_time_windows(ml) if ml is not None else None}
+    (out / "continual_domain_meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return meta
 
 
 def _users_per_window(cell: Cell) -> float:
@@ -393,7 +401,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--movielens", type=Path, default=None)
     args = parser.parse_args(argv)
     meta = run_and_write(args.out, args.scale, args.redis_url, seed=args.seed, movielens_dir=args.movielens)
-    (args.out / "continual_domain_meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     print(json.dumps(meta, sort_keys=True))
     return 0
 

@@ -494,6 +494,9 @@ class WatchTopkConfig:
 
 @section
 class HistogramConfig(LearnedDomain):
+    # on by default: a domain learned from what earlier windows published costs nothing and wins on small windows
+    # (docs/privacy.md §10; docs/evaluation, experiment 2b)
+    domain_from_released: Flag = True
     enabled: Flag = False
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)

@@ -73,6 +73,8 @@ def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
     if typ is str:
         value = STRING_VALUES.get(dotted, f"{dotted.rsplit('.', 1)[-1]}-12345")
         return value, value
+    if dotted.endswith(".domain_sources"):  # release types (histogram learns its domain by default)
+        return '["topk"]', ("topk",)
     return '["movie-1", "movie 2"]', ("movie-1", "movie 2")  # tuple[str, ...]: the watchlist
 
 

@@ -1,0 +1,5 @@
+"""placeholder"""
+
+from typing import Any
+
+CONTINUAL_CELLS: list[dict[str, Any]] = []
