@@ -509,8 +509,10 @@ def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(r
 
 
 def test_histogram_releases_noisy_counts_above_the_threshold_and_settles_its_reserved_cost(redis_client) -> None:
+    # each window alone (no released domain: window 1 would track window 0's keys, tests/integration/test_released_domain.py)
     cfg = make_cfg(topk={"enabled": False},
-                   histogram={"enabled": True, "epsilon": 2.0, "delta": 1e-7, "max_keys": 3, "confidence": 0.9})
+                   histogram={"enabled": True, "epsilon": 2.0, "delta": 1e-7, "max_keys": 3, "confidence": 0.9,
+                              "domain_from_released": False})
     keys = Keys("t")
     counts = {**{f"hot{j}": float(5000 + 1000 * j) for j in range(5)}, "rare": 1.0, "small": 2.0}
     write_window(redis_client, keys, 0, SIZE, counts)
