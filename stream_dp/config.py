@@ -365,7 +365,7 @@ DOMAIN_ORDERS = ("recent", "frequent")
 
 
 @section
-class LearnedDomain:
+class LearnedDomainSettings:
     """A release type's *released domain* (docs/privacy.md §10, :mod:`stream_dp.release.released_domain`): the keys
     that releases of ``domain_sources`` published in the last ``domain_memory_windows`` windows join the type's
     public domain -- a function of published records only. Fields shared by every type that takes a domain."""
@@ -377,7 +377,7 @@ class LearnedDomain:
     domain_order: Annotated[Str, _one_of(*DOMAIN_ORDERS)] = "recent"  # recent: latest window first; frequent: most windows first
 
     @model_validator(mode="after")
-    def _learned_domain_rules(self) -> LearnedDomain:
+    def _learned_domain_rules(self) -> LearnedDomainSettings:
         if self.domain_from_released:
             _check(self, [(self.domain_memory_windows >= 1, "domain_memory_windows", ">= 1"),
                           (self.domain_max_keys >= 1, "domain_max_keys", ">= 1"),
@@ -387,7 +387,7 @@ class LearnedDomain:
 
 
 @section
-class TopkConfig(LearnedDomain):
+class TopkConfig(LearnedDomainSettings):
     enabled: Flag = True
     k: Count = 10
     k_bar: Count = 100
@@ -417,7 +417,7 @@ class TopkConfig(LearnedDomain):
 
 
 @section
-class AlertsConfig(LearnedDomain):
+class AlertsConfig(LearnedDomainSettings):
     enabled: Flag = True
     watchlist: tuple[StrictStr, ...] = ()
     include_released_topk: Flag = True
@@ -493,7 +493,7 @@ class WatchTopkConfig:
 
 
 @section
-class HistogramConfig(LearnedDomain):
+class HistogramConfig(LearnedDomainSettings):
     # on by default: a domain learned from what earlier windows published costs nothing and wins on small windows
     # (docs/privacy.md §10; docs/evaluation, experiment 2b)
     domain_from_released: Flag = True
