@@ -9,11 +9,11 @@ tracked key with count 0 is not (P[noise ≥ 2] < 1e-6), so the assertions hold 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
+from eval.continual import MemoryProducer
 from stream_dp.accounting.budget import scope_for
 from stream_dp.config import Config, config_from_mapping
 from stream_dp.keys import Keys
@@ -169,24 +169,6 @@ def test_the_domain_reads_only_released_windows_and_published_records(redis_clie
     assert len(pub.records) == 1
 
 
-class PartsProducer:
-    """A Kafka producer stand-in that keeps the messages (the parts of large records)."""
-
-    class _Sent:
-        def get(self, timeout: float | None = None) -> None:
-            return None
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-
-    def send(self, topic: str, *, key: bytes, value: bytes) -> "PartsProducer._Sent":
-        self.messages.append(json.loads(value))
-        return self._Sent()
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_record_published_in_parts_is_learned_whole(redis_client) -> None:
     """A histogram too large for one message goes out in parts; the domain is read from the stored (whole)
     record, and a subscriber that joins the parts (stream_dp.client) recomputes the same domain."""
@@ -195,17 +177,17 @@ def test_a_record_published_in_parts_is_learned_whole(redis_client) -> None:
     write_window(redis_client, keys, 0, SIZE, many)
     set_watermark(redis_client, keys, 2 * SIZE)
     cfg = cfg_with(memory=1)
-    producer = PartsProducer()
+    producer = MemoryProducer()  # keeps every message: the parts of large records
     publisher = Publisher(producer, "releases", max_message_bytes=16384)
     worker, _, _ = make_worker(redis_client, cfg, publisher)  # type: ignore[arg-type]
     assert drain(worker) == 2
-    assert any("part" in m for m in producer.messages)
+    assert any("part" in m for m in producer.records)
     records: list[dict[str, Any]] = []
-    for m in producer.messages:
+    for m in producer.records:
         if "part" not in m:
             records.append(m)
         elif m["part"]["index"] == m["part"]["count"] - 1:
-            records.append(join_parts([p for p in producer.messages if p["release_id"] == m["release_id"]]))
+            records.append(join_parts([p for p in producer.records if p["release_id"] == m["release_id"]]))
     assert [r["release_id"] for r in records] == ["0-60.histogram", "60-120.histogram"]
     assert learned(records[1])["keys"] == 600 and records[1]["domain"]["size"] == 600
     check_against_the_topic(records, cfg, "histogram")
