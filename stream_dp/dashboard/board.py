@@ -5,7 +5,9 @@ Every view is computed from published records only, so it shows nothing the rele
 - :meth:`ReleaseBoard.releases` -- records newest first (by window, then type), filtered by type and start;
 - :meth:`ReleaseBoard.trending` -- the latest ranking of each ranked type (``topk``, ``watch_topk``,
   ``argmax``, and any type whose items carry an ``interval``, e.g. ``histogram``) with each key's rank
-  change against the previous released window of that type, and whether the key was ever released before;
+  change against the previous released window of that type, whether the key was ever released before and --
+  for a release with a public domain -- whether it was tracked (a key of the window's domain, e.g. learned from
+  earlier releases: ``source = "domain"``) or newly discovered, with the record's ``domain`` block;
 - :meth:`ReleaseBoard.budget` -- per budget period (the records' ``budget.scope``): spent and remaining ε
   and δ after the latest charge, and the burn-down (ε remaining after each release, in charge order);
 - :meth:`ReleaseBoard.timeline` -- per window: each type's status (``released``, ``empty`` -- released with
@@ -201,13 +203,15 @@ def _ranking(history: list[dict[str, Any]]) -> dict[str, Any]:
         prev = previous.get(item["key"])
         out = {**item, "previous_rank": prev, "change": None if prev is None else prev - item["rank"],
                "new": item["key"] not in ever}
+        if item.get("source") in ("domain", "discovered"):  # a release with a public domain says which
+            out["tracked"] = item["source"] == "domain"
         interval = interval_of(item)
         if interval is not None:
             out["interval"] = interval
         items.append(out)
     return {"type": latest["type"], "release_id": latest["release_id"], "window": latest["window"],
             "status": latest["status"], "hit_bottom": latest.get("hit_bottom"),
-            "mechanism": latest.get("mechanism"), "items": items,
+            "mechanism": latest.get("mechanism"), "items": items, "domain": latest.get("domain"),
             "compared_with": earlier[0]["window"] if earlier else None, "windows_before": len(earlier)}
 
 

@@ -68,6 +68,21 @@ function intervalCell(item, max) {
   return h("td", { title: item.interval ? `estimate ${num(item.estimate)}, interval ${num(item.interval.lower)} – ${num(item.interval.upper)}` : `estimate ${num(item.estimate)}` }, g);
 }
 
+// a release with a public domain: which keys it tracked (in the domain) and which it newly discovered
+function sourceTag(item) {
+  if (item.tracked === undefined) return "";
+  return item.tracked ? h("span", { class: "tag tracked", title: "in the window's domain: tracked" }, "tracked")
+                      : h("span", { class: "tag discovered", title: "found outside the window's domain" }, "discovered");
+}
+
+function domainLine(domain) {
+  const learned = domain.from_released;
+  return h("p", { class: "explain domain-line" }, `domain: ${domain.size} key(s)`
+    + (domain.static ? `, ${domain.static} from the config` : "")
+    + (learned ? `, ${learned.keys} learned from what ${learned.types.join(", ")} published in the last `
+      + `${learned.memory_windows} window(s)` : ""));
+}
+
 function renderRanking(trending) {
   const box = document.getElementById("ranking");
   document.getElementById("trending-window").textContent = windowLabel(trending.window);
@@ -80,12 +95,13 @@ function renderRanking(trending) {
       parts.push(h("p", { class: "exhausted" }, "not released: the period's privacy budget cannot cover it"));
       continue;
     }
+    if (r.domain) parts.push(domainLine(r.domain));
     const max = Math.max(0, ...r.items.map(i => (i.interval && i.interval.upper) || i.estimate || 0));
     const rows = r.items.map(i => {
       keys.push(i.key);
       return h("tr", { class: "ranked", "data-key": i.key },
         h("td", { class: "rank" }, i.rank), h("td", {}, changeMarker(i, r.compared_with)),
-        h("td", { class: "key" }, i.key), intervalCell(i, max));
+        h("td", { class: "key" }, i.key, sourceTag(i)), intervalCell(i, max));
     });
     if (r.hit_bottom) {
       rows.push(h("tr", { class: "bottom-marker", title: "the next key was not clearly above the rest" },
