@@ -161,9 +161,10 @@ def learn_domain(records: Mapping[int, Sequence[Mapping[str, Any]]], rule: Domai
 class ReleasedDomainReader:
     """Reads the published records of a window's memory windows from the ledger's outbox and learns its domain.
 
-    ``released_index``: the release worker's index of released windows (``Keys.release_index("released")``);
-    ``schedule_start`` / ``size``: the public schedule. Records never change once stored (no re-roll), so the
-    keys each (window, type) contributes are kept in memory once read and checked published."""
+    ``keys``: the deployment's key layout (the release worker's index of released windows,
+    ``Keys.release_index("released")``); ``schedule_start`` / ``size``: the public schedule. Records never change once
+    stored (no re-roll), so what each (window, type) contributes is kept in memory once read and checked published,
+    for as many windows back as the longest memory asked for (one reader serves every type that learns)."""
 
     client: Any
     keys: Keys
@@ -172,6 +173,7 @@ class ReleasedDomainReader:
     size: int
     schedule_start: Callable[[], int]
     _found: dict[tuple[int, str], tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    _longest: int = 0  # the longest memory asked for: older cached records are dropped
 
     def domain_for(self, window: Window, rule: DomainRule) -> LearnedDomain:
         starts = memory_windows(window.start, size=self.size, schedule_start=self.schedule_start(),
@@ -194,7 +196,8 @@ class ReleasedDomainReader:
                 record = Envelope.loads(payload).record if payload is not None else None
                 # only what found_keys reads: the record's type, status and item keys (and ci_low)
                 self._found[(start, rtype)] = (() if record is None else (_slim(record),))
-        self._forget_before(starts[0] if starts else window.start)
+        self._longest = max(self._longest, rule.memory_windows)
+        self._forget_before(window.start - self._longest * self.size)
         return learn_domain({s: [r for t in rule.sources for r in self._found[(s, t)]] for s in starts}, rule)
 
     def _check_released(self, window: Window, starts: list[int]) -> None:
