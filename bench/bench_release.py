@@ -92,7 +92,6 @@ class RoundTrips:
 
         real_cmd, real_pipe = redis.Redis.execute_command, Pipeline.execute
         self._real = {"cmd": real_cmd, "pipe": real_pipe}
-        steps = self.steps
 
         def execute_command(client: Any, *args: Any, **options: Any) -> Any:
             t = time.perf_counter()

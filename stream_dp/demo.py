@@ -382,7 +382,7 @@ class Demo:
             try:
                 self.replay_stats = replay(events, producer, cfg.kafka.events_topic, cfg.events,
                                            pacer=Pacer(speedup=speedup), should_stop=self.stop_requested.is_set)
-            except BaseException as exc:  # reported by the main loop
+            except BaseException as exc:  # noqa: BLE001 - reported by the main loop
                 self._replay_error = exc
             finally:
                 producer.close()

@@ -29,6 +29,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import Any
 
 from stream_dp import redact
 from stream_dp.config import Config, ConfigError, load_config
@@ -313,7 +314,7 @@ def run_release_worker(cfg: Config, *, worker_id: str | None = None, crashpoints
     from stream_dp.release.service import build_worker
 
     def build(registry: object) -> Running:
-        extra = {} if crashpoints is None else {"crashpoints": crashpoints}
+        extra: dict[str, Any] = {} if crashpoints is None else {"crashpoints": crashpoints}
         service = build_worker(cfg, registry=registry, worker_id=worker_id,  # type: ignore[arg-type]
                                after_start=freeze_start_up_heap, **extra)
         stop = threading.Event()

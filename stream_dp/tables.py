@@ -6,6 +6,7 @@ can be piped and compared; every command that prints a table also has ``--json``
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -29,7 +30,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[object]], *, numeric: 
 def render(t: Table, *, width: int = 160) -> str:
     """``t`` as plain text."""
     console = Console(width=width, color_system=None, force_terminal=False, highlight=False, emoji=False,
-                      record=False, file=_Sink())
+                      record=False, file=io.StringIO())  # never written: capture collects the text
     with console.capture() as captured:
         console.print(t)
     return "\n".join(line.rstrip() for line in captured.get().splitlines())
@@ -37,13 +38,3 @@ def render(t: Table, *, width: int = 160) -> str:
 
 def print_table(t: Table, out: TextIO) -> None:
     print(render(t), file=out)
-
-
-class _Sink:
-    """Where the capturing console would write (it never does: ``capture`` collects the text)."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass

@@ -127,7 +127,7 @@ def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: 
              f"{reset}{status_text}{bold} · {_mechanism(record)}{reset}"]
     items = _items(record)
     if kind == "sample" and items:
-        estimates = [i.get("estimate") for i in items if isinstance(i.get("estimate"), (int, float))]
+        estimates: list[float] = [i["estimate"] for i in items if isinstance(i.get("estimate"), (int, float))]
         total = f", estimated total {_fmt(float(sum(estimates)))}" if estimates else ""
         lines.append(f"  {len(items)} sampled keys{total}; the largest estimates:")
         items = sorted(items, key=lambda i: -(i.get("estimate") or 0) if isinstance(i.get("estimate"), (int, float)) else 0)

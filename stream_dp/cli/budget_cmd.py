@@ -107,14 +107,15 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         if args.json:
             print(json.dumps([e.to_dict() for e in entries], indent=2), file=out)
             return 0
-        rows = []
+        lines: list[tuple[str, ...]] = []
         for e in entries:
             spent = e.cost.spent()
             when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-            mechanisms = ",".join(sorted({ev.mechanism or ev.kind for ev in e.events}))
-            rows.append((when, e.type, e.id, f"{spent.rho:.5f}", f"{spent.basic_epsilon:.4g}",
-                         f"{spent.zcdp_delta:.3g}", mechanisms))
-        print_table(table(("time (UTC)", "type", "id", "ρ", "Σε", "δ", "mechanisms"), rows,
+            # mechanism: a field of every event type, which the base class DpEvent does not declare
+            mechanisms = ",".join(sorted({getattr(ev, "mechanism", "") or ev.kind for ev in e.events}))
+            lines.append((when, e.type, e.id, f"{spent.rho:.5f}", f"{spent.basic_epsilon:.4g}",
+                          f"{spent.zcdp_delta:.3g}", mechanisms))
+        print_table(table(("time (UTC)", "type", "id", "ρ", "Σε", "δ", "mechanisms"), lines,
                           numeric=("ρ", "Σε", "δ")), out)
         return 0
     scopes = [args.scope] if args.scope else ledger.scopes()

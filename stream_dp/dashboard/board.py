@@ -141,7 +141,7 @@ class ReleaseBoard:
             return sorted(self._records.values(), key=_newest_first)
 
     # ---- views ------------------------------------------------------------------------------------
-    def releases(self, *, type: str | None = None, since: int | None = None,  # noqa: A002
+    def releases(self, *, type: str | None = None, since: int | None = None,
                  limit: int = 100) -> list[dict[str, Any]]:
         """Records newest first; only ``type``; only windows starting at or after ``since`` (epoch s)."""
         out = []

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import ge, itemgetter
+from typing import Any
 
 from stream_dp.schedule import window_start
 
@@ -218,13 +219,15 @@ class WindowBounding:
         self.unit = unit
         self.token = ""
         self.log_bytes = 0
-        self.keys_of: dict[str, str | tuple[str, ...]] = {}  # user -> its key, or its keys (see above)
+        # user -> its key (a str), or its keys (a tuple of str; see above). Any: the loops tell them apart with
+        # type(x) is tuple, the fastest test, which mypy does not narrow on
+        self.keys_of: dict[str, Any] = {}
         self.applied_through: dict[int, int] = {}
 
     def keys(self, user: str) -> tuple[str, ...]:
         """The keys counted for ``user`` in this window, in the order they were counted."""
         mine = self.keys_of.get(user)
-        return () if mine is None else (mine,) if type(mine) is not tuple else mine  # type: ignore[return-value]
+        return () if mine is None else (mine,) if type(mine) is not tuple else mine
 
     def plan(self, partition: int, events: Sequence[tuple[int, str, str]], *, token: str) -> ChunkPlan:
         """Bound one chunk, ``(offset, user, key)`` in strictly increasing offset order, on the cached

@@ -186,4 +186,5 @@ def sample_discrete_gaussian_table(sigma2: Any, size: int | tuple[int, ...], rng
     cdf = np.cumsum(p)
     cdf[-1] = 1.0
     u = rng.random(size)
-    return ys[np.searchsorted(cdf, u, side="right").clip(0, len(ys) - 1)]
+    draws: np.ndarray = ys[np.searchsorted(cdf, u, side="right").clip(0, len(ys) - 1)]
+    return draws

@@ -55,7 +55,7 @@ def events(seed: int = 11) -> list[dict[str, Any]]:
     return out
 
 
-def pipeline_config(tmp_path: Path, bootstrap: str, redis_url: str, topic_name, prefix: str) -> tuple[Path, str, str]:  # noqa: ANN001
+def pipeline_config(tmp_path: Path, bootstrap: str, redis_url: str, topic_name, prefix: str) -> tuple[Path, str, str]:
     """A config for both workers and the dashboard; returns (path, events topic, releases topic)."""
     events_topic, releases_topic = topic_name("events"), topic_name("releases")
     create_topic(bootstrap, events_topic, 2)

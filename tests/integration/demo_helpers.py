@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the demo tests
+from waiting import wait_for  # the tests' one wait, re-exported for the demo tests
 
 
 class DemoProcess:
@@ -36,7 +36,7 @@ class DemoProcess:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def wait_for(self, predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+    def wait_for(self, predicate, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not predicate(self.output):
             if self.proc.poll() is not None:

@@ -27,7 +27,7 @@ PICKED = [s for s in scenarios(size=SIZE, t0=T0, max_keys=3, skew=5)
           if s.name.startswith(("u alone", "u with a far-future", "u spread"))]
 
 
-def _cli(command: str, config, log_path):  # noqa: ANN001
+def _cli(command: str, config, log_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
     env["PYTHONPATH"] = str(REPO)
     log = open(log_path, "ab")
@@ -38,7 +38,7 @@ def _cli(command: str, config, log_path):  # noqa: ANN001
         log.close()
 
 
-def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name,  # noqa: ANN001
+def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name,
          releases: dict | None = None, types: tuple[str, ...] = TYPES):
     events_topic, releases_topic = topic_name(f"{name}-events"), topic_name(f"{name}-releases")
     create_topic(bootstrap, events_topic, scenario.partitions)

@@ -101,7 +101,7 @@ def test_every_dashboard_query_returns_data(running_demo, tmp_path):
                   {"targets": [f"127.0.0.1:{ports[job.removeprefix('stream-dp-')]}"]}]} for job in JOBS]}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     web = free_port()
-    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115
+    log = open(tmp_path / "prometheus.log", "wb")
     prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{web}"],
                             stdout=log, stderr=subprocess.STDOUT)

@@ -101,7 +101,7 @@ def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path
             kills += 1
             continue
         proc = start_worker(cfg, worker_id=f"w{i}", log_path=log, crash_at=point)
-        wait_for(lambda: proc.poll() is not None or released(client) == i + 1, timeout=60,
+        wait_for(lambda proc=proc, i=i: proc.poll() is not None or released(client) == i + 1, timeout=60,
                  what=f"crash at {point} or release of window {i}")
         if proc.poll() is None:  # the point was not reached in this run: kill it anyway
             proc.send_signal(signal.SIGKILL)

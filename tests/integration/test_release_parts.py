@@ -14,7 +14,6 @@ from kafka import KafkaConsumer, KafkaProducer
 from stream_dp.client import ReleaseSubscriber
 from stream_dp.config import config_from_mapping
 from stream_dp.keys import Keys
-from stream_dp.release.outbox import Publisher
 from stream_dp.wire import message_parts
 from stream_dp.release.records import validate_record
 from stream_dp.release.service import build_worker
@@ -26,7 +25,7 @@ SIZE = 60
 LIMIT = 16_384  # kafka.release_message_max_bytes (its smallest allowed value)
 
 
-def _cfg(bootstrap: str, redis_url: str, topic: str):  # noqa: ANN202
+def _cfg(bootstrap: str, redis_url: str, topic: str):
     return config_from_mapping({
         "kafka": {"bootstrap_servers": bootstrap, "releases_topic": topic, "release_message_max_bytes": LIMIT},
         "redis": {"url": redis_url, "key_prefix": "parts"},
@@ -52,7 +51,7 @@ def _messages(bootstrap: str, topic: str, expect: int) -> list[tuple[str, bytes]
     return got
 
 
-def _records(bootstrap: str, topic: str, want: int, **kw) -> list[dict]:  # noqa: ANN003
+def _records(bootstrap: str, topic: str, want: int, **kw) -> list[dict]:
     out: list[dict] = []
     with ReleaseSubscriber(bootstrap, topic, **kw) as sub:
         for _ in range(40):

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 CLIENTS = ("confluent", "kafka-python")
 
 
-def _cfg(bootstrap: str, client: str, topic: str = "releases"):  # noqa: ANN202
+def _cfg(bootstrap: str, client: str, topic: str = "releases"):
     return config_from_mapping({"kafka": {"bootstrap_servers": bootstrap, "releases_topic": topic},
                                 "release": {"kafka_client": client}}, environ={})
 

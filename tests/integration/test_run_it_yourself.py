@@ -49,7 +49,7 @@ def test_readme_walkthrough_devstack_ingest_release_replay_tail_budget(tmp_path)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        raise AssertionError("the walkthrough did not finish in 400 s:\n" + out[-5000:])
+        raise AssertionError("the walkthrough did not finish in 400 s:\n" + out[-5000:]) from None
     finally:
         state = tmp_path / "devstack.json"
         if state.exists():  # a failed step must not leave the stack running

@@ -148,7 +148,7 @@ def test_sigkill_of_ingest_and_release_workers_on_the_sharded_cluster(tmp_path, 
         try:
             for part, ingest_kill in zip(rest, range(1, 6)):
                 before = applied()
-                wait_for(lambda: applied() > before, timeout=120, what=f"ingest progress before kill {ingest_kill}",
+                wait_for(lambda before=before: applied() > before, timeout=120, what=f"ingest progress before kill {ingest_kill}",
                          procs=[*ingest, release])
                 i = rnd.randrange(2)
                 ingest[i].send_signal(signal.SIGKILL)

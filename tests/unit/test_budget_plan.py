@@ -112,7 +112,7 @@ def test_the_start_check_composes_no_more_windows_than_a_period_holds(monkeypatc
     examined: list[int] = []
     real = BudgetPlan.events
 
-    def events(self, windows: int, periods: int = 1):  # noqa: ANN001, ANN202
+    def events(self, windows: int, periods: int = 1):
         examined.append(windows)
         return real(self, windows, periods)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from release_records import record  # noqa: E402
+from release_records import record
 
-from stream_dp.client import (  # noqa: E402
+from stream_dp.client import (
     InvalidReleaseRecord, SeenIds, UnsupportedSchemaVersion, check_record, release_types, report_invalid)
 
 

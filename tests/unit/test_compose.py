@@ -176,7 +176,7 @@ def _bind_mounts():
 def test_every_mounted_file_exists_and_named_volumes_are_declared():
     declared = set(COMPOSE.get("volumes") or {})
     seen = set()
-    for name, source, target in _bind_mounts():
+    for name, source, _target in _bind_mounts():
         if source.startswith((".", "/")):
             assert (ROOT / source).exists(), f"{name} mounts {source}, which does not exist"
             seen.add(source)

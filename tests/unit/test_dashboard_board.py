@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from release_records import DAY, T0, record  # noqa: E402
+from release_records import DAY, T0, record
 
-from stream_dp.dashboard.app import BadParameter, parse_limit, parse_since, parse_type  # noqa: E402
-from stream_dp.dashboard.board import ReleaseBoard, interval_of  # noqa: E402
+from stream_dp.dashboard.app import BadParameter, parse_limit, parse_since, parse_type
+from stream_dp.dashboard.board import ReleaseBoard, interval_of
 
 
 def histogram(window: int, items: list[dict], **extra) -> dict:
