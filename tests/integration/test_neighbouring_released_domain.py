@@ -36,7 +36,7 @@ SCENARIOS = [*scenarios(size=SIZE, t0=T0, max_keys=DELTA_KEYS, skew=5),
 PAIR = SCENARIOS[-1]
 
 
-def learned_cfg(**over: Any):  # noqa: ANN201
+def learned_cfg(**over: Any):
     """Histogram (exact calibration: ε = 1, δ = 1e-2 + δ′, Δ = 3 -> σ² = 10.543, τ = 11), top-k and the alerts
     watchlist, each with a released domain of one window's memory."""
     releases: dict[str, Any] = {
@@ -61,7 +61,7 @@ def test_structure_is_identical_with_released_domains(redis_client, scenario: Sc
     assert_subscriber_recomputes(view.records, cfg)
 
 
-def assert_subscriber_recomputes(records: Any, cfg: Any) -> None:  # noqa: ANN401
+def assert_subscriber_recomputes(records: Any, cfg: Any) -> None:
     for rec in records:
         rule = DomainRule.of(cfg, rec["type"]) if rec["type"] in ("topk", "alerts", "histogram") else None
         if rule is None or rec["status"] != "released":
@@ -81,14 +81,13 @@ class RawCountDomain(ReleasedDomainReader):
                                 memory=rule.memory_windows)
         keys: list[str] = []
         for start in starts:
-            for key, count in self.client.zrevrangebyscore(self.keys.window_counts(start), "+inf", self.bar,
-                                                           withscores=True):
+            for key in self.client.zrevrangebyscore(self.keys.window_counts(start), "+inf", self.bar):
                 keys.append(key.decode())
         unique = tuple(dict.fromkeys(keys))
         return LearnedDomain(unique, rule, tuple(starts), len(unique))
 
 
-def raw_counts(worker: Any) -> None:  # noqa: ANN401
+def raw_counts(worker: Any) -> None:
     broken = RawCountDomain(worker._client, worker.keys, worker.ledger, worker.scope_for, SIZE,
                             lambda: worker.reader.schedule.start)
     for builder in worker.builders.values():
@@ -96,7 +95,7 @@ def raw_counts(worker: Any) -> None:  # noqa: ANN401
             builder.public_domain.reader = broken
 
 
-def histogram_only() -> Any:  # noqa: ANN401
+def histogram_only() -> Any:
     return learned_cfg(topk={"enabled": False}, alerts={"enabled": False})
 
 
@@ -109,7 +108,7 @@ def test_the_raw_count_domain_keeps_the_structure_but_fails_the_subscribers_chec
     assert_subscriber_recomputes(run_in_process(PAIR.stream(with_user=True), cfg, redis_client, rng=4).records, cfg)
 
 
-def _views(client: Any, cfg: Any, trials: int, seed: int, **kwargs: Any) -> tuple[list, list]:  # noqa: ANN401
+def _views(client: Any, cfg: Any, trials: int, seed: int, **kwargs: Any) -> tuple[list, list]:
     gen = np.random.default_rng(seed)
     d = [run_in_process(PAIR.stream(with_user=True), cfg, client, rng=gen, **kwargs).outcome() for _ in range(trials)]
     d_prime = [run_in_process(PAIR.stream(with_user=False), cfg, client, rng=gen, **kwargs).outcome()

@@ -25,7 +25,7 @@ from stream_dp.release.windows import Window
 from stream_dp.testing.windows import set_watermark, write_window
 from stream_dp.wire import join_parts
 
-from test_release_worker import ListPublisher, drain, make_worker
+from test_release_worker import drain, make_worker
 
 pytestmark = pytest.mark.integration
 SIZE = 60
