@@ -396,7 +396,7 @@ class LearnedDomainSettings:
 
 @section
 class TopkConfig(LearnedDomainSettings):
-    enabled: Flag = True
+    enabled: Flag = False
     k: Count = 10
     k_bar: Count = 100
     epsilon: Number = 0.1  # per outcome
@@ -426,7 +426,7 @@ class TopkConfig(LearnedDomainSettings):
 
 @section
 class AlertsConfig(LearnedDomainSettings):
-    enabled: Flag = True
+    enabled: Flag = False
     watchlist: tuple[StrictStr, ...] = ()
     include_released_topk: Flag = True
     threshold: Number = 100.0
@@ -458,7 +458,7 @@ class AlertsConfig(LearnedDomainSettings):
 
 @section
 class SampleConfig:
-    enabled: Flag = True
+    enabled: Flag = False
     scheme: Annotated[Str, _one_of("pps", "ppswor", "none")] = "pps"  # pps (priority), ppswor, none
     tau: Number = 0.01
     epsilon: Number = 0.5
@@ -505,7 +505,7 @@ class HistogramConfig(LearnedDomainSettings):
     # on by default: a domain learned from what earlier windows published costs nothing and wins on small windows
     # (docs/privacy.md §10; docs/evaluation, experiment 2b)
     domain_from_released: Flag = True
-    enabled: Flag = False
+    enabled: Flag = True
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
     noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"

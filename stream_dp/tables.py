@@ -27,6 +27,15 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[object]], *, numeric: 
     return t
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and the noun, plural unless ``n`` is 1 (nouns that take an s).
+
+    >>> counted(1, "window"), counted(2, "window"), counted(0, "release")
+    ('1 window', '2 windows', '0 releases')
+    """
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def render(t: Table, *, width: int = 160) -> str:
     """``t`` as plain text."""
     console = Console(width=width, color_system=None, force_terminal=False, highlight=False, emoji=False,

@@ -28,9 +28,10 @@ DELTA_KEYS = 3
 
 def harness_cfg(*, shards: int = 1, **releases: object) -> Config:
     base: dict[str, dict[str, object]] = {
-        "topk": {"k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6},
-        "alerts": {"watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
-        "sample": {"epsilon": 1.0, "delta": 1e-6},
+        "topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6},
+        "alerts": {"enabled": True, "watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
+        "sample": {"enabled": True, "epsilon": 1.0, "delta": 1e-6},
+        "histogram": {"enabled": False},
     }
     for name, over in releases.items():
         base[name] = {**base.get(name, {}), **over}  # type: ignore[dict-item]

@@ -39,9 +39,10 @@ def config_for(tmp_path, bootstrap: str, redis_url: str, topic: str, *, budget_e
         "windows": {"size_seconds": SIZE, "retention_seconds": 3600, "start": "0"},
         # minute windows in a day-long period: these workers test crashes, not the budget plan
         "budget": {"epsilon": budget_epsilon, "delta": 1e-4, "delta_prime": 1e-7, "allow_partial_period": True},
-        "releases.topk": {"k": 3, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6},
-        "releases.alerts": {"watchlist": ["k1", "k2", "k3"], "threshold": 100.0, "k": 2, "epsilon": 0.5},
-        "releases.sample": {"scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+        "releases.topk": {"enabled": True, "k": 3, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6},
+        "releases.alerts": {"enabled": True, "watchlist": ["k1", "k2", "k3"], "threshold": 100.0, "k": 2, "epsilon": 0.5},
+        "releases.sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+        "releases.histogram": {"enabled": False},
         "metrics": {"port": 0},
     })
 

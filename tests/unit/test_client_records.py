@@ -77,5 +77,5 @@ def test_the_schema_knows_exactly_the_configured_release_types_plus_status():
     from stream_dp.config import RELEASE_TYPES, config_from_mapping
 
     assert release_types() == (*RELEASE_TYPES, "status")  # one list: the config's [releases.*] sections
-    cfg = config_from_mapping({"releases": {"argmax": {"enabled": True}, "alerts": {"enabled": False}}}, environ={})
-    assert cfg.releases.enabled() == ["topk", "sample", "argmax"]
+    cfg = config_from_mapping({"releases": {"argmax": {"enabled": True}, "topk": {"enabled": True}}}, environ={})
+    assert cfg.releases.enabled() == ["topk", "argmax", "histogram"]  # in RELEASE_TYPES order
