@@ -158,15 +158,14 @@ function domainLine(domain, shown) {
   const learned = domain.from_released, configured = domain.static, added = domain.size - configured;
   const parts = [`${num(domain.size)} key${domain.size === 1 ? "" : "s"}`];
   if (configured) parts.push(learned ? `${num(configured)} from the config` : "from the config");
-  if (learned) parts.push(`${configured ? `${num(added)} more ` : ""}learned from what ${learned.types.join(", ")}`
+  if (learned) parts.push(`${configured ? `${num(added)} ` : ""}learned from what ${learned.types.join(", ")}`
     + ` published in the last ${learned.memory_windows} window${learned.memory_windows === 1 ? "" : "s"}`);
   const counted = `${shown.filter(i => i.tracked === true).length} tracked, ${shown.filter(i => i.tracked === false).length} discovered`;
   const title = `this release's public domain: ${domain.size} keys (${configured} from the config's domain and domain_file`
     + (learned ? `; ${learned.keys} learned, of ${learned.candidates} that ${learned.types.join(", ")} published in the windows`
       + ` ${learned.windows.map(when).join(" – ") || "(none yet)"}, by ${learned.order}, at most ${learned.max_keys}; digest ${learned.digest}` : "")
     + `). Keys shown: ${counted}.`;
-  return h("p", { class: "domain-line one-line", id: "domain-line", title }, h("b", {}, "domain "), parts.join(" · "),
-           h("span", { class: "muted" }, ` · shown: ${counted}`));
+  return h("p", { class: "domain-line one-line", id: "domain-line", title }, h("b", {}, "domain "), parts.join(" · "));
 }
 
 function primaryOf(rankings) {
@@ -193,7 +192,8 @@ function renderRanking(trending) {
     return;
   }
   const alone = wall && document.body.classList.contains("no-alerts") && document.body.classList.contains("no-sample");
-  const items = r.items.slice(0, alone ? WALL_RANKING_ALONE : rows().ranking);
+  // on a wall (one screen, no scrolling) the domain's line takes the place of one row
+  const items = r.items.slice(0, (alone ? WALL_RANKING_ALONE : rows().ranking) - (wall && r.domain ? 1 : 0));
   const valued = items.some(i => i.value !== null && i.value !== undefined);
   const max = Math.max(0, ...items.map(i => (i.interval && i.interval.upper) || i.value || 0)) * 1.04;
   // the lines span ranks 1..SPARK_RANKS at most: a rank further down is drawn on the bottom edge (a long
