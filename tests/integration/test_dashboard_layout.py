@@ -85,6 +85,18 @@ def busiest_window(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def catalogue_window(busy: list[dict[str, Any]]) -> dict[str, Any]:
+    """The busiest window's histogram one day later over a configured catalogue alone, as the demo releases
+    it: every key tracked (``source = "domain"``), the ``domain`` block ``{"size": 3000, "static": 3000}``."""
+    rec = json.loads(json.dumps(next(r for r in busy if r["type"] == "histogram")))
+    start, end = rec["window"]["end"], 2 * rec["window"]["end"] - rec["window"]["start"]
+    rec["window"], rec["release_id"] = {"start": start, "end": end}, f"{start}-{end}.histogram"
+    rec["created_at"] = datetime.fromtimestamp(end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rec["items"] = [{**item, "source": "domain"} for item in rec["items"]]
+    rec["domain"] = {"size": 3000, "static": 3000}
+    return rec
+
+
 def month_records() -> list[dict[str, Any]]:
     """The recorded month, with :data:`RENAMED` renamed to :data:`LONG_KEY` in every item."""
     records = [json.loads(line) for line in gzip.open(FIXTURE, "rt")]
@@ -203,13 +215,22 @@ def test_no_element_leaves_its_card_at_three_screen_sizes(tmp_path, dashboard, c
     assert set(cards) == ({"trending-card", "rising-card", "budget-card", "timeline-card"}
                           | ({"alerts-card", "estimates-card"} if every_type else set())), cards
 
+    # a catalogue's ranking, every key tracked: no column of identical tags, the domain's line says so
+    publish([catalogue_window(busy)])
+    total = len(records) + len(busy) + 1
+    load(chromium, url, (1920, 1080), total)
+    probe = chromium.evaluate(PROBE)
+    assert not probe["outside"] and not probe["clipped"] and probe["vertical_scroll_px"] == 0, probe
+    assert chromium.evaluate("document.querySelectorAll('#ranking td.source').length") == 0
+    assert chromium.evaluate("document.getElementById('domain-line').textContent") == (
+        "domain 3,000 keys · from the config · every key shown tracked")
+
     # the page writes ε and δ as tail, the demo and `budget show` do (stream_dp.budget_text)
     values = [0, 0.004, 0.643, 3.1689222080528, 10, None, 2e-07, 9.800000000000001e-06, 1e-05]
     page = chromium.evaluate(f"{json.dumps(values)}.map(x => [fmtEps(x), fmtDelta(x)])")
     assert page == [[epsilon_text(x), delta_text(x)] for x in values]
 
     # the URL parameter chooses the mode at any size
-    total = len(records) + len(busy)
     load(chromium, url + "?wall=1", (1280, 800), total)
     assert chromium.evaluate("document.body.classList.contains('wall')")
     load(chromium, url + "?wall=0", (2560, 1440), total)

@@ -153,14 +153,17 @@ function sourceTag(item) {
     : h("span", { class: "tag discovered", title: "discovered: found outside the window's public domain" }, "discovered");
 }
 
-function domainLine(domain, shown) {
-  // one line: the domain's size and provenance, every detail of the record's domain block on hover
+function domainLine(domain, shown, tagged) {
+  // one line: the domain's size and provenance, every detail of the record's domain block on hover; when the
+  // keys shown are all tracked (or all discovered) the line says so instead of a column of identical tags
   const learned = domain.from_released, configured = domain.static, added = domain.size - configured;
   const parts = [`${num(domain.size)} key${domain.size === 1 ? "" : "s"}`];
   if (configured) parts.push(learned ? `${num(configured)} from the config` : "from the config");
   if (learned) parts.push(`${configured ? `${num(added)} ` : ""}learned from what ${learned.types.join(", ")}`
     + ` published in the last ${learned.memory_windows} window${learned.memory_windows === 1 ? "" : "s"}`);
-  const counted = `${shown.filter(i => i.tracked === true).length} tracked, ${shown.filter(i => i.tracked === false).length} discovered`;
+  const tracked = shown.filter(i => i.tracked === true).length, found = shown.filter(i => i.tracked === false).length;
+  const counted = `${tracked} tracked, ${found} discovered`;
+  if (!tagged && shown.length) parts.push(tracked === shown.length ? "every key shown tracked" : found === shown.length ? "every key shown discovered" : counted);
   const title = `this release's public domain: ${domain.size} keys (${configured} from the config's domain and domain_file`
     + (learned ? `; ${learned.keys} learned, of ${learned.candidates} that ${learned.types.join(", ")} published in the windows`
       + ` ${learned.windows.map(when).join(" – ") || "(none yet)"}, by ${learned.order}, at most ${learned.max_keys}; digest ${learned.digest}` : "")
@@ -200,7 +203,8 @@ function renderRanking(trending) {
   // histogram would otherwise squash every line into the top)
   const floor = Math.max(items.length, SPARK_RANKS);
   const worst = Math.min(floor, Math.max(items.length, ...items.flatMap(i => i.history.filter(x => x !== null))));
-  const tagged = items.some(i => i.tracked !== undefined);
+  // a tag per key only when the keys shown differ (a catalogue's ranking is all tracked: the domain's line says so)
+  const tagged = new Set(items.filter(i => i.tracked !== undefined).map(i => i.tracked)).size > 1;
   const cols = [h("col", { class: "c-rank" }), h("col", { class: "c-change" }), h("col", { class: "c-key" })];
   if (tagged) cols.push(h("col", { class: "c-source" }));
   if (valued) cols.push(h("col", { class: "c-value" }), h("col", { class: "c-bar" }));
@@ -233,7 +237,7 @@ function renderRanking(trending) {
   } else if (!r.items.length) {
     body.push(h("tr", {}, h("td", { colspan: cols.length, class: "muted" }, "no key cleared the threshold in this window")));
   }
-  box.replaceChildren(r.domain ? domainLine(r.domain, items) : "",
+  box.replaceChildren(r.domain ? domainLine(r.domain, items, tagged) : "",
     h("table", { class: "ranking" }, h("colgroup", {}, cols), h("thead", {}, head), h("tbody", {}, body)));
   box.dataset.keys = r.items.map(i => i.key).join("\n");
   renderOtherRankings(trending.rankings.filter(x => x !== r));
