@@ -57,7 +57,7 @@ from prometheus_client import CollectorRegistry
 
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import config_from_mapping
-from stream_dp.connections import ensure_topics
+from stream_dp import topics
 from stream_dp.release.producers import release_producer
 from stream_dp.devcluster import wait_until
 from stream_dp.devstack import DevStack
@@ -269,7 +269,7 @@ def measure(args: argparse.Namespace) -> None:
         print(f"template window: {args.keys} distinct keys, Zipf a={args.a}, top count {args.top:g}, "
               f"{args.shards} shard(s) (loaded in {time.perf_counter() - t:.1f}s)")
 
-        ensure_topics(cfg.kafka, {"releases": 1})
+        topics.create(cfg.kafka, ("releases",))
         publisher = TimedPublisher(release_producer(cfg), "releases")  # release.kafka_client (--kafka-client)
         registry = CollectorRegistry()
         metrics = ReleaseMetrics(registry)

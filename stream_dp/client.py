@@ -45,6 +45,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from stream_dp.broker_reach import BrokerReach
+from stream_dp.kafka_options import forbid_auto_create
 from stream_dp.config import KafkaConfig
 from stream_dp.wire import join_parts
 
@@ -226,11 +227,12 @@ class ReleaseSubscriber:
         self._ends_unknown: set[TopicPartition] = set()  # start="now": partitions whose end is not known yet
         self._now: dict[TopicPartition, int] = {}  # start="now": first offset published after the start
         opts: dict[str, Any] = {
-            **cfg.client_options(), "enable_auto_commit": False, "group_id": group,
+            **cfg.client_options(), "allow_auto_create_topics": False,  # a subscriber never makes the topic
+            "enable_auto_commit": False, "group_id": group,
             "auto_offset_reset": "earliest" if start == "beginning" else "latest",
             "session_timeout_ms": cfg.session_timeout_ms, "heartbeat_interval_ms": cfg.heartbeat_interval_ms,
             **(consumer_options or {})}
-        self.consumer = KafkaConsumer(self.topic, **opts) if group else KafkaConsumer(**opts)
+        self.consumer = forbid_auto_create(KafkaConsumer(self.topic, **opts) if group else KafkaConsumer(**opts))
         self._reach = BrokerReach(self.consumer)
 
     # ---- reading ----------------------------------------------------------------------------------

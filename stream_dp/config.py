@@ -48,7 +48,7 @@ SECRET_SETTINGS = ("kafka.sasl_password", "redis.password")
 #: ``STREAM_DP_*`` variables of the tools, not settings (the dev stack's binaries and state file, the
 #: workers' log level, the test suite's external services): never read as config overrides.
 TOOL_VARIABLES = frozenset({"STREAM_DP_LOG_LEVEL", "STREAM_DP_TANSU", "STREAM_DP_REDIS_SERVER",
-                            "STREAM_DP_DEVSTACK_STATE"})
+                            "STREAM_DP_DEVSTACK_STATE", "STREAM_DP_KAFKA_LIBS"})
 
 
 class ConfigError(ValueError):
@@ -93,6 +93,9 @@ Count = StrictInt
 Flag = StrictBool
 NOISES = ("laplace", "exponential", "geometric")
 AUTO_REPLICAS = "auto"
+MIN_SESSION_TIMEOUT_MS = 6000  # Apache Kafka's default group.min.session.timeout.ms
+# a topic's retention.ms: -1 keeps records until deleted by hand; else at least a minute
+RetentionMs = Annotated[StrictInt, _rule(lambda v: v == -1 or v >= 60_000, "-1 (unlimited) or >= 60000")]
 
 
 def _check(section: Any, rules: Iterable[tuple[bool, str, str]]) -> None:
@@ -137,12 +140,28 @@ class KafkaConfig:
     ssl_cafile: Str = ""
     ssl_certfile: Str = ""
     ssl_keyfile: Str = ""
-    session_timeout_ms: AtLeastOne = 6000
+    # Apache Kafka refuses a group member whose session timeout is below the broker's
+    # group.min.session.timeout.ms (default 6000): the worker could never join its group
+    session_timeout_ms: Annotated[StrictInt, _rule(
+        lambda v: v >= MIN_SESSION_TIMEOUT_MS,
+        f">= {MIN_SESSION_TIMEOUT_MS} (Apache Kafka's default group.min.session.timeout.ms: a broker refuses "
+        "shorter sessions, so the worker could never join its consumer group)")] = 6000
     heartbeat_interval_ms: AtLeastOne = 1000
     max_poll_records: AtLeastOne = 5000
     # a release record whose JSON is larger goes out as several part messages of at most this size
     release_message_max_bytes: Annotated[StrictInt, _rule(lambda v: 16384 <= v <= 100 << 20,
                                                           ">= 16384 and <= 104857600")] = DEFAULT_MESSAGE_MAX_BYTES
+    # The topic contract (stream_dp/topics.py): what `stream-dp topics create` makes and every worker checks
+    events_partitions: AtLeastOne = 4
+    replication_factor: Annotated[StrictStr | StrictInt, _rule(
+        lambda v: v == AUTO_REPLICAS if isinstance(v, str) else v >= 1,
+        f'"{AUTO_REPLICAS}" (min(3, brokers)) or an integer >= 1')] = AUTO_REPLICAS
+    min_insync_replicas: Annotated[StrictStr | StrictInt, _rule(
+        lambda v: v == AUTO_REPLICAS if isinstance(v, str) else v >= 1,
+        f'"{AUTO_REPLICAS}" (min(2, replication factor)) or an integer >= 1')] = AUTO_REPLICAS
+    events_retention_ms: RetentionMs = -1
+    releases_retention_ms: RetentionMs = -1
+    dead_letter_retention_ms: RetentionMs = 604800000
 
     @model_validator(mode="after")
     def _rules(self) -> KafkaConfig:
@@ -151,6 +170,10 @@ class KafkaConfig:
              "different from kafka.events_topic and kafka.dead_letter_topic"),
             (self.heartbeat_interval_ms < self.session_timeout_ms, "heartbeat_interval_ms",
              f">= 1 and < kafka.session_timeout_ms ({self.session_timeout_ms})"),
+            (not (isinstance(self.min_insync_replicas, int) and isinstance(self.replication_factor, int))
+             or self.min_insync_replicas <= self.replication_factor, "min_insync_replicas",
+             f"<= kafka.replication_factor ({self.replication_factor}): more in-sync replicas than replicas "
+             "refuses every write with NOT_ENOUGH_REPLICAS"),
         ])
         return self
 

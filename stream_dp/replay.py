@@ -420,7 +420,8 @@ class ReplayStats:
 
     sent: int = 0
     skipped: int = 0
-    failed: int = 0
+    failed: int = 0  # sends the broker refused (or that never got an answer): not in the topic
+    first_error: str = ""  # the first failed send's error, e.g. a timestamp a Kafka 4 broker refuses
     first_ts: float | None = None
     last_ts: float | None = None
     seconds: float = 0.0
@@ -433,8 +434,9 @@ class ReplayStats:
             b = datetime.fromtimestamp(self.last_ts, tz=timezone.utc).strftime(fmt)
             span = f", event time {a} .. {b} UTC"
         rate = self.sent / self.seconds if self.seconds > 0 else 0.0
+        failed = f" (first: {self.first_error})" if self.failed else ""
         return (f"replayed {self.sent:,} events in {self.seconds:.1f}s ({rate:,.0f}/s){span}; "
-                f"skipped {self.skipped:,} rows without user/key/time; {self.failed:,} failed to send")
+                f"skipped {self.skipped:,} rows without user/key/time; {self.failed:,} failed to send{failed}")
 
 
 def replay(events: Iterable[Event | None], producer: Any, topic: str, fields: EventsConfig, *,
@@ -451,8 +453,10 @@ def replay(events: Iterable[Event | None], producer: Any, topic: str, fields: Ev
     stats = ReplayStats()
     t0 = time.monotonic()
 
-    def failed(_exc: BaseException) -> None:
+    def failed(exc: BaseException) -> None:
         stats.failed += 1
+        if not stats.first_error:
+            stats.first_error = f"{type(exc).__name__}: {exc}"
 
     try:
         for item in events:

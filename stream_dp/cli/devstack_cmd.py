@@ -7,6 +7,7 @@ import json
 import sys
 
 from stream_dp import devstack
+from stream_dp.kafka_broker import KAFKA_VERSION, LIBS_VARIABLE
 
 EXAMPLES = """\
 examples:
@@ -20,18 +21,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "devstack",
         help="start, stop or inspect a local Kafka-protocol broker and redis-server",
-        description="A detached local broker (Tansu) and redis-server on free ports, for poking at stream-dp. "
+        description="A detached local broker (Tansu, or Apache Kafka with --broker kafka) and redis-server on "
+        "free ports, for poking at stream-dp. "
         "Its ports and pids are kept in a state file ($STREAM_DP_DEVSTACK_STATE).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("--broker", choices=devstack.BROKERS, default="tansu",
+                   help="up: the embedded Tansu (default, Python only) or Apache Kafka %s in KRaft mode (needs "
+                   "Java 17+; fetched once with Maven into ~/.cache/stream-dp, or $%s)"
+                   % (KAFKA_VERSION, LIBS_VARIABLE))
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         try:
-            info = devstack.up()
+            info = devstack.up(args.broker)
         except devstack.DevStackError as exc:
             print(f"devstack error: {exc}", file=sys.stderr)
             return 1

@@ -51,6 +51,7 @@ from stream_dp.ingest.runners import ThreadRunner
 from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WatermarkState
+from stream_dp.ingest.topic_identity import TopicRecreated, TopicWatch
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,8 @@ class IngestWorker:
 
     def __init__(self, cfg: Config, *, consumer: Any, producer: Any, metrics: IngestMetrics,
                  redis_client: redis.Redis | None = None, runner: Runner | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, topic_guard: Callable[[], object] | None = None
+                 ) -> None:
         if runner is None:
             if redis_client is None:
                 raise ValueError("IngestWorker needs a runner or a redis_client")
@@ -133,6 +135,7 @@ class IngestWorker:
         self._inflight: deque[_Batch] = deque()  # submitted to the applier, oldest first (at most 2)
         self._failed_batch: _Batch | None = None  # being drained when an error struck (to rewind)
         self.batches = 0
+        self.topic_watch = TopicWatch(topic_guard, clock)  # is the events topic the one the offsets belong to?
 
     # --- control ---------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -149,6 +152,10 @@ class IngestWorker:
         try:
             while not self._stop.is_set():
                 self.step()
+        except TopicRecreated as exc:  # an operator's matter: one line, no traceback, nothing committed
+            reason = "events topic recreated"
+            log.error("%s", exc)
+            raise
         except BaseException as exc:
             reason = f"unexpected error {type(exc).__name__}"
             log.exception("ingest loop ended by an unexpected error; offsets of unapplied records stay uncommitted")
@@ -162,7 +169,8 @@ class IngestWorker:
             self._drain_all()
         except Exception as exc:  # noqa: BLE001 - the unfinished batch is replayed on the next start
             log.warning("last batch not applied (%s: %s); it will be replayed", type(exc).__name__, exc)
-        self.commits.commit_pending()
+        if self.topic_watch.recreated is None:  # never commit the old topic's offsets onto the new topic's
+            self.commits.commit_pending()
         for name, close in (("applier", self.runner.close),
                             ("consumer", lambda: self.consumer.close(autocommit=False)),
                             ("producer", lambda: self.producer.close(timeout=5))):
@@ -183,11 +191,13 @@ class IngestWorker:
         of a burst is finished -- metrics, dead letters, offsets committed -- as soon as the applier is done
         with it, not after a poll that waited ``ingest.poll_timeout_ms`` for records that did not come."""
         timeout_ms = 0 if self._inflight else self.cfg.ingest.poll_timeout_ms
+        self.topic_watch.tick()
         try:
             records = self.consumer.poll(timeout_ms=timeout_ms)
         except KafkaError as exc:
             self._failed("kafka", exc, [])
             return
+        self.topic_watch.raise_if_recreated()
         if not records and self._brokers_unreachable():
             return
         lags = self.commits.lags()  # once per step: the request's watermark inputs and the lag metric
@@ -285,6 +295,7 @@ class IngestWorker:
                 offsets, stamps, values = self.records.columns(recs)
                 parts.append(PartitionRecords(tp.partition, offsets, stamps, values))
                 first[tp], last[tp] = offsets[0], offsets[-1]
+        self.topic_watch.polled(first, last)
         b = _Batch(t0=t0, request=self._request(parts, {p.partition for p in parts}, lags), records=records,
                    n=sum(len(p.offsets) for p in parts), first_offsets=first, last_offsets=last)
         self.metrics.consumed.inc(b.n)
@@ -393,6 +404,7 @@ class IngestWorker:
         self._revoked |= {tp.partition for tp in revoked if tp.topic == self.topic}
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.topic_watch.assigned()
         self.metrics.rebalances.labels(change="assigned").inc()
         self.metrics.partitions.set(len(assigned))
         log.info("partitions assigned: %s", sorted(tp.partition for tp in assigned))

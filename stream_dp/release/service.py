@@ -15,7 +15,7 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry
 
 from stream_dp.config import Config
-from stream_dp.connections import ensure_topics, redis_client
+from stream_dp.connections import redis_client
 from stream_dp.keys import Keys
 from stream_dp.replication import ReplicationPolicy
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
@@ -60,7 +60,6 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
              "(redis.min_replicas_acked = %s)", replication.replicas, cfg.redis.min_replicas_acked)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
                     lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget), replication=replication)
-    ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
     publisher = Publisher(release_producer(cfg), cfg.kafka.releases_topic,
                           max_message_bytes=cfg.kafka.release_message_max_bytes)
     outbox = Outbox(ledger, publisher, metrics, crashpoints=crashpoints)

@@ -56,7 +56,11 @@ STRING_VALUES = {
 
 
 # Settings of a union type (e.g. "auto" or an integer): environment text and the value it sets.
-UNION_VALUES = {"redis.min_replicas_acked": ("2", 2)}
+UNION_VALUES = {"redis.min_replicas_acked": ("2", 2), "kafka.replication_factor": ("3", 3),
+                "kafka.min_insync_replicas": ("2", 2),
+                # retention.ms: -1 (unlimited, the default) or at least a minute
+                "kafka.events_retention_ms": ("86400000", 86_400_000),
+                "kafka.releases_retention_ms": ("86400000", 86_400_000)}
 
 
 def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
@@ -130,7 +134,7 @@ BAD = [
     ("kafka.events_topic", '""', "non-empty"),
     ("kafka.releases_topic", "events", "different"),
     ("kafka.max_poll_records", "0", ">= 1"),
-    ("kafka.session_timeout_ms", "0", ">= 1"),
+    ("kafka.session_timeout_ms", "0", ">= 6000 (Apache Kafka's default group.min.session.timeout.ms"),
     ("kafka.heartbeat_interval_ms", "6000", "< kafka.session_timeout_ms"),
     ("redis.url", "http://localhost:6379", "redis://"),
     ("redis.key_prefix", "a{b}", "braces"),
