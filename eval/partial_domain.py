@@ -65,7 +65,7 @@ def discover_then_track(k: int, eps: float, delta: float, dk: int) -> KnownDomai
     def measurement(epsilon: float) -> KnownDomainTopk:
         track, discover = domain_split(epsilon=epsilon, discovery_share=DISCOVERY_SHARE)
         return KnownDomainTopk(k=k, k_bar=2 * k, track_epsilon=track, discover_epsilon=discover, delta=delta / 2,
-                               max_keys_per_user=dk)
+                               max_keys_per_user=dk, discovery="limited_domain")
 
     return measurement(largest_parameter(lambda e: window_epsilon(measurement(e).privacy_map(), delta), eps))
 

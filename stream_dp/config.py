@@ -397,17 +397,46 @@ class BudgetConfig:
 # disabled type costs nothing, so its numbers do not matter).
 
 
+#: Release types whose published keys a released domain may learn from (``domain_sources``).
+DOMAIN_SOURCE_TYPES = ("topk", "histogram", "argmax")
+DOMAIN_ORDERS = ("recent", "frequent")
+
+
 @section
-class TopkConfig:
+class LearnedDomainSettings:
+    """A release type's *released domain* (docs/privacy.md §10, :mod:`stream_dp.release.released_domain`): the keys
+    that releases of ``domain_sources`` published in the last ``domain_memory_windows`` windows join the type's
+    public domain -- a function of published records only. Fields shared by every type that takes a domain."""
+
+    domain_from_released: Flag = False  # keys published by domain_sources in earlier windows join the domain
+    domain_sources: tuple[StrictStr, ...] = ()  # release types learned from; [] = this type (alerts: topk)
+    domain_memory_windows: Count = 4  # keys published in this many windows before the current one (then they age out)
+    domain_max_keys: Count = 1000  # at most this many learned keys (the first by domain_order)
+    domain_order: Annotated[Str, _one_of(*DOMAIN_ORDERS)] = "recent"  # recent: latest window first; frequent: most windows first
+
+    @model_validator(mode="after")
+    def _learned_domain_rules(self) -> LearnedDomainSettings:
+        if self.domain_from_released:
+            _check(self, [(self.domain_memory_windows >= 1, "domain_memory_windows", ">= 1"),
+                          (self.domain_max_keys >= 1, "domain_max_keys", ">= 1"),
+                          (all(t in DOMAIN_SOURCE_TYPES for t in self.domain_sources), "domain_sources",
+                           f"release types among {', '.join(DOMAIN_SOURCE_TYPES)}")])
+        return self
+
+
+@section
+class TopkConfig(LearnedDomainSettings):
     enabled: Flag = False
     k: Count = 10
     k_bar: Count = 100
     epsilon: Number = 0.1  # per outcome
-    delta: Number = 1e-7  # δ of the ⊥ rule, per release
+    delta: Number = 1e-7  # δ of the ⊥ rule, per release (with a domain and threshold discovery: of the threshold)
     domain: tuple[StrictStr, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
     domain_file: Str = ""  # a file of public keys, one per line, added to domain
-    domain_from_released: Flag = False  # keys released by topk in earlier windows join the domain
-    discovery_share: Number = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
+    # with a domain: how keys outside it are found -- threshold (a discrete-Gaussian histogram of the keys outside
+    # the domain, keys above its threshold) or limited_domain (limited-domain top-k, the k̄-based ⊥ rule)
+    discovery: Annotated[Str, _one_of("threshold", "limited_domain")] = "threshold"
+    discovery_share: Number = 0.8  # with a domain: share of the zCDP ρ spent discovering keys outside it (docs/evaluation 2b)
 
     @property
     def has_domain(self) -> bool:
@@ -426,7 +455,7 @@ class TopkConfig:
 
 
 @section
-class AlertsConfig:
+class AlertsConfig(LearnedDomainSettings):
     enabled: Flag = False
     watchlist: tuple[StrictStr, ...] = ()
     include_released_topk: Flag = True
@@ -502,7 +531,10 @@ class WatchTopkConfig:
 
 
 @section
-class HistogramConfig:
+class HistogramConfig(LearnedDomainSettings):
+    # on by default: a domain learned from what earlier windows published costs nothing and wins on small windows
+    # (docs/privacy.md §10; docs/evaluation, experiment 2b)
+    domain_from_released: Flag = True
     enabled: Flag = True
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
@@ -548,6 +580,24 @@ class ReleasesConfig:
         """The release types this config computes, in :data:`RELEASE_TYPES` order (top-k first: alerts
         watch what it released)."""
         return [name for name in RELEASE_TYPES if getattr(self, name).enabled]
+
+    def domain_sources(self, name: str) -> tuple[str, ...]:
+        """The release types whose published keys ``releases.<name>``'s released domain learns from
+        (``domain_sources``; empty: the type itself, for alerts: topk)."""
+        own = getattr(self, name).domain_sources
+        return tuple(dict.fromkeys(own)) if own else (("topk",) if name == "alerts" else (name,))
+
+    @model_validator(mode="after")
+    def _sources_enabled(self) -> ReleasesConfig:
+        for name in ("topk", "alerts", "histogram"):
+            section = getattr(self, name)
+            if section.enabled and section.domain_from_released:
+                off = [t for t in self.domain_sources(name) if not getattr(self, t).enabled]
+                if off:
+                    raise _Rule(f"enabled release types (releases.{', releases.'.join(off)} not enabled: "
+                                "it would never publish a key to learn from)",
+                                setting=f"{name}.domain_sources", value=list(self.domain_sources(name)))
+        return self
 
 
 #: Every release type, in release order: one ``[releases.<type>]`` section each (the one list of them).

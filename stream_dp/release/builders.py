@@ -31,6 +31,7 @@ from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.mechanisms.weighted_histogram import rows_in_count_units
 from stream_dp.node_batches import Reads
 from stream_dp.release.records import RecordDraft
+from stream_dp.release.released_domain import Domained, DomainRule, PublicDomain
 from stream_dp.release.windows import Window, WindowReader
 
 
@@ -59,9 +60,10 @@ class TopkBuilder:
     """Limited-domain top-k (DR19 Algorithm 1): reads the top k̄+1 counts, returns ≤ k keys and ⊥ flag.
 
     With a known domain (``releases.topk.domain``, ``domain_file``, ``domain_from_released``): discover-then-
-    track (:mod:`stream_dp.mechanisms.known_domain`) -- full-domain Gumbel top-k over the public domain plus
-    the keys limited-domain top-k discovers outside it with ``discovery_share`` of ρ; each item says its
-    ``source``."""
+    track (:mod:`stream_dp.mechanisms.known_domain`) -- full-domain Gumbel top-k over the window's public domain
+    (static keys, and keys earlier windows published: :mod:`stream_dp.release.released_domain`) plus the keys
+    discovered outside it with ``discovery_share`` of ρ (``discovery``: the threshold histogram, or limited-domain
+    top-k); each item says its ``source``, the record's ``domain`` block what the domain was."""
 
     cfg: Config
     type: str = "topk"
@@ -72,6 +74,7 @@ class TopkBuilder:
         if t.has_domain:
             self.mechanism = "known_domain_topk"
         self.static_domain: list[str] = list(dict.fromkeys(list(t.domain) + _read_domain_file(t.domain_file)))
+        self.public_domain = PublicDomain(self.static_domain, DomainRule.of(self.cfg, "topk"))
 
     def split(self) -> tuple[float, float | None]:
         from stream_dp.mechanisms.known_domain import domain_split
@@ -79,15 +82,31 @@ class TopkBuilder:
         t = self.cfg.releases.topk
         return domain_split(epsilon=t.epsilon, discovery_share=t.discovery_share)
 
+    def discovery_calibration(self) -> Any:
+        """Threshold discovery's σ² and τ (None: no threshold discovery)."""
+        from stream_dp.mechanisms.known_domain import threshold_discovery_calibration
+
+        t = self.cfg.releases.topk
+        if not t.has_domain or t.discovery != "threshold" or t.discovery_share == 0:
+            return None
+        return threshold_discovery_calibration(k=t.k, epsilon=t.epsilon, discovery_share=t.discovery_share,
+                                               delta=t.delta, max_keys_per_user=self.cfg.contribution.max_keys_per_user)
+
     def parameters(self) -> dict[str, Any]:
         t = self.cfg.releases.topk
         p: dict[str, Any] = {"k": t.k, "k_bar": t.k_bar, "epsilon": t.epsilon, "delta": t.delta,
                              "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
         if t.has_domain:
             track, discover = self.split()
-            p.update({"track_epsilon": track, "discover_epsilon": discover, "discovery_share": t.discovery_share,
+            p.update({"track_epsilon": track, "discovery": t.discovery, "discovery_share": t.discovery_share,
                       "domain_size_static": len(self.static_domain),
                       "domain_from_released": t.domain_from_released})
+            cal = self.discovery_calibration()
+            if cal is not None:
+                p.update({"discovery_sigma2": str(cal.sigma2), "discovery_threshold": cal.threshold,
+                          "discovery_rho": cal.rho})
+            elif discover is not None:
+                p["discover_epsilon"] = discover
         return p
 
     @property
@@ -99,22 +118,12 @@ class TopkBuilder:
         if t.has_domain:
             track, discover = self.split()
             return KnownDomainTopk(k=t.k, k_bar=t.k_bar, track_epsilon=track, discover_epsilon=discover,
-                                   delta=t.delta, max_keys_per_user=max_keys)
+                                   delta=t.delta, max_keys_per_user=max_keys, discovery=t.discovery,
+                                   discovery_calibration=self.discovery_calibration())
         return LimitedDomainTopk(k=t.k, k_bar=t.k_bar, epsilon=t.epsilon, delta=t.delta, max_keys_per_user=max_keys)
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
-
-    def domain_for(self, reader: WindowReader, window: Window) -> list[str]:
-        """The public domain of ``window``: config keys, file keys, then keys top-k released before it."""
-        keys = list(self.static_domain)
-        if self.cfg.releases.topk.domain_from_released:
-            from stream_dp.keys import Keys
-
-            index = Keys(self.cfg.redis.key_prefix).release_index("watchlist")
-            earlier = reader.r.zrangebyscore(index, "-inf", f"({window.start}", withscores=True)
-            keys.extend(k.decode() for _, k in sorted((score, k) for k, score in earlier))
-        return list(dict.fromkeys(keys))
 
     def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
         t = self.cfg.releases.topk
@@ -124,22 +133,26 @@ class TopkBuilder:
         t = self.cfg.releases.topk
         if not t.has_domain:
             return reader.top_counts(window, t.k_bar + 1)
-        domain = self.domain_for(reader, window)
-        # the top k̄+1 keys outside the domain are among the top k̄+1+|domain| keys
-        outside = reader.top_counts(window, t.k_bar + 1 + len(domain)) if self.split()[1] is not None else {}
-        return reader.counts_of(window, domain), outside
+        domain, block = self.public_domain.for_window(window)
+        if self.split()[1] is None:
+            outside: dict[str, float] = {}
+        elif t.discovery == "threshold":  # the histogram of the keys outside the domain: every key present
+            outside = reader.all_counts(window).as_dict()
+        else:  # the top k̄+1 keys outside the domain are among the top k̄+1+|domain| keys
+            outside = reader.top_counts(window, t.k_bar + 1 + len(domain))
+        return Domained((reader.counts_of(window, domain), outside), domain, block)
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         p = self.parameters()
         m = self.measurement
         if self.cfg.releases.topk.has_domain:
-            domain_counts, outside = data
+            domain_counts, outside = data.data
             known = m(domain_counts, outside, rng=rng)
             items = [{"key": str(key), "rank": i + 1, "source": source}
                      for i, (key, source) in enumerate(zip(known.keys, known.sources))]
             return RecordDraft(window, self.type, self.mechanism, {**p, "domain_size": len(domain_counts)},
                                items=items, hit_bottom=bool(known.hit_bottom), events=m.realized(known),
-                               info={"discovered": [str(key) for key in known.discovered]})
+                               info={"discovered": [str(key) for key in known.discovered]}, domain=data.block)
         res = m(data, rng=rng)
         items = [{"key": str(key), "rank": i + 1} for i, key in enumerate(res.keys)]
         return RecordDraft(window, self.type, self.mechanism, p, items=items, hit_bottom=bool(res.hit_bottom),
@@ -372,12 +385,16 @@ class HistogramBuilder:
 
     @property
     def measurement(self) -> Measurement[Any]:
+        return self.measurement_for(self.domain)
+
+    def measurement_for(self, domain: list[str]) -> Any:
+        """The release over ``domain`` (the cost does not depend on the domain: docs/privacy.md §8)."""
         from stream_dp.mechanisms import GaussianHistogram, LaplaceHistogram, WeightedHistogram
 
         h = self.cfg.releases.histogram
         kind = (WeightedHistogram if h.weighting == "per_user" else LaplaceHistogram if h.noise == "laplace"
                 else GaussianHistogram)
-        return kind(self.calibration(), max_keys=h.max_keys, confidence=h.confidence, domain=tuple(self.domain))
+        return kind(self.calibration(), max_keys=h.max_keys, confidence=h.confidence, domain=tuple(domain))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -385,7 +402,10 @@ class HistogramBuilder:
     def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
         return None  # the whole window, in chunks
 
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Domained:
+        """The window's counts (or per-user scores) with its public domain (static keys, then the keys earlier
+        windows published, :mod:`stream_dp.release.released_domain`)."""
+        domain, block = self.public_domain.for_window(window)
         if self.cfg.releases.histogram.weighting == "per_user":  # the scores, from the counted (user, key) pairs
             from collections import Counter
 
@@ -393,9 +413,9 @@ class HistogramBuilder:
 
             # two passes over the logs: each user's number of keys, then the scores (no pair is held)
             keys_per_user = Counter(user for user, _ in reader.bounding_pairs(window))
-            return weighted_scores(reader.bounding_pairs(window), keys_per_user=keys_per_user,
-                                   max_keys_per_user=self.cfg.contribution.max_keys_per_user)
-        return reader.all_counts(window).as_dict()
+            return Domained(weighted_scores(reader.bounding_pairs(window), keys_per_user=keys_per_user,
+                                            max_keys_per_user=self.cfg.contribution.max_keys_per_user), domain, block)
+        return Domained(reader.all_counts(window).as_dict(), domain, block)
 
     def __post_init__(self) -> None:
         h = self.cfg.releases.histogram
@@ -410,21 +430,23 @@ class HistogramBuilder:
                 raise ConfigError('releases.histogram.weighting must be "uniform" with contribution.unit = "event" '
                                   f"(no user is recorded to weigh by), got {h.weighting!r}")
             self.mechanism = "weighted_histogram"
+        self.public_domain = PublicDomain(self.domain, DomainRule.of(self.cfg, "histogram"))
 
-    def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
+    def run(self, window: Window, data: Domained, rng: Any) -> RecordDraft:
         h = self.cfg.releases.histogram
-        m = self.measurement
-        res = m(data, rng=rng)
+        m = self.measurement_for(data.domain)
+        res = m(data.data, rng=rng)
         unit = m.calibration.unit
         rows = rows_in_count_units(res, unit)  # weighted scores -> weighted counts (post-processing); U = 1: as is
+        tracked = self.public_domain.configured
         items = [{"key": str(key), "rank": i + 1, "count": count, "ci_low": low, "ci_high": high,
-                  **({"source": "domain" if in_domain else "discovered"} if self.domain else {})}
+                  **({"source": "domain" if in_domain else "discovered"} if tracked else {})}
                  for i, (key, count, low, high, in_domain) in enumerate(rows)]
-        return RecordDraft(window, self.type, self.mechanism, self.parameters(), items=items,
-                           events=m.realized(res),
+        return RecordDraft(window, self.type, self.mechanism, {**self.parameters(), "domain_size": len(data.domain)},
+                           items=items, events=m.realized(res),
                            info={"above_threshold": res.above_threshold, "capped": res.capped,
                                  "ci_half_width": res.ci_half_width / unit if unit > 1 else res.ci_half_width,
-                                 "confidence": h.confidence})
+                                 "confidence": h.confidence}, domain=data.block)
 
 
 BUILDERS: dict[str, Callable[[Config], Builder]] = {

@@ -54,6 +54,7 @@ from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
+from stream_dp.release.released_domain import DomainRule, ReleasedDomainReader, domain_block
 from stream_dp.release.wakeup import SOCKET_TIMEOUT_SHARE, WindowCloses
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.refusals import refusal_of
@@ -124,6 +125,18 @@ class ReleaseWorker:
                                    max_block_seconds=SOCKET_TIMEOUT_SHARE * cfg.redis.socket_timeout_seconds)
         self.rng = make_rng(rng)
         self.scope_for = scope_for or default_scope_for(cfg)
+        # the types that learn their domain from earlier releases read them through one reader (the ledger's outbox)
+        self.released_domains = ReleasedDomainReader(client, self.keys, ledger, self.scope_for, cfg.windows.size_seconds,
+                                                     lambda: self.reader.schedule.start)
+        for builder in self.builders.values():
+            public = getattr(builder, "public_domain", None)  # the types that take a domain
+            if public is not None:
+                public.reader = self.released_domains
+        watch_rule = DomainRule.of(cfg, "alerts") if "alerts" in self.types or "watch_topk" in self.types else None
+        if watch_rule is not None:
+            self.watchlist.learn = lambda window, static: domain_block(
+                static, self.released_domains.domain_for(window, watch_rule))
+        self._watch_block: dict[str, Any] | None = None  # a learned watchlist's record block (the window's)
         self.recovered = False
         self._first_seen: dict[int, float] = {}
         self._alerts_state: Any = UNREAD  # the alerts state field as read with the window's first batch
@@ -190,6 +203,7 @@ class ReleaseWorker:
             with self.metrics.phase("redis"):
                 pending = self.reader.closable(also=also, also_result=polled, first=epoch)
         self.metrics.windows_pending.set(len(pending))
+        self._watch_block = None
         now = time.time()
         for w in pending:
             self._first_seen.setdefault(w.start, now)
@@ -344,6 +358,10 @@ class ReleaseWorker:
         if watch is None:
             with self.metrics.phase("redis"):
                 watch = run_reads(self._client, self._watchlist_reads(window))[0]
+        self._watch_block = None
+        if watch is None:  # learned from earlier releases (releases.alerts.domain_from_released): read under the claim
+            with self.metrics.phase("redis"):
+                watch, self._watch_block = self.watchlist.learned_for(window)
         self._alerts_state = alerts_state
         if stored is None:
             stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
@@ -478,7 +496,7 @@ class ReleaseWorker:
                 or topk.skip_reason(watch) is not None):
             return None
         run = AlertsRun(self.cfg.releases.alerts, window, scope, self.alerts_store.from_stored(self._alerts_state),
-                        watch, rng=self.rng)
+                        watch, rng=self.rng, domain=self._watch_block)
         hold = None
         if run.open_events:
             hold = self.outbox.reserve_later(scope, rid, run.open_events, ride)
@@ -545,7 +563,8 @@ class ReleaseWorker:
         else:
             with self.metrics.phase("redis"):
                 current = self.alerts_store.load() if raw is UNREAD else self.alerts_store.from_stored(raw)
-            run = AlertsRun(self.cfg.releases.alerts, window, scope, current, watch, rng=self.rng)
+            run = AlertsRun(self.cfg.releases.alerts, window, scope, current, watch, rng=self.rng,
+                            domain=self._watch_block)
             hold = self.outbox.reserve(scope, rid, run.open_events, ride=ride) if run.open_events else None
         if hold is not None:
             if hold.duplicate and hold.payload is not None:

@@ -49,6 +49,10 @@ STRING_VALUES = {
     "ingest.kafka_client": "kafka-python",
     "keys.normalization": "NFKC",
     "release.kafka_client": "kafka-python",
+    "releases.topk.discovery": "limited_domain",
+    "releases.topk.domain_order": "frequent",
+    "releases.alerts.domain_order": "frequent",
+    "releases.histogram.domain_order": "frequent",
 }
 
 
@@ -74,6 +78,8 @@ def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
     if typ is str:
         value = STRING_VALUES.get(dotted, f"{dotted.rsplit('.', 1)[-1]}-12345")
         return value, value
+    if dotted.endswith(".domain_sources"):  # enabled release types (the histogram, on by default, learns its domain)
+        return '["histogram"]', ("histogram",)
     return '["movie-1", "movie 2"]', ("movie-1", "movie 2")  # tuple[str, ...]: the watchlist
 
 

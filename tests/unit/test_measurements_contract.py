@@ -132,6 +132,38 @@ def _known_reserved(cfg: Config) -> tuple[DpEvent, ...]:
             RangeBoundedEvent(track, count=t.k, mechanism="known_domain_gumbel_topk"))
 
 
+def _discovery_histogram(cfg: Config) -> tuple[ZCdpEvent, int]:
+    """Threshold discovery's event, recomputed from its definition: ρ_d = share·kε²/8, σ² = Δ/(2ρ_d) on the
+    1/1000 grid (rounded up), τ for δ_τ ≤ releases.topk.delta."""
+    from fractions import Fraction
+
+    from stream_dp.mechanisms.gaussian_histogram import selection_delta
+
+    t, dk = cfg.releases.topk, cfg.contribution.max_keys_per_user
+    rho = t.discovery_share * t.k * t.epsilon ** 2 / 8
+    sigma2 = Fraction(math.ceil(Fraction(dk) / Fraction(2 * rho) * 1000), 1000)
+    tau = 1
+    while selection_delta(sigma2=sigma2, threshold=tau, max_keys_per_user=dk) > t.delta * (1 - 1e-9):
+        tau += 1
+    return ZCdpEvent(dk / (2 * float(sigma2)), delta=t.delta, mechanism="gaussian_histogram"), tau
+
+
+def _threshold_known_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
+    track, _ = _split(cfg)
+    event, tau = _discovery_histogram(cfg)
+    assert d.parameters["discovery_threshold"] == tau and not d.hit_bottom
+    out: list[DpEvent] = [event]
+    if d.items:
+        out.append(RangeBoundedEvent(track, count=len(d.items), mechanism="known_domain_gumbel_topk"))
+    return tuple(out)
+
+
+def _threshold_known_reserved(cfg: Config) -> tuple[DpEvent, ...]:
+    track, _ = _split(cfg)
+    return (_discovery_histogram(cfg)[0],
+            RangeBoundedEvent(track, count=cfg.releases.topk.k, mechanism="known_domain_gumbel_topk"))
+
+
 def _alerts_map(cfg: Config) -> tuple[DpEvent, ...]:
     return (PureDpEvent(cfg.releases.alerts.epsilon, mechanism="adaptive_svt"),)
 
@@ -221,8 +253,12 @@ CASES: dict[str, Case] = {
                  lambda cfg: (RangeBoundedEvent(0.7, count=5, delta=DELTA, mechanism="limited_domain_topk"),)),
     "topk_known_domain": Case(
         "topk", {"topk": {"k": 4, "k_bar": 6, "epsilon": 0.8, "delta": DELTA, "discovery_share": 0.3,
+                          "discovery": "limited_domain", "domain": ["k0", "k1", "k2", "never-seen"]}},
+        "| `topk` with a known domain, limited-domain discovery", _known_realized, _known_reserved),
+    "topk_known_domain_threshold": Case(
+        "topk", {"topk": {"k": 4, "k_bar": 6, "epsilon": 3.0, "delta": DELTA, "discovery_share": 0.6,
                           "domain": ["k0", "k1", "k2", "never-seen"]}},
-        "| `topk` with a known domain", _known_realized, _known_reserved),
+        "| `topk` with a known domain, threshold discovery", _threshold_known_realized, _threshold_known_reserved),
     "alerts": Case("alerts", {"alerts": {"enabled": True, "watchlist": [f"k{i}" for i in range(12)],
                                          "threshold": 30, "k": 2, "epsilon": 0.6}},
                    "| `alerts`", lambda cfg, d: _alerts_map(cfg) if d.info.get("opened") else (), _alerts_map),
@@ -272,6 +308,9 @@ def check_batch(case: Case, builder_type: Callable[[Config], Any], windows: int 
     """Run ``builder_type`` (a release builder) on random windows; returns the realized event counts seen."""
     cfg = config_for(case)
     builder = builder_type(cfg)
+    public = getattr(builder, "public_domain", None)
+    if public is not None and public.rule is not None:  # a released domain (the worker gives the reader)
+        public.reader = KeysPublishedEarlier(("k1", "k4", "never-seen"))
     reserved = tuple(builder.measurement.privacy_map())
     assert reserved == case.reserved(cfg), "the reservation is not the docs table's worst case"
     rng = np.random.default_rng(20)
@@ -284,6 +323,19 @@ def check_batch(case: Case, builder_type: Callable[[Config], Any], windows: int 
         assert_within(tuple(draft.events), reserved)
         seen.add(sum(getattr(e, "count", 1) for e in draft.events))
     return seen
+
+
+class KeysPublishedEarlier:
+    """Stands in for the worker's ReleasedDomainReader: the same learned keys for every window (the maps must not
+    depend on the domain)."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+
+    def domain_for(self, window: Window, rule: Any) -> Any:
+        from stream_dp.release.released_domain import LearnedDomain
+
+        return LearnedDomain(self.keys, rule, (window.start - SIZE,), len(self.keys))
 
 
 def check_alerts(case: Case, measurement_for: Callable[[Any], Any] = alerts_measurement) -> int:
