@@ -60,9 +60,9 @@ class Keys:
         return f"{self.prefix}:{self.window_tag(start, shard)}:counts"
 
     def window_users(self, start: int, shard: int = 0) -> str:
-        """String: the first segment of the shard's contribution-bounding log, counted ``user\0key\0`` pairs
-        in apply order (ingest-internal); segment ``n`` ≥ 1 is this name + ``:<n>`` (see
-        ``store/lua/apply_window.lua``; encoding: :mod:`stream_dp.store.bounding_log`)."""
+        """String: the first segment of the shard's contribution-bounding log, counted ``user\\0key\\0`` pairs
+        in apply order (written by ingest; read by its planner and by the release worker); segment ``n`` ≥ 1 is
+        this name + ``:<n>`` (see ``store/lua/apply_window.lua``; encoding: :mod:`stream_dp.store.bounding_log`)."""
         return f"{self.prefix}:{self.window_tag(start, shard)}:users"
 
     def window_offsets(self, start: int, shard: int = 0) -> str:
