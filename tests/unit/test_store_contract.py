@@ -122,3 +122,22 @@ def test_every_script_the_code_uses_exists_and_every_script_is_used():
     assert named <= set(scripts.SCRIPTS), named - set(scripts.SCRIPTS)
     assert registered | named == set(scripts.SCRIPTS)
     assert "ledger_restore" in named  # stream-dp budget rebuild (stream_dp/release/ledger_rebuild.py)
+
+
+def test_the_key_layout_is_the_deployed_one():
+    """Key names are data a running deployment already holds: a rename strands it. Every name, as written."""
+    k, sharded = Keys("sdp"), Keys("sdp", shards=4)
+    assert [k.window_counts(60), k.window_users(60), k.window_offsets(60), k.window_meta(60)] == [
+        "sdp:{w:60}:counts", "sdp:{w:60}:users", "sdp:{w:60}:offsets", "sdp:{w:60}:meta"]
+    assert [sharded.window_counts(60, 3), sharded.window_meta(60, 3), sharded.window_claim(60),
+            sharded.window_released(60)] == ["sdp:{w:60:3}:counts", "sdp:{w:60:3}:meta", "sdp:{w:60}:claim",
+                                             "sdp:{w:60}:released"]
+    assert [k.windows_index(), k.ingest_epoch(), k.schedule(), k.watermarks(), k.window_closes(), k.topic_ids()] == [
+        "sdp:{ingest}:windows", "sdp:{ingest}:epoch", "sdp:{ingest}:schedule", "sdp:{ingest}:watermarks",
+        "sdp:{ingest}:closes", "sdp:{ingest}:topic-ids"]
+    assert k.ledger_scope("2026-12") == [f"sdp:{{ledger:2026-12}}:{part}" for part in (
+        "totals", "log", "charges", "outbox", "unpublished", "reservations", "res_results", "settled", "cap")]
+    assert [k.ledger_scopes(), k.ledger_scopes_fence(), k.ledger_epoch()] == [
+        "sdp:{ledger}:scopes", "sdp:{ledger}:replicated", "sdp:{ledger}:epoch"]
+    assert [k.release_index("released"), k.svt("alerts", "state"), k.svt_fence("alerts")] == [
+        "sdp:{release}:released", "sdp:{svt:alerts}:state", "sdp:{svt:alerts}:state:replicated"]
