@@ -62,7 +62,7 @@ from stream_dp.release.producers import release_producer
 from stream_dp.devcluster import wait_until
 from stream_dp.devstack import DevStack
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.processes import freeze_start_up_heap
 from stream_dp.release.metrics import PHASES, ReleaseMetrics
 from stream_dp.release.ledger_guard import LedgerGuard

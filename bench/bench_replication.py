@@ -22,7 +22,7 @@ from pathlib import Path
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.devcluster import local_cluster
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.replication import ReplicationPolicy
 
 from bench.results import emit

@@ -317,7 +317,7 @@ def _committed_all(bootstrap: str) -> bool:
 def _released_windows(redis_url: str, plan: Plan) -> int:
     import redis
 
-    from stream_dp.keys import Keys
+    from stream_dp.store.keys import Keys
     from stream_dp.release.windows import Window, WindowReader
 
     client = redis.Redis.from_url(redis_url)
@@ -354,7 +354,7 @@ def _check(plan: Plan, stack: Any, events: list[dict[str, Any]], result: Result)
     from stream_dp.accounting.composition import compose
     from stream_dp.accounting.ledger import Ledger
     from stream_dp.ingest.store import WindowStore
-    from stream_dp.keys import Keys
+    from stream_dp.store.keys import Keys
     from stream_dp.release.records import events_of
 
     truth = oracle(events, window_seconds=plan.window_seconds, max_keys=plan.max_keys_per_user)

@@ -34,7 +34,7 @@ from stream_dp.accounting.composition import compose
 from stream_dp.accounting.ledger import Ledger
 from stream_dp.config import Config, load_config
 from stream_dp.ingest.store import Chunk, WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.mechanisms import LimitedDomainTopk
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher

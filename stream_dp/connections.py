@@ -40,7 +40,7 @@ def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
 
     With ``redis.cluster = true`` it is redis-py's :class:`~redis.cluster.RedisCluster` (``cfg.url`` names any
     node; the others are discovered), with the same options. Every key the service writes carries a hash
-    tag (:mod:`stream_dp.keys`), so each Lua script and each transaction stays in one slot.
+    tag (:mod:`stream_dp.store.keys`), so each Lua script and each transaction stays in one slot.
     """
     if not cfg.url:
         raise ValueError("redis.url is empty: configure it, or start the embedded dev stack first")

@@ -217,7 +217,7 @@ def schedule_or_report(cfg: Config) -> bool:
     import redis
 
     from stream_dp.connections import redis_client
-    from stream_dp.keys import Keys
+    from stream_dp.store.keys import Keys
     from stream_dp.schedule import ScheduleMismatch, establish
 
     client = redis_client(cfg.redis)

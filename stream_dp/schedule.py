@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stream_dp.config import ConfigError, WindowsConfig, parse_window_start
-from stream_dp.keys import SHARD_HASH, Keys
+from stream_dp.store.keys import SHARD_HASH, Keys
 
 
 def window_start(ts: float, size: int) -> int:

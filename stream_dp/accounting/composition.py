@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from stream_dp.accounting.events import DpEvent
 
 # Golden-section search over u = ln(α − 1) in [_U_LOW, _U_HIGH] with _ORDER_STEPS steps. The same
-# constants, operations and order are in accounting/lua/common.lua (zcdp_to_epsilon), so the ledger script
+# constants, operations and order are in store/lua/ledger_common.lua (zcdp_to_epsilon), so the ledger script
 # and this module compute the same doubles.
 _U_LOW = -30.0
 _U_HIGH = 30.0

@@ -37,7 +37,6 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import redis
@@ -58,9 +57,10 @@ from stream_dp.accounting.ledger_log import (Cost, HistoryEntry, VerifyReport, a
                                              history_entry, stored_totals)
 from stream_dp.accounting.period_caps import CapNotices, protocol_cap, stored_cap
 from stream_dp.accounting.events import DpEvent
-from stream_dp.keys import Keys
 from stream_dp.node_batches import Reads, RideAlong, evalsha_item
 from stream_dp.replication import NO_REPLICATION, NotReplicated, ReplicationPolicy, write_then_wait
+from stream_dp.store import scripts
+from stream_dp.store.keys import Keys
 
 __all__ = [
     "BudgetCap",
@@ -73,16 +73,8 @@ __all__ = [
     "scope_for",
 ]
 
-# The parts of a scope, in the KEYS order every script uses (see lua/common.lua).
-SCOPE_PARTS = ("totals", "log", "charges", "outbox", "unpublished", "reservations", "res_results", "settled", "cap")
 EXHAUSTED_REASONS = frozenset({REASON_EPSILON, REASON_DELTA, f"lifetime_{REASON_EPSILON}",
                                f"lifetime_{REASON_DELTA}"})
-
-
-def script_text(operation: str) -> str:
-    lua = resources.files("stream_dp.accounting") / "lua"
-    return (lua / "common.lua").read_text(encoding="utf-8") + "\n" + (lua / f"{operation}.lua").read_text(
-        encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -145,7 +137,7 @@ class Ledger:
         self.lifetime_cap = lifetime_cap
         self.keys = keys
         self.replication = replication
-        self._scripts = {op: redis_client.register_script(script_text(op))
+        self._scripts = {op: scripts.register(redis_client, f"ledger_{op}")
                          for op in ("charge", "reserve", "settle", "cancel")}
         # Scopes this process knows to be in the scope index durably enough to skip re-adding them before
         # each script (one round trip per operation): after its SADD when no replica is required, else only
@@ -164,10 +156,10 @@ class Ledger:
     def _scope_keys(self, scope: str) -> list[str]:
         if not isinstance(scope, str) or not scope or "{" in scope or "}" in scope:
             raise ValueError(f"scope must be a non-empty string without braces, got {scope!r}")
-        return [self.keys.ledger(scope, part) for part in SCOPE_PARTS]
+        return self.keys.ledger_scope(scope)
 
     def _index_key(self) -> str:
-        return f"{self.keys.prefix}:{{ledger}}:scopes"
+        return self.keys.ledger_scopes()
 
     def _cap_for(self, scope: str) -> BudgetCap:
         if scope == LIFETIME_SCOPE:
@@ -465,7 +457,7 @@ class Ledger:
         required replicas on the index's master (same slot, one round trip); once confirmed, later operations
         skip the ``SADD``. Raises :class:`NotReplicated` when the replicas did not acknowledge in time."""
         policy = self.replication
-        index_fence = f"{self.keys.prefix}:{{ledger}}:replicated"  # the scope index's slot
+        index_fence = self.keys.ledger_scopes_fence()  # the scope index's slot
         write_then_wait(self.redis, index_fence, policy.replicas, policy.timeout_ms,
                         lambda pipe: (pipe.set(index_fence, fence_value), pipe.sadd(self._index_key(), *scopes)))
         # these scopes are in the index on its master and its replicas: later operations may skip the SADD

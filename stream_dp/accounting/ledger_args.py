@@ -1,7 +1,7 @@
 """The ledger scripts' arguments, named: one small versioned encoding shared by Python and Lua.
 
 Every ledger operation (``charge``, ``reserve``, ``settle``, ``cancel``; :mod:`stream_dp.accounting.ledger`)
-passes ``ARGV[1]`` = one JSON object that ``lua/common.lua`` decodes with ``cjson`` into ``ARGS``::
+passes ``ARGV[1]`` = one JSON object that ``store/lua/ledger_common.lua`` decodes with ``cjson`` into ``ARGS``::
 
     {"v": 2, "op": "charge", "cap": {"epsilon": "1.0", "delta": "1e-05", "delta_prime": "1e-07",
                                      "lifetime_epsilon": "0.0", "lifetime_delta": "0.0"},

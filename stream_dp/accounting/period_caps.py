@@ -5,7 +5,7 @@ If the cap travelled with each charge from the charging worker's config, a resta
 ``budget.epsilon`` would raise the cap of a period half spent -- after its records had told subscribers
 otherwise. So the ledger's first write to a scope (a charge, a settlement or a reservation) stores the cap
 it was checked against in the scope's own slot (``{ledger:<scope>}:cap``, :mod:`stream_dp.accounting.ledger`,
-``lua/common.lua``), and every later operation of the scope is checked against that stored cap, whatever
+``store/lua/ledger_common.lua``), and every later operation of the scope is checked against that stored cap, whatever
 the worker's config says:
 
 - a worker whose config differs applies its cap from the next period on (the first charge of the next scope

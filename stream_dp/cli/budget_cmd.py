@@ -22,7 +22,7 @@ from stream_dp.budget_text import delta_text, epsilon_text
 from stream_dp.tables import print_table, table
 from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.config import Config
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 EXAMPLES = """\
 examples:

@@ -76,7 +76,7 @@ def _adopt(cfg) -> int:
     from stream_dp import topics
     from stream_dp.connections import redis_client
     from stream_dp.ingest import topic_identity
-    from stream_dp.keys import Keys
+    from stream_dp.store.keys import Keys
 
     topic, group = cfg.kafka.events_topic, cfg.kafka.ingest_group_id
     client = redis_client(cfg.redis)

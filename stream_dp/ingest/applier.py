@@ -29,7 +29,7 @@ from stream_dp.config import Config
 from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.node_batches import FAILOVER_ERRORS
 from stream_dp.replication import ReplicationPolicy
 from stream_dp.schedule import ReleaseSchedule, window_start

@@ -15,7 +15,7 @@ chunks were applied.)
 Two implementations of the one rule live here: :class:`ContributionBounder`, event by event, for tests,
 simulations and the ground truth of the integration tests; and :class:`WindowBounding`, the production
 planner the ingest worker runs chunk by chunk on a cache of a window's state, whose outcome Redis records
-only if the window is still in the state the cache was made for (``lua/apply_window.lua``).
+only if the window is still in the state the cache was made for (``store/lua/apply_window.lua``).
 
 With ``unit = "event"`` (event-level privacy) there is no per-user state: every valid event adds 1 to
 its key's count. Releases computed on such counts protect single events, not users.
@@ -38,6 +38,7 @@ from operator import ge, itemgetter
 from typing import Any
 
 from stream_dp.schedule import window_start
+from stream_dp.store.bounding_log import LogDecoder, encode_log
 
 #: Outcome of offering one event to the bounder ("linf" and "l0" are metric labels).
 OUTCOMES: tuple[str, ...] = ("counted", "linf", "l0")
@@ -101,10 +102,6 @@ def bounded_window_counts(events: Iterable[tuple[int, str, str]], *, window_size
 # one version ("token") of the window's state in Redis, the apply script refuses a plan made for any other
 # version, and the refusal carries what changed so the plan can be made again on the current state.
 
-#: Separator in the bounding log; the decoder rejects NUL in users and keys, so the log parses uniquely.
-LOG_SEPARATOR = "\0"
-
-
 def applied_prefix(events: Sequence[tuple[int, str, str]], applied_through: int | None) -> int:
     """How many leading ``(offset, user, key)`` events (offsets increasing) are at or below the applied
     offset ``applied_through`` (None: nothing applied yet), i.e. already applied: a replay."""
@@ -118,53 +115,6 @@ def check_increasing(partition: int, events: Sequence[tuple[int, str, str]]) -> 
         i = next(i for i in range(1, len(offsets)) if offsets[i] <= offsets[i - 1])
         raise ValueError(f"chunk of partition {partition}: offsets must increase within a chunk "
                          f"({offsets[i]} after {offsets[i - 1]})")
-
-
-def encode_log(pairs: list[str]) -> bytes:
-    """``[user1, key1, user2, key2, ...]`` → the log record ``user1\\0key1\\0user2\\0key2\\0`` (UTF-8)."""
-    return (LOG_SEPARATOR.join(pairs) + LOG_SEPARATOR).encode() if pairs else b""
-
-
-class LogDecoder:
-    """Decodes the bounding log piece by piece: :meth:`feed` any byte ranges in order, get the complete
-    (user, key) pairs so far; a pair cut by a piece boundary is completed by the next piece. (NUL never
-    occurs inside a UTF-8 multi-byte sequence, so cutting at NUL bytes never splits a character.)"""
-
-    def __init__(self) -> None:
-        self._carry = b""
-
-    def feed(self, data: bytes) -> list[tuple[str, str]]:
-        buf = self._carry + data if self._carry else data
-        sep = LOG_SEPARATOR.encode()
-        end = buf.rfind(sep)
-        if end < 0:
-            self._carry = buf
-            return []
-        fields = buf[:end].split(sep)
-        if len(fields) % 2:  # the last complete field is a user whose key is still to come
-            cut = end - len(fields[-1])
-            fields.pop()
-            self._carry = buf[cut:]
-        else:
-            self._carry = buf[end + 1:]
-        text = [f.decode() for f in fields]
-        return list(zip(text[0::2], text[1::2]))
-
-    def finish(self) -> None:
-        """Raise ValueError unless everything fed ended on a pair boundary."""
-        if self._carry:
-            raise ValueError(f"bounding log: {len(self._carry)} trailing bytes do not end on a (user, key) pair "
-                             "boundary")
-
-
-def decode_log(raw: bytes) -> list[tuple[str, str]]:
-    """Inverse of :func:`encode_log` (for any concatenation of records)."""
-    if not raw:
-        return []
-    parts = raw.decode().split(LOG_SEPARATOR)
-    if parts[-1] != "" or len(parts) % 2 != 1:
-        raise ValueError(f"bounding log: {len(raw)} bytes do not end on a (user, key) pair boundary")
-    return list(zip(parts[0:-1:2], parts[1:-1:2]))
 
 
 @dataclass

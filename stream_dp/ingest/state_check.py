@@ -12,7 +12,7 @@ would silently lose every event counted before the loss. So ingest keeps an epoc
   otherwise refuse (:class:`~stream_dp.state_epochs.StateLost`, exit code 2) naming the recovery, unless the
   operator started ingest with ``--accept-state-loss``;
 - **while running**: every watermark advance checks the marker in the same script
-  (``ingest/lua/advance_watermark.lua``), so a ``FLUSHALL`` under a running worker stops it before the
+  (``store/lua/advance_watermark.lua``), so a ``FLUSHALL`` under a running worker stops it before the
   batch's offsets are committed.
 """
 
@@ -28,7 +28,7 @@ from kafka.errors import KafkaError
 
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.refusals import refusal_of
 from stream_dp.replication import ReplicationPolicy
 from stream_dp.state_epochs import Epoch, EpochMarker, StateLost

@@ -1,9 +1,9 @@
 """The Redis side of ingest: apply bounded increments exactly once, and keep the global watermark.
 
-Layout (``stream_dp.keys``; the contract the release worker reads concurrently, docs/ingest.md "Redis layout"):
+Layout (:mod:`stream_dp.store.keys`; the contract the release worker reads concurrently, docs/ingest.md "Redis layout"):
 
 - per window shard (``{w:<start>}``, or ``{w:<start>:<shard>}`` with ``windows.shards`` S > 1; a user's
-  events all go to shard :func:`~stream_dp.keys.shard_of`): ``counts`` (ZSET key → distinct bounded users
+  events all go to shard :func:`~stream_dp.store.keys.shard_of`): ``counts`` (ZSET key → distinct bounded users
   of the shard; a key's window count is the sum over the shards), ``users`` (the bounding log: counted
   ``user\0key\0`` pairs in apply order, stored as STRING segments of at most ``windows.log_segment_bytes``),
   ``offsets`` (HASH partition → highest applied offset), ``meta`` (HASH start, end, state, events_applied,
@@ -56,7 +56,6 @@ A crash between the steps leaves ``closing`` set; the next advance by any worker
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import os
 from collections import OrderedDict
@@ -67,16 +66,17 @@ import redis
 from redis.client import Pipeline
 
 from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix
-from stream_dp.keys import Keys, shard_of
 from stream_dp.node_batches import is_cluster, run_batched
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
+from stream_dp.store import scripts
+from stream_dp.store.bounding_log import LOG_SEGMENT_BYTES, log_pieces
+from stream_dp.store.keys import Keys, shard_of
 
 #: Rounds of "refused as stale → absorb → plan again" before :meth:`WindowStore.apply` gives up.
 MAX_STALE_ROUNDS = 50
 #: Most bounding-log bytes one catch-up read brings (the stale reply's tail, then each GETRANGE).
 CATCH_UP_CHUNK_BYTES = 4 << 20
-#: Defaults of ``windows.log_segment_bytes`` and ``windows.max_shard_log_bytes``.
-LOG_SEGMENT_BYTES = 64 << 20
+#: Default of ``windows.max_shard_log_bytes`` (``windows.log_segment_bytes``: :mod:`stream_dp.store.bounding_log`).
 MAX_SHARD_LOG_BYTES = 4 << 30
 
 
@@ -86,7 +86,7 @@ class StaleBoundingState(RuntimeError):
 
 @dataclass(frozen=True)
 class ApplyHeader:
-    """The named arguments of ``lua/apply_window.lua`` (its ARGV[1], JSON, version 1); the log record and
+    """The named arguments of ``store/lua/apply_window.lua`` (its ARGV[1], JSON, version 1); the log record and
     the increments follow as ARGV[2..4]. Numbers that Redis stores (offsets, window bounds) travel as
     strings: Lua would print a large number in exponent form."""
 
@@ -112,29 +112,6 @@ class ApplyHeader:
                            "log_bytes_before": self.log_bytes_before, "last_offset": str(self.last_offset), "applied": self.applied, "bounded": self.bounded,
                            "most": self.most, "segment_bytes": self.segment_bytes, "capacity": self.capacity},
                           separators=(",", ":"))
-
-
-def log_pieces(first_segment: str, segment_bytes: int, start: int, stop: int) -> list[tuple[str, int, int]]:
-    """Where bytes ``[start, stop)`` of a segmented bounding log are: ``(segment key, first, last)`` for
-    ``GETRANGE`` (inclusive), in order. Segment ``i`` holds bytes ``[i·segment_bytes, (i+1)·segment_bytes)``
-    under ``first_segment`` (i = 0) or ``first_segment:<i>``.
-
-    >>> log_pieces("u", 10, 5, 25)
-    [('u', 5, 9), ('u:1', 0, 9), ('u:2', 0, 4)]
-    """
-    out = []
-    at = start
-    while at < stop:
-        i = at // segment_bytes
-        upto = min(stop, (i + 1) * segment_bytes)
-        out.append((first_segment if i == 0 else f"{first_segment}:{i}", at - i * segment_bytes,
-                    upto - i * segment_bytes - 1))
-        at = upto
-    return out
-
-
-def _script(name: str) -> str:
-    return importlib.resources.files("stream_dp.ingest").joinpath("lua", name).read_text()
 
 
 @dataclass(frozen=True)
@@ -202,11 +179,11 @@ class WindowStore:
         self.window_size = window_size
         self.unit = unit
         self.max_keys_per_user = max_keys_per_user
-        self._apply = client.register_script(_script("apply_window.lua"))
-        self._register = client.register_script(_script("register_windows.lua"))
-        self._advance = client.register_script(_script("advance_watermark.lua"))
-        self._close = client.register_script(_script("close_window.lua"))
-        self._finalize = client.register_script(_script("finalize_watermark.lua"))
+        self._apply = scripts.register(client, "apply_window")
+        self._register = scripts.register(client, "register_windows")
+        self._advance = scripts.register(client, "advance_watermark")
+        self._close = scripts.register(client, "close_window")
+        self._finalize = scripts.register(client, "finalize_watermark")
         # (window start, shard) -> cache of its bounding state, least recently used first
         self._bounding: OrderedDict[tuple[int, int], WindowBounding] = OrderedDict()
         self._id = os.urandom(6).hex()  # makes this store's apply tokens unique
@@ -581,7 +558,7 @@ class WindowStore:
 
 def parse_full_ranges(raw: str) -> list[tuple[int, int]]:
     """A meta ``full:<partition>`` value, ``"lo:hi,lo:hi"``, as ``(lo, hi)`` pairs: offsets in ``(lo, hi]``
-    were refused as full (``ingest/lua/apply_window.lua``)."""
+    were refused as full (``store/lua/apply_window.lua``)."""
     out = []
     for part in raw.split(","):
         lo, _, hi = part.partition(":")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class TopicRecreated(RuntimeError):
 
 def identity_key(keys: Keys) -> str:
     """Hash: events topic name → the topic id its applied offsets belong to (``{ingest}`` tag)."""
-    return f"{keys.prefix}:{{ingest}}:topic-ids"
+    return keys.topic_ids()
 
 
 def current_topic_id(admin: Any, topic: str, timeout: float = 15.0) -> str | None:

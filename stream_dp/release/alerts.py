@@ -48,43 +48,16 @@ from typing import Any
 import redis
 
 from stream_dp.config import AlertsConfig
-from stream_dp.keys import Keys
 from stream_dp.mechanisms.svt import SVTAnswer, published_lower_bounds
 from stream_dp.node_batches import Reads, RideAlong, evalsha_item, run_batched
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
 from stream_dp.replication import ReplicationPolicy, write_then_wait
+from stream_dp.store import scripts
+from stream_dp.store.keys import Keys
 
 SVT_NAME = "alerts"
 MECHANISM = "adaptive_svt"
-
-_CAS_STATE = """
--- KEYS[1]: state key ; ARGV[1]: window start ; ARGV[2]: state JSON
-local cur = redis.call('HGET', KEYS[1], 'window')
-if cur and tonumber(cur) >= tonumber(ARGV[1]) then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'window', ARGV[1], 'state', ARGV[2])
-return 1
-"""
-
-_APPLY_STAGED = """
--- KEYS[1]: state key ; KEYS[2]: staged hash ; ARGV[1]: staged field '<window>:<ref>' ; ARGV[2]: window start
--- Copies the staged state forward (compare-and-set on the window) and deletes every staged state of this
--- window or an earlier one. Returns 1 applied, 0 stale (a later or equal window is stored), -1 missing.
-local staged = redis.call('HGET', KEYS[2], ARGV[1])
-local w = tonumber(ARGV[2])
-for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
-  local fw = tonumber(string.match(f, '^(%-?%d+):'))
-  if fw == nil or fw <= w then redis.call('HDEL', KEYS[2], f) end
-end
-if not staged then return -1 end
-local cur = redis.call('HGET', KEYS[1], 'window')
-if cur and tonumber(cur) >= w then return 0 end
-redis.call('HSET', KEYS[1], 'window', ARGV[2], 'state', staged)
-return 1
-"""
-
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
@@ -196,8 +169,9 @@ class AlertsStore:
         self.r = client
         self.key = keys.svt(SVT_NAME, "state")
         self.staged_key = keys.svt(SVT_NAME, "pending")
-        self._cas = client.register_script(_CAS_STATE)
-        self._apply = client.register_script(_APPLY_STAGED)
+        self.fence = keys.svt_fence(SVT_NAME)
+        self._cas = scripts.register(client, "alerts_cas_state")
+        self._apply = scripts.register(client, "alerts_apply_staged")
 
     @property
     def scripts(self) -> tuple:
@@ -233,7 +207,7 @@ class AlertsStore:
         charge. A fence write plus ``WAIT`` on the state's master, as ``Ledger.confirm``."""
         if not policy.replicas:
             return
-        fence = f"{self.key}:replicated"  # same hash tag: same slot as the state
+        fence = self.fence  # same hash tag: same slot as the state
         write_then_wait(self.r, fence, policy.replicas, policy.timeout_ms,
                         lambda pipe: pipe.set(fence, str(window)))
 

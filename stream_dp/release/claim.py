@@ -26,23 +26,9 @@ from dataclasses import dataclass
 
 import redis
 
-from stream_dp.keys import Keys
 from stream_dp.node_batches import Reads, RideAlong, run_batched
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-
-_DROP = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
+from stream_dp.store import scripts
+from stream_dp.store.keys import Keys
 
 class ClaimLost(RuntimeError):
     """The worker no longer holds the window's claim (it expired and another worker may own it)."""
@@ -73,8 +59,8 @@ class WindowClaims:
         self.keys = keys
         self.worker_id = worker_id
         self.ttl_ms = int(ttl_seconds * 1000)
-        self._renew = client.register_script(_RENEW)
-        self._drop = client.register_script(_DROP)
+        self._renew = scripts.register(client, "claim_renew")
+        self._drop = scripts.register(client, "claim_drop")
         self._set_at: dict[str, float] = {}  # token -> monotonic time before its last SET / PEXPIRE was sent
 
     @property

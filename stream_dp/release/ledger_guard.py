@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.node_batches import Reads
 from stream_dp.state_epochs import Epoch, EpochMarker, StateLost
 

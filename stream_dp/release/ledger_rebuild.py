@@ -6,7 +6,7 @@ block it was published with (``budget``: spent, remaining and the scope's cap). 
 left of the budget already spent -- and all that matters: what was published is what users lost.
 
 **A scope on the topic becomes exactly what was published in it.** Its keys are deleted, then each distinct
-release id of the scope, in window order, is written back by one ``restore`` script (``lua/restore.lua``):
+release id of the scope, in window order, is written back by one ``restore`` script (``store/lua/ledger_restore.lua``):
 its charge (log entry ``restore``, the totals), the stored record (so a window the worker revisits
 publishes the stored record, never fresh noise), the scope's cap (the ``epsilon_cap`` / ``delta_cap`` the
 records state, with ``budget.delta_prime`` from the config, which records do not carry), and a first result
@@ -34,12 +34,13 @@ from typing import Any
 from stream_dp.accounting import ledger_args
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.events import event_from_dict
-from stream_dp.accounting.ledger import SCOPE_PARTS, Ledger, script_text
+from stream_dp.accounting.ledger import Ledger
 from stream_dp.accounting.ledger_log import Cost
 from stream_dp.accounting.period_caps import protocol_cap
 from stream_dp.release.ledger_guard import REBUILDING
 from stream_dp.release.records import Envelope
 from stream_dp.state_epochs import Epoch, EpochMarker
+from stream_dp.store import scripts
 
 
 @dataclass
@@ -88,13 +89,13 @@ def rebuild(ledger: Ledger, records: list[Any]) -> RebuildReport:
     progress" until :func:`finish`."""
     marker = EpochMarker(ledger.redis, ledger.keys.ledger_epoch())
     marker.replace(REBUILDING)
-    script = ledger.redis.register_script(script_text("restore"))
+    script = scripts.register(ledger.redis, "ledger_restore")
     report = RebuildReport()
     by_scope: dict[str, list[dict[str, Any]]] = {}
     for record in first_records(records):
         by_scope.setdefault(str(record["budget"]["scope"]), []).append(record)
     for scope, scope_records in by_scope.items():
-        keys = [ledger.keys.ledger(scope, part) for part in SCOPE_PARTS]
+        keys = ledger.keys.ledger_scope(scope)
         report.replaced += int(ledger.redis.hlen(ledger.keys.ledger(scope, "charges")))
         ledger.redis.delete(*keys)
         ledger.index_ahead(scope)
@@ -112,7 +113,7 @@ def rebuild(ledger: Ledger, records: list[Any]) -> RebuildReport:
                 ledger.index_ahead(LIFETIME_SCOPE)
                 life = ledger_args.encode("restore", cap=protocol_cap(ledger.lifetime_cap), release_id=f"{scope}/{rid}",
                                           cost=cost, events=events_json, now=time.time())
-                report.lifetime += int(script(keys=[ledger.keys.ledger(LIFETIME_SCOPE, part) for part in SCOPE_PARTS],
+                report.lifetime += int(script(keys=ledger.keys.ledger_scope(LIFETIME_SCOPE),
                                               args=life))
     return report
 

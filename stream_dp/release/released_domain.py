@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream_dp.config import Config
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.records import STATUS_RELEASED, Envelope, release_id
 from stream_dp.release.windows import Window

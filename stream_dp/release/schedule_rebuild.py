@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_dp.config import Config, parse_window_start
-from stream_dp.keys import SHARD_HASH, Keys
+from stream_dp.store.keys import SHARD_HASH, Keys
 from stream_dp.release.alerts import AlertsStore, InstanceState
 
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from stream_dp.config import Config
 from stream_dp.connections import redis_client
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.replication import ReplicationPolicy
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.ledger_guard import TAIL_MESSAGES, LedgerGuard, start_check

@@ -1,6 +1,6 @@
 """Exact top-n of counts summed over window shards: the threshold algorithm (Fagin, Lotem & Naor 2003, "TA").
 
-A window split into S shards (``windows.shards``; :mod:`stream_dp.keys`) holds, per shard, the number of
+A window split into S shards (``windows.shards``; :mod:`stream_dp.store.keys`) holds, per shard, the number of
 that shard's distinct users per key; a key's window count is the SUM over the shards (different users, so
 the shards' counts add up exactly). The top ``n`` of the sums is not the union of the shards' tops (a key
 second everywhere can beat one that is first in one shard only), and reading every key of every shard would

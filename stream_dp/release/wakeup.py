@@ -1,7 +1,7 @@
 """Wake the release worker when a window closes, instead of at its next poll.
 
-Ingest adds an entry to a Redis stream (:meth:`~stream_dp.keys.Keys.window_closes`) in the same script that
-installs a global watermark past the end of a scheduled window (``ingest/lua/finalize_watermark.lua``). A
+Ingest adds an entry to a Redis stream (:meth:`~stream_dp.store.keys.Keys.window_closes`) in the same script that
+installs a global watermark past the end of a scheduled window (``store/lua/finalize_watermark.lua``). A
 worker whose last pass found nothing to do starts its next pass with a blocking read of that stream
 (``XREAD BLOCK``, at most ``release.poll_interval_seconds``) *in the pass's first round trip*: Redis holds
 the reply until an entry arrives or the time is up, then runs the pass's reads right behind it on the same
@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.node_batches import Reads
 
 #: Longest blocking read, as a share of the Redis client's socket timeout (a longer one would time out).

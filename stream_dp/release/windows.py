@@ -20,7 +20,7 @@ further event is counted into it. The reader returns only what each release type
 - :meth:`WindowReader.all_counts` -- the whole window as numpy arrays, read in ``ZRANGE`` chunks, for
   the large-margin mechanism.
 
-**Sharded windows** (``windows.shards`` S > 1, :mod:`stream_dp.keys`): a key's count is the sum of its
+**Sharded windows** (``windows.shards`` S > 1, :mod:`stream_dp.store.keys`): a key's count is the sum of its
 counts in the S shards (each shard counts different users). The reader merges exactly, reading only what
 the release type needs: the top n by the threshold algorithm over the shards' sorted sets
 (:mod:`stream_dp.release.shard_merge`), the watched keys by ``ZMSCORE`` on every shard, and -- for the
@@ -45,18 +45,19 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from stream_dp.ingest.bounding import LogDecoder
-from stream_dp.ingest.store import LOG_SEGMENT_BYTES, log_pieces
-from stream_dp.keys import Keys
 from stream_dp.node_batches import Pending, Reads, evalsha_item, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
+from stream_dp.store import scripts, window_state
+from stream_dp.store.bounding_log import LOG_SEGMENT_BYTES, LogDecoder, log_pieces
+from stream_dp.store.keys import Keys
 
 GUESSED_WINDOWS = 4  # windows after the last seen cursor whose released marks closable() reads with the watermark
 UNSEEN = object()  # WindowReader._cursor_seen before the first read
 READ_CHUNK = 50_000  # members per ZRANGE round trip when reading a whole window
 HISTOGRAM_CHUNK = 20_000  # distinct counts per Lua call when walking a window's count histogram
 RANKS_CHUNK = 20_000  # ranks per Lua call when reading the members at given ranks
+_RELEASED = window_state.RELEASED.encode()  # meta "state" as Redis returns it
 
 
 @dataclass(frozen=True)
@@ -84,138 +85,6 @@ class WindowCounts:
 
     def as_dict(self) -> dict[str, float]:
         return dict(zip(self.keys, self.counts.tolist()))
-
-
-_READ_CHUNK = """
--- KEYS[1]: window counts ; ARGV: first, last rank. Returns [member, score, member, score, ...] as JSON.
-local flat = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'WITHSCORES')
-if #flat == 0 then return '[]' end
-return cjson.encode(flat)
-"""
-
-_TOP = """
--- KEYS[1]: window counts ; ARGV[1]: last rank, ARGV[2]: first rank (default 0). Members with scores at
--- those ranks, best first, as JSON.
-local flat = redis.call('ZREVRANGE', KEYS[1], ARGV[2] or 0, ARGV[1], 'WITHSCORES')
-if #flat == 0 then return '[]' end
-return cjson.encode(flat)
-"""
-
-_SCORES = """
--- KEYS[1]: window (shard) counts ; ARGV[1]: JSON array of members. Their scores as a JSON array, 0 for a
--- missing member (one argument each way: redis-py packs and parses thousands of ZMSCORE arguments slowly).
-local members = cjson.decode(ARGV[1])
-local out = {}
-for i = 1, #members, 1000 do
-  local part = {}
-  for j = i, math.min(i + 999, #members) do part[#part + 1] = members[j] end
-  local got = redis.call('ZMSCORE', KEYS[1], unpack(part))
-  for j = 1, #part do out[#out + 1] = tonumber(got[j]) or 0 end
-end
-if #out == 0 then return '[]' end
-return cjson.encode(out)
-"""
-
-_COUNT_HISTOGRAM = """
--- KEYS[1]: window counts ; ARGV[1]: exclusive lower bound ('-inf' to start, else '(' .. score),
--- ARGV[2]: most distinct scores to return, ARGV[3]: highest score to walk to (inclusive; default '+inf').
--- Returns JSON [score, n, score, n, ...], ascending score: each step finds the next distinct score
--- (ZRANGEBYSCORE ... LIMIT 0 1) and counts its members (ZCOUNT), both O(log n), so the walk never touches
--- the members themselves.
-local out = {}
-local lo = ARGV[1]
-local hi = ARGV[3] or '+inf'
-for i = 1, tonumber(ARGV[2]) do
-  local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, 1)
-  if #nxt == 0 then break end
-  local s = nxt[2]
-  out[#out + 1] = s
-  out[#out + 1] = redis.call('ZCOUNT', KEYS[1], s, s)
-  lo = '(' .. s
-end
-if #out == 0 then return '[]' end
-return cjson.encode(out)
-"""
-
-_MEMBERS_AT = """
--- KEYS[1]: window counts ; ARGV: runs of consecutive ranks (ZRANGE order) as first, last, first, last, ...
--- Returns JSON [member, score, ...], one pair per rank ('' and '-1' for a rank past the end, which the
--- caller reports as a changed window). A run costs one ZRANGE: the fully reported classes of a sample are
--- long runs.
-local out = {}
-for i = 1, #ARGV, 2 do
-  local first, last = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  local r = redis.call('ZRANGE', KEYS[1], first, last, 'WITHSCORES')
-  for j = 1, #r do out[#out + 1] = r[j] end
-  for _ = #r / 2 + 1, last - first + 1 do
-    out[#out + 1] = ''
-    out[#out + 1] = '-1'
-  end
-end
-if #out == 0 then return '[]' end
-return cjson.encode(out)
-"""
-
-_RELEASE_SHARD = """
--- others: counts, users (first log segment), offsets of one window shard ; ttl: retention_seconds
--- State "released"; the bounding log (every segment) is deleted -- a closed window's log is never read
--- again: the apply script answers a closed window from meta and offsets -- and the other keys get the
--- retention TTL (or, with retention 0, are deleted).
-local function release_shard(meta, others, ttl)
-  redis.call('HSET', meta, 'state', 'released')
-  local len = tonumber(redis.call('HGET', meta, 'log_bytes') or '') or 0
-  local seg = tonumber(redis.call('HGET', meta, 'log_segment_bytes') or '') or 0
-  redis.call('DEL', others[2])
-  if seg > 0 then
-    for i = 1, math.ceil(len / seg) - 1 do redis.call('DEL', others[2] .. ':' .. string.format('%d', i)) end
-  end
-  for _, k in ipairs({meta, others[1], others[3]}) do
-    if ttl > 0 then redis.call('EXPIRE', k, ttl) else redis.call('DEL', k) end
-  end
-end
-"""
-
-_MARK_RELEASED = _RELEASE_SHARD + """
--- KEYS: claim, then meta, counts, users, offsets of the (only) shard ; ARGV: token, retention_seconds
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-release_shard(KEYS[2], {KEYS[3], KEYS[4], KEYS[5]}, tonumber(ARGV[2]))
-return 1
-"""
-
-_MARK_RELEASED_FENCE = """
--- KEYS: claim, released marker (both {w:<start>}) ; ARGV: token, retention_seconds
--- Sharded windows: the fenced step records the release; the shards are then released one by one.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[2], '1')
-if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]) + 86400) end
-return 1
-"""
-
-_RELEASE_ONE_SHARD = _RELEASE_SHARD + """
-release_shard(KEYS[1], {KEYS[2], KEYS[3], KEYS[4]}, tonumber(ARGV[1]))
-return 1
-"""
-
-_ADVANCE_CURSOR = """
--- KEYS[1]: released_through cursor ; KEYS[2]: released index ; ARGV: schedule start, window size, max steps,
--- and optionally the start of a window to record as released first (ZADD, idempotent).
--- Moves the cursor over every consecutive released window after it. Returns the cursor (or false).
-if ARGV[4] then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[4]) end
-local size = tonumber(ARGV[2])
-local cur = tonumber(redis.call('GET', KEYS[1]) or '')
-local nxt = cur and (cur + size) or tonumber(ARGV[1])
-local moved = false
-for _ = 1, tonumber(ARGV[3]) do
-  if not redis.call('ZSCORE', KEYS[2], string.format('%d', nxt)) then break end
-  cur, nxt, moved = nxt, nxt + size, true
-end
-if moved then redis.call('SET', KEYS[1], string.format('%d', cur)) end
-return cur and string.format('%d', cur) or false
-"""
 
 
 @dataclass
@@ -260,18 +129,18 @@ class WindowReader:
         if self.schedule.size != size_seconds:
             raise ValueError(f"schedule window size {self.schedule.size} != windows.size_seconds {size_seconds}")
         self._cursor_seen: int | None | object = UNSEEN  # the released_through cursor as last read or moved
-        self._mark = client.register_script(_MARK_RELEASED)
-        self._mark_fence = client.register_script(_MARK_RELEASED_FENCE)
-        self._release_shard = client.register_script(_RELEASE_ONE_SHARD)
+        self._mark = scripts.register(client, "mark_released")
+        self._mark_fence = scripts.register(client, "mark_released_fence")
+        self._release_shard = scripts.register(client, "release_one_shard")
         self._merged: tuple[int, WindowCounts, np.ndarray] | None = None  # (start, by count, distinct counts)
         # the top of one unsharded window as read for top-k, reused by the sample (_TopOfWindow)
         self._top: _TopOfWindow | None = None
-        self._chunk = client.register_script(_READ_CHUNK)
-        self._cursor = client.register_script(_ADVANCE_CURSOR)
-        self._histogram = client.register_script(_COUNT_HISTOGRAM)
-        self._scores = client.register_script(_SCORES)
-        self._top_script = client.register_script(_TOP)
-        self._members_at = client.register_script(_MEMBERS_AT)
+        self._chunk = scripts.register(client, "window_read_chunk")
+        self._cursor = scripts.register(client, "advance_released_cursor")
+        self._histogram = scripts.register(client, "window_count_histogram")
+        self._scores = scripts.register(client, "window_scores")
+        self._top_script = scripts.register(client, "window_top")
+        self._members_at = scripts.register(client, "window_members_at")
 
     @property
     def scripts(self) -> tuple:
@@ -367,7 +236,7 @@ class WindowReader:
 
         def parse(replies: list) -> tuple[bool, float | None]:
             in_index, (state, closed), *rest = replies
-            released = in_index is not None or state == b"released" or bool(rest and rest[0])
+            released = in_index is not None or state == _RELEASED or bool(rest and rest[0])
             return released, None if closed is None else float(closed)
 
         return Reads(items, parse)
@@ -655,4 +524,4 @@ class WindowReader:
             return True
         if self.keys.shards > 1 and self.r.exists(self.keys.window_released(window.start)):
             return True
-        return self.r.hget(self.keys.window_meta(window.start), "state") == b"released"
+        return self.r.hget(self.keys.window_meta(window.start), "state") == _RELEASED

@@ -45,7 +45,7 @@ from stream_dp.accounting.budget import check_budget_covers
 from stream_dp.accounting.events import DpEvent
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.node_batches import Pending, Reads, RideAlong, joined, load_scripts, run_reads
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements

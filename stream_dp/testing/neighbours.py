@@ -162,7 +162,7 @@ def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, r
 
     from stream_dp.accounting.ledger import BudgetCap, Ledger
     from stream_dp.ingest.applier import BatchApplier, BatchRequest, PartitionRecords
-    from stream_dp.keys import Keys
+    from stream_dp.store.keys import Keys
     from stream_dp.release.metrics import ReleaseMetrics
     from stream_dp.release.outbox import Outbox
     from stream_dp.release.worker import ReleaseWorker

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import redis
 
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 CHUNK = 20_000
 
@@ -31,7 +31,7 @@ def write_window(client: redis.Redis, keys: Keys, start: int, size: int, counts:
 
 def set_watermark(client: redis.Redis, keys: Keys, watermark: float) -> None:
     """Set ingest's global watermark: every window with ``end <= watermark`` is closed; and add ingest's close
-    notice (``ingest/lua/finalize_watermark.lua``), so a release worker waiting for one wakes now. (Ingest adds
+    notice (``store/lua/finalize_watermark.lua``), so a release worker waiting for one wakes now. (Ingest adds
     it only when a window end is passed; one more here only wakes a waiting worker for a poll that finds
     nothing new.)"""
     value = repr(float(watermark))

@@ -20,7 +20,7 @@ from topic_helpers import CheckedProducer, contract_topics
 from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the ingest tests
 from stream_dp.processes import die_with_parent
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.schedule import record_timestamp_ms
 
 REPO = Path(__file__).resolve().parents[2]

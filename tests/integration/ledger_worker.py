@@ -18,7 +18,7 @@ import redis
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent
 from stream_dp.accounting.ledger import Ledger
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 CAP = BudgetCap(2.0, 1e-5, 1e-7)
 RACE_EVENTS = [RangeBoundedEvent(0.05, count=1, delta=1e-8, mechanism="limited_domain_topk")]

@@ -10,7 +10,7 @@ from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent, ZCdpEvent
 from stream_dp.accounting.ledger import Ledger
 from stream_dp.cli import main
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 import stream_dp.release.claim as claim_module
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import Config, config_from_mapping
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
+from stream_dp.store.scripts import script_text
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox
@@ -69,7 +70,7 @@ class RoundTrips:
         self.client = client
         # the renewal script in the server's cache first: a first EVALSHA refused with NOSCRIPT (and sent
         # again after SCRIPT LOAD) would count as two
-        client.script_load(claim_module._RENEW)
+        client.script_load(script_text("claim_renew"))
         self.start = self._now()
 
     def _now(self) -> tuple[int, int]:

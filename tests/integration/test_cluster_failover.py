@@ -34,7 +34,7 @@ from release_processes import REPO, by_release_id, read_topic, start_worker, sto
 from stream_dp.accounting.budget import scope_for
 from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.replication import write_then_wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

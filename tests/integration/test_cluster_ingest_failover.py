@@ -32,7 +32,7 @@ from release_processes import wait_for
 from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.replication import write_then_wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

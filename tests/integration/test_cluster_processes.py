@@ -16,7 +16,7 @@ from release_processes import by_release_id, cli, read_topic, start_worker, stop
 from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.records import validate_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

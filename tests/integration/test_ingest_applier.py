@@ -19,7 +19,7 @@ from stream_dp.ingest import applier as applier_mod
 from stream_dp.ingest.applier import BatchApplier, BatchRequest, PartitionRecords
 from stream_dp.ingest.runners import ApplierDied, ProcessRunner, ThreadRunner
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 from demo_helpers import running
 from ingest_helpers import wait_for

@@ -28,7 +28,7 @@ from ingest_helpers import (config_mapping, create_topic, ground_truth, make_eve
                             start_worker, stop_worker, wait_for, write_toml)
 from stream_dp.ingest.consumers import KAFKA_CLIENTS
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from stream_dp.ingest.consumers import KAFKA_CLIENTS
 from stream_dp.ingest.dead_letters import PREFIX_BYTES, DeadLetterWriter, Rejected
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 from topic_helpers import CheckedProducer, contract_topics
 from ingest_helpers import Running, config_mapping, create_topic, wait_for

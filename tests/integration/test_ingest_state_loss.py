@@ -15,7 +15,7 @@ from ingest_helpers import (config_mapping, create_topic, make_events, produce, 
                             wait_for, write_toml)
 from stream_dp.config import load_config
 from stream_dp.ingest import state_check
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.state_epochs import StateLost
 
 pytestmark = pytest.mark.integration

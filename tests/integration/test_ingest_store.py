@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from stream_dp.ingest import store as store_mod
 from bounding_oracle import bounded_counts
 from store_helpers import Log, apply_in_batches, random_log
-from stream_dp.ingest.bounding import ContributionBounder, decode_log
+from stream_dp.ingest.bounding import ContributionBounder
 from stream_dp.ingest.store import Chunk, StaleBoundingState, WindowStore
 from stream_dp.ingest.windowing import global_watermark
-from stream_dp.keys import Keys
+from stream_dp.store.bounding_log import decode_log
+from stream_dp.store.keys import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -341,7 +342,7 @@ def test_the_catch_up_read_after_a_restart_is_chunked(redis_client):
 
 
 def test_log_decoder_completes_pairs_cut_anywhere():
-    from stream_dp.ingest.bounding import LogDecoder, encode_log
+    from stream_dp.store.bounding_log import LogDecoder, encode_log
 
     pairs = [("ü", "k1"), ("user-2", "ключ"), ("u3", "k3")]
     raw = encode_log([x for p in pairs for x in p])

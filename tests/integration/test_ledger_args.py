@@ -1,21 +1,21 @@
 """The ledger protocol: what Python's encoder (stream_dp.accounting.ledger_args) writes is what the Lua prelude
-(stream_dp/accounting/lua/common.lua) reads, on a real redis-server."""
+(stream_dp/store/lua/ledger_common.lua) reads, on a real redis-server."""
 
 from __future__ import annotations
 
 import json
 import struct
-from importlib import resources
 
 import numpy as np
 import pytest
 import redis
 
 from stream_dp.accounting import ledger_args
+from stream_dp.store.scripts import lua_file
 
 pytestmark = pytest.mark.integration
 
-COMMON = (resources.files("stream_dp.accounting") / "lua" / "common.lua").read_text(encoding="utf-8")
+COMMON = lua_file("ledger_common")
 # After the prelude: every field as Lua sees it (reals re-printed with '%.17g', which round-trips doubles)
 ECHO = COMMON + """
 local c = args_cost()

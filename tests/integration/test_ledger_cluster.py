@@ -11,8 +11,8 @@ from redis.cluster import RedisCluster
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent
-from stream_dp.accounting.ledger import SCOPE_PARTS, Ledger
-from stream_dp.keys import Keys
+from stream_dp.accounting.ledger import Ledger
+from stream_dp.store.keys import Keys
 from cluster_helpers import local_cluster
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def test_ledger_on_a_real_cluster(cluster):
     keys = Keys("sdp")
     scopes = ["2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30"]
     for scope in scopes + ["lifetime"]:  # all parts of a scope in one slot
-        assert len({cluster.keyslot(keys.ledger(scope, part)) for part in SCOPE_PARTS}) == 1
+        assert len({cluster.keyslot(key) for key in keys.ledger_scope(scope)}) == 1
     nodes = {cluster.get_node_from_key(keys.ledger(s, "totals")).name for s in scopes + ["lifetime"]}
     assert len(nodes) >= 2  # the scopes really live on different masters
 

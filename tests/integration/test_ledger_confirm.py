@@ -17,9 +17,9 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.events import PureDpEvent
-from stream_dp.accounting.ledger import SCOPE_PARTS, Ledger
+from stream_dp.accounting.ledger import Ledger
 from stream_dp.devstack import Service
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.replication import NotReplicated, ReplicationPolicy
 from cluster_helpers import master_with_replica
 
@@ -49,7 +49,7 @@ def lose_charge(client: redis.Redis, scope: str, release_id: str) -> None:
 
 def lose_scope(client: redis.Redis, scope: str) -> None:
     """A failover of the scope's slot that lost everything it ever held (its first writes never replicated)."""
-    client.delete(*(KEYS.ledger(scope, part) for part in SCOPE_PARTS))
+    client.delete(*KEYS.ledger_scope(scope))
 
 
 def test_a_charge_the_master_no_longer_holds_is_not_confirmed(master_and_replica) -> None:

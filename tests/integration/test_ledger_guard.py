@@ -15,7 +15,7 @@ import pytest
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import Ledger
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.ledger_guard import REBUILD, LedgerGuard, start_check
 from stream_dp.release.ledger_rebuild import finish, first_records, rebuild
 from stream_dp.release.outbox import Outbox

@@ -12,7 +12,7 @@ import pytest
 from stream_dp.accounting.budget import BudgetCap, decide
 from stream_dp.accounting.events import ApproxDpEvent, PureDpEvent, RangeBoundedEvent, ZCdpEvent
 from stream_dp.accounting.ledger import Cost, Ledger
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 
 pytestmark = pytest.mark.integration
 

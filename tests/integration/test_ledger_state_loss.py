@@ -21,7 +21,7 @@ from release_processes import (by_release_id, cli, read_topic, start_worker, sto
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.devstack import DevStack
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of
 from stream_dp.testing.windows import set_watermark, write_window
 

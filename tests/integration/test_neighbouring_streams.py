@@ -141,7 +141,7 @@ def _window_epsilon(cfg: Config, client) -> tuple[float, float]:
     from prometheus_client import CollectorRegistry
 
     from stream_dp.accounting.ledger import BudgetCap, Ledger
-    from stream_dp.keys import Keys
+    from stream_dp.store.keys import Keys
     from stream_dp.release.metrics import ReleaseMetrics
     from stream_dp.release.outbox import Outbox
     from stream_dp.release.worker import ReleaseWorker

@@ -25,7 +25,7 @@ from release_processes import REPO, start_worker, stop, wait_started, write_conf
 from stream_dp.broker_reach import BrokerUnreachable
 from stream_dp.client import subscribe
 from stream_dp.devstack import DevStack, find_redis_server
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.processes import die_with_parent, free_port
 from stream_dp.testing.windows import set_watermark, write_window
 

@@ -17,7 +17,7 @@ import redis
 from release_processes import cli, read_topic, start_worker, stop, wait_for, wait_started, write_config
 from stream_dp.accounting.budget import reported_epsilon
 from stream_dp.accounting.composition import compose
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of
 from stream_dp.testing.windows import set_watermark, write_window
 

@@ -22,7 +22,7 @@ from release_processes import (by_release_id, read_topic, start_worker, stop, wa
                                write_config)
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.ledger import BudgetCap, Ledger
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of, validate_record
 from stream_dp.release.crashpoints import POINTS
 from stream_dp.testing.windows import set_watermark, write_window

@@ -20,7 +20,7 @@ from ingest_helpers import write_toml
 from release_processes import by_release_id, read_topic, start_worker, stop, wait_for, wait_started
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.ledger import BudgetCap, Ledger
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of, validate_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -13,7 +13,7 @@ from kafka import KafkaConsumer
 
 from stream_dp.client import ReleaseSubscriber
 from stream_dp.config import config_from_mapping
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.wire import message_parts
 from stream_dp.release.records import validate_record
 from stream_dp import topics

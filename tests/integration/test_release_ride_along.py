@@ -28,7 +28,7 @@ from stream_dp.accounting.budget import scope_for
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import Config, config_from_mapping
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.alerts import SVT_NAME
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox

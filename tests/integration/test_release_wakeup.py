@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from stream_dp.ingest.store import WindowStore
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.node_batches import node_client, run_reads
 from stream_dp.release.wakeup import WindowCloses
 from stream_dp.testing.windows import set_watermark, write_window

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.claim import ClaimLost, WindowClaims
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.testing.windows import set_watermark, write_window

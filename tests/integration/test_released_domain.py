@@ -16,7 +16,7 @@ import pytest
 from eval.continual import MemoryProducer
 from stream_dp.accounting.budget import scope_for
 from stream_dp.config import Config, config_from_mapping
-from stream_dp.keys import Keys
+from stream_dp.store.keys import Keys
 from stream_dp.release.outbox import Publisher
 from stream_dp.release.records import validate_record
 from stream_dp.release.released_domain import (DomainNotPublished, DomainRule, domain_digest,

@@ -14,9 +14,9 @@ from bounding_oracle import bounded_counts
 from store_helpers import Log, apply_in_batches, random_log
 from stream_dp.config import ConfigError, WindowsConfig
 from stream_dp.devstack import DevStack
-from stream_dp.ingest.bounding import decode_log
-from stream_dp.ingest.store import Chunk, WindowStore, log_pieces
-from stream_dp.keys import Keys, shard_of
+from stream_dp.ingest.store import Chunk, WindowStore
+from stream_dp.store.bounding_log import decode_log, log_pieces
+from stream_dp.store.keys import Keys, shard_of
 from stream_dp.release.sampling import count_classes
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.schedule import ScheduleMismatch, establish

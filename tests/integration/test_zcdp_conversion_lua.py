@@ -1,7 +1,7 @@
 """The ledger script's zCDP → (ε, δ) conversion equals the Python one, on a real redis-server.
 
 The Lua block between ``-- BEGIN zcdp_to_epsilon`` and ``-- END zcdp_to_epsilon`` in
-stream_dp/accounting/lua/common.lua is what the ledger's cap rule calls; it is run here on its own (EVAL)
+stream_dp/store/lua/ledger_common.lua is what the ledger's cap rule calls; it is run here on its own (EVAL)
 over a grid of (ρ, δ′) and compared with :func:`stream_dp.accounting.composition.zcdp_to_epsilon`. The two
 use the same constants and operations in the same order, so they agree to the last bit on this machine; the
 assertion allows 1e-12 relative (a different libm) and the Python side's soundness is tested in
@@ -11,17 +11,17 @@ tests/unit/test_zcdp_conversion.py.
 from __future__ import annotations
 
 import random
-from importlib import resources
 
 import pytest
 
 from stream_dp.accounting.composition import loose_zcdp_to_epsilon, zcdp_to_epsilon
+from stream_dp.store.scripts import lua_file
 
 pytestmark = pytest.mark.integration
 
 
 def conversion_block() -> str:
-    text = resources.files("stream_dp.accounting").joinpath("lua/common.lua").read_text()
+    text = lua_file("ledger_common")
     begin, end = text.index("-- BEGIN zcdp_to_epsilon"), text.index("-- END zcdp_to_epsilon")
     return text[begin:end]
 

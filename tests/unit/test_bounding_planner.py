@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_dp.ingest.bounding import WindowBounding, decode_log, encode_log
+from stream_dp.ingest.bounding import WindowBounding
+from stream_dp.store.bounding_log import decode_log, encode_log
 
 USERS = ["u1", "u2", "u1a", "ü"]
 KEYS = ["a", "ab", "b", "ba", "a b", "%z", "ключ"]

@@ -47,7 +47,18 @@ def test_the_library_never_imports_entry_points_tests_or_benchmarks():
 
 
 PRODUCTION = ("stream_dp.ingest", "stream_dp.release", "stream_dp.accounting", "stream_dp.mechanisms",
-              "stream_dp.connections", "stream_dp.config", "stream_dp.dashboard", "stream_dp.client")
+              "stream_dp.connections", "stream_dp.config", "stream_dp.dashboard", "stream_dp.client", "stream_dp.store")
+
+
+def test_the_redis_contract_is_shared_through_the_store_only():
+    """Ingest writes what the release worker and the ledger read; all three take the contract (keys, the
+    bounding log's encoding, window states, scripts) from ``stream_dp.store``, which imports none of them, and
+    the release side never reaches into ingest's internals for it."""
+    edges = import_graph()
+    assert edges["stream_dp.store"] == set()
+    assert "stream_dp.ingest" not in edges["stream_dp.release"]
+    for side in ("stream_dp.ingest", "stream_dp.release", "stream_dp.accounting"):
+        assert "stream_dp.store" in edges[side], side
 
 
 def test_production_never_imports_the_dev_stack():

@@ -1,5 +1,5 @@
-"""A regular (non-editable) install finds the default config (and the release schema): wheel package data;
-the wheel is marked typed (py.typed)."""
+"""A regular (non-editable) install finds the default config (and the release schema) and the Lua scripts: wheel
+package data; the wheel is marked typed (py.typed)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ def test_wheel_carries_the_default_config_and_an_install_loads_it(tmp_path):
         # the dashboard's page is served from the package (no CDN): it must be in the wheel
         for name in ("index.html", "dashboard.js", "dashboard.css"):
             assert zf.read(f"stream_dp/dashboard/static/{name}") == (ROOT / "stream_dp" / "dashboard" / "static" / name).read_bytes()
+        # every Lua script the loader reads (stream_dp/store/scripts.py) is package data
+        for lua in sorted((ROOT / "stream_dp" / "store" / "lua").glob("*.lua")):
+            assert zf.read(f"stream_dp/store/lua/{lua.name}") == lua.read_bytes(), lua.name
     assert packaged == (ROOT / "config" / "stream-dp.toml").read_bytes()
     assert schema == (ROOT / "config" / "release.schema.json").read_bytes()
 
@@ -41,7 +44,9 @@ def test_wheel_carries_the_default_config_and_an_install_loads_it(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
                    check=True, capture_output=True, timeout=300)
     probe = ("import stream_dp.config as c; assert c.DEFAULT_CONFIG_PATH.is_file(), c.DEFAULT_CONFIG_PATH; "
-             "assert str(c.DEFAULT_CONFIG_PATH).startswith(%r); print(c.load_config().releases.topk.k)" % str(site))
+             "assert str(c.DEFAULT_CONFIG_PATH).startswith(%r); "
+             "from stream_dp.store import scripts; assert all(scripts.script_text(n) for n in scripts.SCRIPTS); "
+             "print(c.load_config().releases.topk.k)" % str(site))
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
     env["PYTHONPATH"] = str(site)
     res = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,

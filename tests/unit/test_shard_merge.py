@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_dp.keys import SHARD_HASH, shard_of
+from stream_dp.store.keys import SHARD_HASH, shard_of
 from stream_dp.release.shard_merge import merged_top, rank_key
 
 KEYS = [f"k{i}" for i in range(40)]

@@ -11,6 +11,7 @@
 --                        events_full, apply_token, log_bytes, log_segment_bytes, and per partition p that had
 --                        a chunk refused as full, full:<p> = "lo:hi,lo:hi,..." (the offsets in (lo, hi] of
 --                        this window shard were refused; a replay reports them as full again)
+--                 (states: the window_state prelude, stream_dp/store/window_state.py)
 -- ARGV[1] the header, JSON (stream_dp.ingest.store.ApplyHeader; "v" = 1):
 --   start, end, partition, closed_through (string; the caller's view of the global watermark, the window is
 --   late when end <= it), known_late (the caller already knows the window closed), token_before, token,
@@ -41,7 +42,7 @@ local partition = tostring(h.partition)
 
 local last = redis.call('HGET', offsets, partition)
 local state = redis.call('HGET', meta, 'state')
-if h.known_late or state == 'closed' or state == 'released' or tonumber(h['end']) <= tonumber(h.closed_through) then
+if h.known_late or state == WINDOW_CLOSED or state == WINDOW_RELEASED or tonumber(h['end']) <= tonumber(h.closed_through) then
   return {'late', last or '-1'}
 end
 
@@ -78,7 +79,7 @@ end
 
 local function set_meta()
   if not state then
-    redis.call('HSET', meta, 'start', h.start, 'end', h['end'], 'state', 'open')
+    redis.call('HSET', meta, 'start', h.start, 'end', h['end'], 'state', WINDOW_OPEN)
   end
   redis.call('HSET', meta, 'apply_token', h.token, 'log_bytes', string.format('%d', len),
              'log_segment_bytes', string.format('%d', seg))

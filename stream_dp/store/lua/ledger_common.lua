@@ -1,4 +1,4 @@
--- Shared prelude of the ledger scripts (stream_dp/accounting/ledger.py prepends it to each operation).
+-- Shared prelude of the ledger scripts (stream_dp/store/scripts.py prepends it to each ledger_* script).
 --
 -- KEYS (all share the hash tag {ledger:<scope>}, so one scope lives in one cluster slot):
 --   1 totals        HASH  committed sums: rho, zd, beps, bd, binf (count of charges with basic eps = inf), n

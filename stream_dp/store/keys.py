@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 #: The name of the user → shard hash, recorded with the release schedule (a restart must use the same).
 SHARD_HASH = "crc32-utf8"
+#: The parts of one ledger scope, in the KEYS order of every ledger script (``lua/ledger_common.lua``).
+LEDGER_SCOPE_PARTS = ("totals", "log", "charges", "outbox", "unpublished", "reservations", "res_results", "settled",
+                      "cap")
 
 
 def shard_of(user: str, shards: int) -> int:
@@ -57,9 +60,9 @@ class Keys:
         return f"{self.prefix}:{self.window_tag(start, shard)}:counts"
 
     def window_users(self, start: int, shard: int = 0) -> str:
-        """String: the first segment of the shard's contribution-bounding log, counted ``user\0key\0`` pairs
-        in apply order (ingest-internal); segment ``n`` ≥ 1 is this name + ``:<n>`` (see
-        ``ingest/lua/apply_window.lua``)."""
+        """String: the first segment of the shard's contribution-bounding log, counted ``user\\0key\\0`` pairs
+        in apply order (written by ingest; read by its planner and by the release worker); segment ``n`` ≥ 1 is
+        this name + ``:<n>`` (see ``store/lua/apply_window.lua``; encoding: :mod:`stream_dp.store.bounding_log`)."""
         return f"{self.prefix}:{self.window_tag(start, shard)}:users"
 
     def window_offsets(self, start: int, shard: int = 0) -> str:
@@ -67,7 +70,8 @@ class Keys:
         return f"{self.prefix}:{self.window_tag(start, shard)}:offsets"
 
     def window_meta(self, start: int, shard: int = 0) -> str:
-        """Hash: window shard metadata (start, end, events applied, users bounded, state, log length)."""
+        """Hash: window shard metadata (start, end, events applied, users bounded, state, log length; the
+        states: :mod:`stream_dp.store.window_state`)."""
         return f"{self.prefix}:{self.window_tag(start, shard)}:meta"
 
     def window_released(self, start: int) -> str:
@@ -102,10 +106,27 @@ class Keys:
         release worker blocks on it between passes instead of waiting out its poll interval."""
         return f"{self.prefix}:{{ingest}}:closes"
 
+    def topic_ids(self) -> str:
+        """Hash: events topic name → the topic id its applied offsets belong to
+        (:mod:`stream_dp.ingest.topic_identity`)."""
+        return f"{self.prefix}:{{ingest}}:topic-ids"
+
     # --- ledger ----------------------------------------------------------------------------------
     def ledger(self, scope: str, part: str) -> str:
         """One part (``totals``, ``log``, ``charges``, ``reservations``…) of a ledger scope."""
         return f"{self.prefix}:{{ledger:{scope}}}:{part}"
+
+    def ledger_scope(self, scope: str) -> list[str]:
+        """Every part of a ledger scope, in the KEYS order of the ledger scripts (:data:`LEDGER_SCOPE_PARTS`)."""
+        return [self.ledger(scope, part) for part in LEDGER_SCOPE_PARTS]
+
+    def ledger_scopes(self) -> str:
+        """Set: the index of ledger scopes ever written (``{ledger}`` tag)."""
+        return f"{self.prefix}:{{ledger}}:scopes"
+
+    def ledger_scopes_fence(self) -> str:
+        """String: the write that ``WAIT`` confirms on the scope index's master (same slot as the index)."""
+        return f"{self.prefix}:{{ledger}}:replicated"
 
     def ledger_epoch(self) -> str:
         """String (JSON): the marker that Redis still holds the ledger (same slot as the scope index),
@@ -120,3 +141,7 @@ class Keys:
     def svt(self, name: str, part: str) -> str:
         """Online sparse-vector state of one alert stream."""
         return f"{self.prefix}:{{svt:{name}}}:{part}"
+
+    def svt_fence(self, name: str) -> str:
+        """String: the write that ``WAIT`` confirms on the master of an alert stream's state (same slot)."""
+        return f"{self.svt(name, 'state')}:replicated"
