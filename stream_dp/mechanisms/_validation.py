@@ -55,6 +55,13 @@ def check_positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+def check_size(size: Any) -> int:
+    """A sample size: an integer >= 0 (``ValueError`` otherwise)."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ValueError(f"size must be an integer >= 0, got {size!r}")
+    return int(size)
+
+
 def check_scores(values: Mapping[Hashable, Any], *, name: str = "counts",
                  nonnegative: bool = True) -> tuple[list[Hashable], np.ndarray]:
     """Split a mapping key → score into (keys, float64 array), rejecting NaN, ±inf and (optionally) < 0.

@@ -8,8 +8,10 @@ sampler never touches floating point -- the floating-point attacks on textbook c
 (Mironov 2012) have nothing to act on. :func:`sample_discrete_gaussian` follows CKS20 Algorithm 3
 (discrete Laplace proposals, Algorithm 2, accepted with an exact Bernoulli(e^{−γ}) coin, Algorithm 1) in
 rational arithmetic: σ² is a :class:`fractions.Fraction`, every coin is "a uniform integer below d is below
-n" with Python integers, and the only source of randomness is the numpy Generator API of
-:func:`stream_dp.rng.make_rng` (``integers`` and ``bytes``), so a CSPRNG-backed generator drops in.
+n", and the only source of randomness is the numpy Generator API of :func:`stream_dp.rng.make_rng`
+(``integers`` and ``bytes``), so a CSPRNG-backed generator drops in. It runs the algorithm on whole arrays
+(:mod:`stream_dp.mechanisms.exact_batch`, ~50x faster); :func:`sample_discrete_gaussian_scalar` is the same
+algorithm one draw at a time in Python integers, kept as the reference.
 
 Privacy fact used by the histogram (CKS20 Proposition 5 plus tensorisation): for integers μ, ν,
 D_α(N_Z(μ, σ²) ‖ N_Z(ν, σ²)) ≤ α(μ−ν)²/(2σ²); independent coordinates add their Rényi divergences, so an
@@ -30,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from stream_dp.mechanisms._validation import check_positive_fraction
+from stream_dp.mechanisms._validation import check_positive_fraction, check_size
+from stream_dp.mechanisms.exact_batch import discrete_gaussian_batch
 from stream_dp.rng import RngLike, make_rng
 
 # Coordinates beyond this many σ carry mass < e^{-800}: below float64's smallest normal number.
@@ -100,19 +103,31 @@ def _discrete_gaussian_one(rng: np.random.Generator, n: int, d: int, t: int) -> 
 
 
 def sample_discrete_gaussian(sigma2: Any, size: int, rng: RngLike = None) -> np.ndarray:
-    """``size`` exact i.i.d. draws of N_Z(0, σ²) as an int64 array (CKS20 Algorithm 3).
+    """``size`` exact i.i.d. draws of N_Z(0, σ²) as an int64 array (CKS20 Algorithm 3, in batches:
+    :func:`~stream_dp.mechanisms.exact_batch.discrete_gaussian_batch`).
 
     >>> sample_discrete_gaussian(4, 3, rng=1).dtype
     dtype('int64')
     """
     s2 = as_sigma2(sigma2)
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
-        raise ValueError(f"size must be an integer >= 0, got {size!r}")
+    size = check_size(size)
+    return discrete_gaussian_batch(make_rng(rng), s2.numerator, s2.denominator, size)
+
+
+def sample_discrete_gaussian_scalar(sigma2: Any, size: int, rng: RngLike = None) -> np.ndarray:
+    """The same law as :func:`sample_discrete_gaussian`, one draw at a time in Python integers (CKS20 Algorithm 3
+    as written): the reference the batched sampler is tested and benchmarked against (bench/bench_samplers.py).
+
+    >>> sample_discrete_gaussian_scalar(4, 3, rng=1).dtype
+    dtype('int64')
+    """
+    s2 = as_sigma2(sigma2)
+    size = check_size(size)
     generator = make_rng(rng)
     n, d = s2.numerator, s2.denominator
     t = math.isqrt(n // d) + 1  # ⌊σ⌋ + 1, exact
-    return np.fromiter((_discrete_gaussian_one(generator, n, d, t) for _ in range(int(size))),
-                       dtype=np.int64, count=int(size))
+    return np.fromiter((_discrete_gaussian_one(generator, n, d, t) for _ in range(size)), dtype=np.int64,
+                       count=size)
 
 
 def _support(sigma2: float) -> np.ndarray:
