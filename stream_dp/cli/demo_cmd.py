@@ -11,9 +11,9 @@ examples:
   stream-dp demo --windows 4              # stop by itself after four windows were released
   stream-dp demo --no-dashboard           # without the live page (http://127.0.0.1:8050/ by default)
   # MovieLens' ratings.csv (https://grouplens.org/datasets/movielens/), replayed in event-time order:
-  # yearly windows, larger Δ and ε per outcome, a budget that covers them
+  # yearly windows, larger Δ and top-k window budget, a budget that covers them
   STREAM_DP_WINDOWS__SIZE_SECONDS=31536000 STREAM_DP_CONTRIBUTION__MAX_KEYS_PER_USER=20 \\
-  STREAM_DP_RELEASES__TOPK__EPSILON=1.0 STREAM_DP_BUDGET__EPSILON=20 \\
+  STREAM_DP_RELEASES__TOPK__WINDOW_EPSILON=10 STREAM_DP_BUDGET__EPSILON=20 \\
     stream-dp demo --csv ml-latest-small/ratings.csv --user-column userId --key-column movieId \\
     --time-column timestamp
 """
