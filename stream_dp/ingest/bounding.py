@@ -76,6 +76,10 @@ class ContributionBounder:
         self.counts[key] += 1
         return "counted"
 
+    def pairs(self) -> list[tuple[str, str]]:
+        """The counted (user, key) pairs, each user's in the order they were counted (``unit = "user"``)."""
+        return [(user, key) for user, keys in self._keys_of.items() for key in keys]
+
 
 def bounded_window_counts(events: Iterable[tuple[int, str, str]], *, window_size: int, max_keys_per_user: int,
                           unit: str = "user") -> dict[int, dict[str, int]]:

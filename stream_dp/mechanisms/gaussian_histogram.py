@@ -34,7 +34,7 @@ import numpy as np
 
 from stream_dp.accounting.composition import loose_zcdp_to_epsilon, zcdp_to_epsilon  # noqa: F401 (doctests)
 from stream_dp.accounting.events import DpEvent, ZCdpAndApproxDpEvent, ZCdpEvent
-from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, tie_key
+from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, ranked_top
 from stream_dp.mechanisms.discrete_gaussian import (
     as_sigma2,
     discrete_gaussian_quantile,
@@ -264,23 +264,6 @@ def _check_counts(counts: Mapping[Hashable, object]) -> tuple[list[Hashable], np
     return keys, np.asarray(checked, dtype=np.int64)
 
 
-def ranked_by_noisy_value(candidates: np.ndarray, noisy: np.ndarray, keys: list[Hashable], limit: int) -> list[int]:
-    """The ``limit`` candidates (indices) with the largest noisy values, best first, ties in the fixed
-    :func:`tie_key` order -- exactly the first ``limit`` of sorting every candidate by (value, tie key), but only
-    the candidates at or above the ``limit``-th largest value are sorted.
-
-    >>> ranked_by_noisy_value(np.arange(4), np.array([5, 9, 5, 1]), ["a", "b", "c", "d"], 2)
-    [1, 2]
-    """
-    if len(candidates) > limit:
-        values = noisy[candidates]
-        cut = np.partition(values, len(values) - limit)[len(values) - limit]
-        candidates = candidates[values >= cut]
-    ranked = sorted(zip(noisy[candidates].tolist(), candidates.tolist()), key=lambda vi: (vi[0], tie_key(keys[vi[1]])),
-                    reverse=True)
-    return [i for _, i in ranked[:limit]]
-
-
 class ThresholdedGaussian(Protocol):
     """What the release needs of a calibration: σ² (rational), the integer threshold τ and the cost."""
 
@@ -345,7 +328,7 @@ def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callabl
         edge = np.flatnonzero(~keep & (noisy == threshold - 1))
         keep[edge] = boundary(len(edge))
     kept = np.flatnonzero(keep)
-    order = ranked_by_noisy_value(kept, noisy, keys, max_keys)
+    order = ranked_top(kept, noisy, keys, max_keys)
     h = ci_half_width
     rows = tuple(HistogramRow(keys[i], value, value - h, value + h, public_key)
                  for i, value, public_key in zip(order, noisy[order].tolist(), in_domain[order].tolist()))
