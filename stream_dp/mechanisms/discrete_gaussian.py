@@ -20,8 +20,6 @@ continuous Gaussian's ρ.
 
 :func:`discrete_gaussian_tail` computes P[Z ≥ m] in float64 from the pmf (a relative error of ~1e-15,
 tested against 60-digit decimal arithmetic in tests/unit/test_gaussian_histogram.py).
-:func:`sample_discrete_gaussian_table` is a fast *vectorised* sampler of the same law by inverse CDF in
-float64 -- for Monte-Carlo evaluation only (eval/), never in a release.
 """
 
 from __future__ import annotations
@@ -188,17 +186,3 @@ def discrete_gaussian_quantile(sigma2: Any, confidence: float) -> int:
     if p[centre] >= confidence:
         return 0
     return int(np.searchsorted(inside, confidence) + 1)
-
-
-def sample_discrete_gaussian_table(sigma2: Any, size: int | tuple[int, ...], rng: np.random.Generator
-                                   ) -> np.ndarray:
-    """Vectorised draws of N_Z(0, σ²) by inverse CDF on the float64 pmf -- evaluation only.
-
-    The law matches :func:`sample_discrete_gaussian` up to float rounding of the CDF (tested by a
-    chi-square comparison); it is *not* floating-point safe and no release uses it.
-    """
-    ys, p = discrete_gaussian_pmf(sigma2)
-    cdf = np.cumsum(p)
-    cdf[-1] = 1.0
-    u = rng.random(size)
-    return ys[np.searchsorted(cdf, u, side="right").clip(0, len(ys) - 1)]
