@@ -41,6 +41,7 @@ from stream_dp.release.alerts import AlertsRun
 from stream_dp.release.budget_plan import plan_for
 from stream_dp.release.builders import BUILDERS, TopkBuilder, alerts_measurement, release_measurements
 from stream_dp.release.records import RecordDraft
+from stream_dp.release.window_budget import configured_topk, topk_parameters
 from stream_dp.release.windows import Window, WindowCounts
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "privacy.md"
@@ -105,9 +106,26 @@ class Case:
 
 
 def _topk_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
-    t = cfg.releases.topk
-    return (RangeBoundedEvent(t.epsilon, count=len(d.items) + int(bool(d.hit_bottom)), delta=t.delta,
+    p = configured_topk(cfg.releases.topk)  # per-outcome ε and δ_⊥: the old keys', or from the window budget
+    return (RangeBoundedEvent(p.epsilon, count=len(d.items) + int(bool(d.hit_bottom)), delta=p.delta,
                               mechanism="limited_domain_topk"),)
+
+
+def _topk_window_reserved(cfg: Config) -> tuple[DpEvent, ...]:
+    t = cfg.releases.topk
+    p = topk_parameters(t.window_epsilon, t.window_delta, t.k)
+    return (RangeBoundedEvent(p.epsilon, count=t.k, delta=t.window_delta / 2, mechanism="limited_domain_topk"),)
+
+
+def _histogram_window_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
+    """The zcdp histogram at the window budget: ρ from ε_w at δ_w/2, the threshold for the other half."""
+    from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
+
+    h = cfg.releases.histogram
+    dk = cfg.contribution.max_keys_per_user
+    sigma2 = calibrate_histogram(epsilon=h.window_epsilon, threshold_delta=h.window_delta / 2,
+                                 conversion_delta=h.window_delta / 2, max_keys_per_user=dk).sigma2
+    return (ZCdpEvent(dk / (2 * float(sigma2)), delta=h.window_delta / 2, mechanism="gaussian_histogram"),)
 
 
 def _split(cfg: Config) -> tuple[float, float]:
@@ -138,16 +156,16 @@ def _alerts_map(cfg: Config) -> tuple[DpEvent, ...]:
 
 def _sample_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
     s, dk = cfg.releases.sample, cfg.contribution.max_keys_per_user
-    return (ApproxDpEvent(s.epsilon / dk, s.delta / dk, count=dk, mechanism="private_weighted_sample"),)
+    return (ApproxDpEvent(s.window_epsilon / dk, s.window_delta / dk, count=dk, mechanism="private_weighted_sample"),)
 
 
 def _argmax_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
     a = cfg.releases.argmax
-    return (ApproxDpEvent(a.epsilon, a.delta, mechanism="large_margin"),)
+    return (ApproxDpEvent(a.window_epsilon, a.window_delta, mechanism="large_margin"),)
 
 
 def _watch_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
-    return (PureDpEvent(cfg.releases.watch_topk.epsilon, mechanism="noisy_topk_with_gap"),)
+    return (PureDpEvent(cfg.releases.watch_topk.window_epsilon, mechanism="noisy_topk_with_gap"),)
 
 
 def _histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
@@ -219,6 +237,8 @@ CASES: dict[str, Case] = {
     "topk": Case("topk", {"topk": {"k": 5, "k_bar": 8, "epsilon": 0.7, "delta": DELTA}}, "| `topk` limited-domain",
                  _topk_realized,
                  lambda cfg: (RangeBoundedEvent(0.7, count=5, delta=DELTA, mechanism="limited_domain_topk"),)),
+    "topk_window_budget": Case("topk", {"topk": {"k": 5, "k_bar": 8, "window_epsilon": 2.0, "window_delta": 2 * DELTA}},
+                               "| `topk` limited-domain", _topk_realized, _topk_window_reserved),
     "topk_known_domain": Case(
         "topk", {"topk": {"k": 4, "k_bar": 6, "epsilon": 0.8, "delta": DELTA, "discovery_share": 0.3,
                           "domain": ["k0", "k1", "k2", "never-seen"]}},
@@ -226,14 +246,17 @@ CASES: dict[str, Case] = {
     "alerts": Case("alerts", {"alerts": {"enabled": True, "watchlist": [f"k{i}" for i in range(12)],
                                          "threshold": 30, "k": 2, "epsilon": 0.6}},
                    "| `alerts`", lambda cfg, d: _alerts_map(cfg) if d.info.get("opened") else (), _alerts_map),
-    "sample": Case("sample", {"sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 1.0,
-                                         "delta": DELTA}}, "| `sample`", _sample_map, _sample_map),
-    "argmax": Case("argmax", {"argmax": {"enabled": True, "epsilon": 1.0, "delta": DELTA}}, "| `argmax`",
-                   _argmax_map, _argmax_map),
-    "watch_topk": Case("watch_topk", {"watch_topk": {"enabled": True, "k": 3, "epsilon": 0.5}}, "| `watch_topk`",
-                       _watch_map, _watch_map),
+    "sample": Case("sample", {"sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "window_epsilon": 1.0,
+                                         "window_delta": DELTA}}, "| `sample`", _sample_map, _sample_map),
+    "argmax": Case("argmax", {"argmax": {"enabled": True, "window_epsilon": 1.0, "window_delta": DELTA}},
+                   "| `argmax`", _argmax_map, _argmax_map),
+    "watch_topk": Case("watch_topk", {"watch_topk": {"enabled": True, "k": 3, "window_epsilon": 0.5}},
+                       "| `watch_topk`", _watch_map, _watch_map),
     "histogram": Case("histogram", {"histogram": {"enabled": True, "epsilon": 1.0, "delta": DELTA, "max_keys": 20}},
                       "| `histogram` (gaussian, zcdp", _histogram_map, _histogram_map),
+    "histogram_window_budget": Case(
+        "histogram", {"histogram": {"enabled": True, "window_epsilon": 1.0, "window_delta": 2 * DELTA, "max_keys": 20}},
+        "| `histogram` (gaussian, zcdp", _histogram_window_map, _histogram_window_map),
     "histogram_exact": Case(
         "histogram", {"histogram": {"enabled": True, "calibration": "exact", "epsilon": 1.0, "delta": DELTA,
                                     "max_keys": 20}},
