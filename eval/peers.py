@@ -462,18 +462,13 @@ def opendp_gaussian_true_delta_measurement(dk: int, eps: float, delta: float) ->
     documented row). Returns the threshold measurement itself (what runs; its outputs do not depend on the
     accounting)."""
     dp = _opendp()
-    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
-    met = dp.l02inf_distance(dp.absolute_distance(T=dp.i64))
     d_in = (dk, dk, 1)
-
-    def raw(scale: float, threshold: int) -> Any:
-        return dp.m.make_gaussian_threshold(dom, met, scale=scale, threshold=threshold)
 
     def threshold_for(scale: float) -> int:
         return _smallest_threshold(lambda t: opendp_gaussian_true_delta(scale, t, dk), delta / 2)
 
     def epsilon_of(scale: float, threshold: int) -> float:
-        measurement = raw(scale, threshold)
+        measurement = _gaussian_threshold(scale, threshold)
         stated = measurement.map(d_in)[1]
         left = delta - opendp_gaussian_true_delta(scale, threshold, dk)  # for the conversion of ρ
         return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(measurement), left + stated).map(d_in)[0]
@@ -482,7 +477,15 @@ def opendp_gaussian_true_delta_measurement(dk: int, eps: float, delta: float) ->
     threshold = threshold_for(scale)
     scale = _bisect_scale(lambda s: epsilon_of(s, threshold) <= eps, lo=scale / 2, hi=scale)
     _OPENDP_PARAMS[("gaussian_true_delta", dk, eps, delta)] = (scale, threshold)
-    return raw(scale, threshold)
+    return _gaussian_threshold(scale, threshold)
+
+
+def _gaussian_threshold(scale: float, threshold: int) -> Any:
+    """OpenDP's ``make_gaussian_threshold`` on a map key → i64 count, ``l02inf_distance`` (d_in = (Δ, √Δ, 1))."""
+    dp = _opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l02inf_distance(dp.absolute_distance(T=dp.i64))
+    return dp.m.make_gaussian_threshold(dom, met, scale=scale, threshold=threshold)
 
 
 def opendp_gaussian_delta_audit(grid: PeerGrid) -> list[dict[str, Any]]:
@@ -495,10 +498,7 @@ def opendp_gaussian_delta_audit(grid: PeerGrid) -> list[dict[str, Any]]:
             opendp_gaussian_true_delta_measurement(dk, eps, grid.delta_w)
             scale, threshold = _OPENDP_PARAMS[("gaussian", dk, eps, grid.delta_w)]
             sound_scale, sound_threshold = _OPENDP_PARAMS[("gaussian_true_delta", dk, eps, grid.delta_w)]
-            dp = _opendp()
-            dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
-            met = dp.l02inf_distance(dp.absolute_distance(T=dp.i64))
-            stated = dp.m.make_gaussian_threshold(dom, met, scale=scale, threshold=threshold).map((dk, dk, 1))[1]
+            stated = _gaussian_threshold(scale, threshold).map((dk, dk, 1))[1]
             true = opendp_gaussian_true_delta(scale, threshold, dk)
             out.append({"delta_keys": dk, "epsilon_w": eps, "delta_w": grid.delta_w, "scale": scale,
                         "documented_threshold": threshold, "stated_delta": stated, "true_delta": true,
