@@ -121,6 +121,8 @@ def bernoulli_exp(rng: np.random.Generator, num: np.ndarray, den: int) -> np.nda
     >>> bool(bernoulli_exp(np.random.default_rng(1), np.array([0]), 3)[0])  # e^0 = 1
     True
     """
+    if den >= _SAFE and num.dtype != object:  # int64 arithmetic with den would overflow
+        num = num.astype(object)
     whole = num // den
     frac = num - whole * den
     out = np.ones(len(num), dtype=bool)

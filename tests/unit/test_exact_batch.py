@@ -170,3 +170,12 @@ def test_broken_batches_fail_the_exactness_tests(monkeypatch) -> None:
     assert chi_square_pvalue(_laplace_counting_zero_twice(np.random.default_rng(102), 3, 2, 200_000), lys, lp) < 1e-9
     draws = _gaussian_keeping_small_proposals(np.random.default_rng(107), 5, 2, 60_000)
     assert chi_square_pvalue(draws, ys, p) < 1e-9
+
+
+def test_small_numerators_over_a_denominator_beyond_int64_stay_exact() -> None:
+    """int64 numerators over a denominator past 2⁶³ (the acceptance coin's 2·n·d·t² can pass it while |a| is small):
+    the coins run on Python integers -- int64 arithmetic with that denominator would overflow."""
+    den = 3 * 2**62  # > 2⁶³
+    coins = bernoulli_exp(np.random.default_rng(108), np.full(100_000, 2**62, dtype=np.int64), den)
+    p = math.exp(-1 / 3)
+    assert abs(coins.mean() - p) <= 5 * math.sqrt(p * (1 - p) / 100_000)
