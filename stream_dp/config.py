@@ -516,7 +516,7 @@ class HistogramConfig:
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
     noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"
-    # gaussian only -- zcdp: σ by the ρ-zCDP conversion at δ′, τ on its own δ (charged as ρ-zCDP);
+    # gaussian only -- zcdp: σ by the ρ-zCDP conversion at half the window δ, τ on the other half (charged as ρ-zCDP);
     # exact: σ and τ together by the thresholded histogram's exact privacy profile at the window budget
     # (docs/privacy.md §8c; both guarantees charged: lower τ and σ for one window, more ε and δ over a period)
     calibration: Annotated[Str, _one_of("zcdp", "exact")] = "zcdp"
