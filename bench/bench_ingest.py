@@ -197,7 +197,7 @@ class RedisTarget:
             m.close()
 
 
-def _local_cluster(masters: int, workdir: Path):  # noqa: ANN202 - a context manager of LocalCluster
+def _local_cluster(masters: int, workdir: Path):  # a context manager of LocalCluster
     """A local Redis Cluster (:mod:`stream_dp.devcluster`): redis-server processes in cluster mode on free
     ports, returned once the cluster is healthy."""
     from stream_dp.devcluster import local_cluster

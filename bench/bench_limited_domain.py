@@ -67,10 +67,10 @@ def main() -> None:
     print("|---|---|---|---|")
     per_k: list[dict] = []
     for k in args.k:
-        ldt = _times(lambda: limited_domain_topk(top, k=k, k_bar=args.k_bar, epsilon=args.epsilon,
+        ldt = _times(lambda k=k: limited_domain_topk(top, k=k, k_bar=args.k_bar, epsilon=args.epsilon,
                                                  delta=args.delta, max_keys_per_user=args.max_keys_per_user,
                                                  rng=rng), args.reps)
-        base = _times(lambda: full_domain_gumbel_topk(counts, k, args.epsilon, rng), args.baseline_reps)
+        base = _times(lambda k=k: full_domain_gumbel_topk(counts, k, args.epsilon, rng), args.baseline_reps)
         med, p95, bmed = statistics.median(ldt), float(np.percentile(ldt, 95)), statistics.median(base)
         print(f"| {k} | {med * 1e3:.3f} ms ({p95 * 1e3:.3f} ms) | {bmed * 1e3:.2f} ms | {bmed / med:.1f}× |")
         per_k.append({"k": k, "limited_domain_median_s": med, "limited_domain_p95_s": p95,

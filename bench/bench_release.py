@@ -92,7 +92,6 @@ class RoundTrips:
 
         real_cmd, real_pipe = redis.Redis.execute_command, Pipeline.execute
         self._real = {"cmd": real_cmd, "pipe": real_pipe}
-        steps = self.steps
 
         def execute_command(client: Any, *args: Any, **options: Any) -> Any:
             t = time.perf_counter()
@@ -254,10 +253,11 @@ def measure(args: argparse.Namespace) -> None:
             "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(SIZE), "shards": args.shards},
             "budget": {"epsilon": 1e6, "delta": 1e-2, "delta_prime": 1e-7},
             "releases": {
-                "topk": {"k": 10, "k_bar": args.k_bar, "epsilon": 0.1, "delta": 1e-7},
-                "alerts": {"watchlist": [f"item-{j}" for j in range(0, 10 * args.watch, 10)], "threshold": 1000.0,
-                           "k": 10, "epsilon": 1.0},
-                "sample": {"scheme": "pps", "tau": args.tau, "epsilon": 0.5, "delta": 1e-6},
+                "topk": {"enabled": True, "k": 10, "k_bar": args.k_bar, "epsilon": 0.1, "delta": 1e-7},
+                "alerts": {"enabled": True, "watchlist": [f"item-{j}" for j in range(0, 10 * args.watch, 10)],
+                           "threshold": 1000.0, "k": 10, "epsilon": 1.0},
+                "sample": {"enabled": True, "scheme": "pps", "tau": args.tau, "epsilon": 0.5, "delta": 1e-6},
+                "histogram": {"enabled": False},  # the three types this benchmark has always measured
             },
             "metrics": {"port": 0},
             "release": {"kafka_client": args.kafka_client},

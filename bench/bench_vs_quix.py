@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             r.flushdb()
             cpu0 = _redis_cpu(r)
 
-            def ingest() -> dict[str, Any]:
+            def ingest(i: int = i, cpu0: float = cpu0) -> dict[str, Any]:
                 res = run_ingest(stack.bootstrap_servers, stack.redis_url, TOPIC, args.events, args.max_poll_records,
                                  Path(tmp), group=f"ingest-{i}", sample_interval=args.sample_interval,
                                  kafka_client=args.kafka_client)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
             timed("ingest", ingest)
             for g in guarantees:
-                timed(f"quix {g}", lambda g=g: run_quix(stack.bootstrap_servers, TOPIC, args.events, g, Path(tmp),
+                timed(f"quix {g}", lambda g=g, i=i: run_quix(stack.bootstrap_servers, TOPIC, args.events, g, Path(tmp),
                                                          group=f"quix-{g}-{i}"))
         bare_pair()
         r.close()

@@ -196,6 +196,8 @@ def _write_config(path: Path, plan: Plan, bootstrap: str, redis_url: str) -> Pat
         "ingest": {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 1.0, "poll_timeout_ms": 200},
         "budget": {"epsilon": 1000.0, "delta": 0.01},
         "metrics": {"port": 0},
+        # the types RELEASE_TYPES names, whatever the defaults enable
+        **{f"releases.{t}": {"enabled": t in RELEASE_TYPES} for t in ("topk", "alerts", "sample", "histogram")},
     }
     lines = []
     for name, values in sections.items():

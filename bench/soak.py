@@ -120,7 +120,14 @@ retention_seconds = {retention}
 epsilon = 1000000.0
 delta = 0.01
 [releases.topk]
+enabled = true
 k_bar = 1000
+[releases.alerts]
+enabled = true
+[releases.sample]
+enabled = true
+[releases.histogram]
+enabled = false
 [metrics]
 port = {port}
 host = "127.0.0.1"

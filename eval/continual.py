@@ -68,13 +68,13 @@ class ContinualSetup:
             "STREAM_DP_RELEASES__SAMPLE__ENABLED": "false",
             "STREAM_DP_RELEASES__ARGMAX__ENABLED": "false",
             "STREAM_DP_RELEASES__WATCH_TOPK__ENABLED": "false",
+            # the scored type only, whatever the defaults enable
+            "STREAM_DP_RELEASES__TOPK__ENABLED": str(self.release_type == "topk").lower(),
+            "STREAM_DP_RELEASES__HISTOGRAM__ENABLED": str(self.release_type == "histogram").lower(),
             "STREAM_DP_METRICS__PORT": "0",
         }
         if start is not None:
             env["STREAM_DP_WINDOWS__START"] = str(start)
-        if self.release_type == "histogram":
-            env["STREAM_DP_RELEASES__TOPK__ENABLED"] = "false"
-            env["STREAM_DP_RELEASES__HISTOGRAM__ENABLED"] = "true"
         env.update(self.overrides)
         return load_config(environ=env)
 

@@ -13,7 +13,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import matplotlib.pyplot as plt  # the backend must be chosen first
 
 LABELS = {
     "ldt": "stream-dp LDT",

@@ -58,7 +58,7 @@ def findings_seeds(out: Path) -> list[str]:
             below = [r for r in sel if r["mse_reduction"] + r["mse_reduction_ci95"] < r["theory_reduction"]]
             lines.append(f"- **Seed 003 BLUE, {ds}**: {len(sel) - len(below)} of {len(sel)} (experiment, k) points "
                          f"reach the theoretical MSE reduction within their 95 % CI; "
-                         + (f"below theory at " + ", ".join(f"{r['experiment']} k={r['k']} "
+                         + ("below theory at " + ", ".join(f"{r['experiment']} k={r['k']} "
                                                            f"({100 * r['mse_reduction']:.0f} % vs {100 * r['theory_reduction']:.0f} %)"
                                                            for r in below) if below else "none below theory") + ".")
     if (out / "seed003_adaptivity.csv").is_file():

@@ -210,11 +210,11 @@ def topk(data: Rows = None, *, counts: Mapping[Hashable, Any] | None = None, eps
     members = set(public)
     known = KnownDomainTopk(k=k, k_bar=k_bar, track_epsilon=q.track_epsilon, discover_epsilon=q.discover_epsilon,
                             delta=q.delta, max_keys_per_user=dk)
-    result = known({key: values.get(key, 0) for key in public},
-                   {key: c for key, c in values.items() if key not in members}, rng=make_rng(seed))
+    found = known({key: values.get(key, 0) for key in public},
+                  {key: c for key, c in values.items() if key not in members}, rng=make_rng(seed))
     parameters = {**common, "delta": q.delta, "track_epsilon": q.track_epsilon,
                   "discover_epsilon": q.discover_epsilon, "discovery_share": discovery_share}
-    draft = drafts.known_domain_draft(_window(window), parameters, result, known, domain_size=len(public), key=_same)
+    draft = drafts.known_domain_draft(_window(window), parameters, found, known, domain_size=len(public), key=_same)
     return _record(draft, epsilon, delta)
 
 

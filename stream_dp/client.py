@@ -280,6 +280,7 @@ class ReleaseSubscriber:
     def _accept(self, msg: _Message) -> dict[str, Any] | None:
         """The record in ``msg`` if it is checked and new (``on_invalid`` decides about a bad one: it may raise);
         a part of a release cut into parts is held until its last part, then the whole record is returned."""
+        record: dict[str, Any] | None
         try:
             record = check_record(msg.value, where=f"{msg.partition.topic}/{msg.partition.partition}@{msg.offset}")
         except ReleaseRecordError as exc:

@@ -29,7 +29,8 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from types import MappingProxyType
+from typing import Annotated, Any, TypeVar, cast, dataclass_transform, get_type_hints
 
 from pydantic import (AfterValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationError, create_model, model_validator)
@@ -110,8 +111,15 @@ def _probability(value: float) -> bool:
     return 0 < value < 1
 
 
+_T = TypeVar("_T")
+
+
 # A section: frozen, unknown keys refused, fields validated on construction (``dataclasses.replace`` too).
-section = dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+@dataclass_transform(frozen_default=True, field_specifiers=(Field,))
+def section(cls: type[_T]) -> type[_T]:
+    """A section of the settings: a frozen pydantic dataclass that refuses unknown fields (the decorator is
+    declared a dataclass transform so type checkers know the class's fields and constructor)."""
+    return cast("type[_T]", dataclass(frozen=True, config=ConfigDict(extra="forbid"))(cls))
 
 
 @section
@@ -382,7 +390,7 @@ def _legacy_probability(value: float | None) -> bool:
 
 @section
 class TopkConfig:
-    enabled: Flag = True
+    enabled: Flag = False
     k: Count = 10
     k_bar: Count = 100
     window_epsilon: Number = 0.8  # window budget: ε of one release (its worst case, k outcomes)
@@ -420,7 +428,7 @@ class TopkConfig:
 
 @section
 class AlertsConfig:
-    enabled: Flag = True
+    enabled: Flag = False
     watchlist: tuple[StrictStr, ...] = ()
     include_released_topk: Flag = True
     threshold: Number = 100.0
@@ -452,7 +460,7 @@ class AlertsConfig:
 
 @section
 class SampleConfig:
-    enabled: Flag = True
+    enabled: Flag = False
     scheme: Annotated[Str, _one_of("pps", "ppswor", "none")] = "pps"  # pps (priority), ppswor, none
     tau: Number = 0.01
     window_epsilon: Number = 0.5  # window budget (calibrated per key to ε / max_keys_per_user)
@@ -512,7 +520,7 @@ class WatchTopkConfig:
 
 @section
 class HistogramConfig:
-    enabled: Flag = False
+    enabled: Flag = True
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
     noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"
@@ -683,7 +691,7 @@ def environment_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], d
     return data, applied
 
 
-_OVERRIDES: ContextVar[dict[str, Any]] = ContextVar("stream_dp_config_overrides", default={})
+_OVERRIDES: ContextVar[Mapping[str, Any]] = ContextVar("stream_dp_config_overrides", default=MappingProxyType({}))
 
 
 class _EnvironmentOverrides(PydanticBaseSettingsSource):
@@ -695,7 +703,7 @@ class _EnvironmentOverrides(PydanticBaseSettingsSource):
         return _OVERRIDES.get().get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return _OVERRIDES.get()
+        return dict(_OVERRIDES.get())
 
 
 class _Settings(BaseSettings):
@@ -706,14 +714,16 @@ class _Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   **_other_sources: PydanticBaseSettingsSource
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (_EnvironmentOverrides(settings_cls), init_settings)
 
 
 Settings = create_model(  # the fields are Config's sections, declared once (on Config)
     "Settings", __base__=_Settings,
-    **{f.name: (get_type_hints(Config)[f.name], Field(default_factory=f.default_factory))  # type: ignore[call-overload]
+    **{f.name: (get_type_hints(Config)[f.name], Field(default_factory=cast(Callable[[], Any], f.default_factory)))  # type: ignore[call-overload]
        for f in dataclasses.fields(Config)})
 
 

@@ -3,8 +3,9 @@
 What it runs is the production path, not a toy:
 
 1. the config is built by :func:`stream_dp.config.load_config` (default file, or ``--config``, plus any
-   ``STREAM_DP_*`` overrides); without ``--config``, demo-sized defaults (six-hour windows) are layered under
-   the environment overrides;
+   ``STREAM_DP_*`` overrides); without ``--config``, demo-sized defaults (:mod:`stream_dp.demo_config`: one-day
+   windows, the histogram calibrated for a period of one window, over the generated stream's public catalogue)
+   are layered under the environment overrides;
 2. Kafka and Redis: the configured ones, or -- when ``kafka.bootstrap_servers`` / ``redis.url`` are empty --
    the embedded dev stack (:class:`stream_dp.devstack.DevStack`). With external services the demo uses topic
    names and a Redis key prefix of its own, so it never mixes with production data;
@@ -26,7 +27,6 @@ demo, which stops them in that order; a second Ctrl-C kills everything at once. 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -37,79 +37,25 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from stream_dp.config import Config, config_from_mapping, load_config
+from stream_dp.config import Config
+from stream_dp.demo_config import catalogue_domain, config_to_toml, demo_config
 from stream_dp.devstack import DevStack
 from stream_dp.processes import die_with_parent, free_port
 from stream_dp.redact import redact_url
 from stream_dp.schedule import window_start
+from stream_dp.tables import counted
 
 log = logging.getLogger(__name__)
 
-# Demo-sized defaults, used only when no --config is given (environment overrides still win): the
-# generated stream has ~8,000 ratings a day, so one-day windows (= one budget period each) give the top
-# movies several hundred distinct users -- enough to clear top-k's ⊥ threshold at ε = 0.1 per outcome.
-DEMO_DEFAULTS: dict[str, dict[str, Any]] = {
-    "windows": {"size_seconds": 86400, "idle_partition_timeout_seconds": 5.0},
-}
 WORKERS = ("ingest", "release")
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
-
-
-# --------------------------------------------------------------------------------------------------
-# Config
-# --------------------------------------------------------------------------------------------------
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def config_to_toml(config: Config, header: str = "") -> str:
-    """The config as a TOML document that :func:`load_config` reads back to an equal config."""
-    lines = [f"# {line}" for line in header.splitlines()]
-
-    def table(name: str, data: Mapping[str, Any]) -> None:
-        # None: an unset deprecated setting (stream_dp/renamed_settings.py), which TOML has no value for
-        scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping) and v is not None}
-        if scalars:
-            lines.append(f"\n[{name}]")
-            lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())
-        for k, v in data.items():
-            if isinstance(v, Mapping):
-                table(f"{name}.{k}", v)
-
-    for section, data in config.to_dict().items():
-        table(section, data)
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def demo_config(config_path: str | None, environ: Mapping[str, str] | None = None) -> Config:
-    """The demo's starting config: the file given, or the default file with :data:`DEMO_DEFAULTS` under env."""
-    if config_path is not None:
-        return load_config(config_path, environ=environ)
-    import tomllib
-
-    from stream_dp.config import DEFAULT_CONFIG_PATH
-
-    data = tomllib.loads(DEFAULT_CONFIG_PATH.read_text()) if DEFAULT_CONFIG_PATH.exists() else {}
-    for section, values in DEMO_DEFAULTS.items():
-        data.setdefault(section, {}).update(values)
-    return config_from_mapping(data, environ=environ)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -369,6 +315,16 @@ class Demo:
                  f"UTC (windows.start = \"{first}\", the stream's first window), empty or not")
         return cfg.replace(windows=_replace(cfg.windows, start=str(first)))
 
+    def catalogue_from(self, cfg: Config) -> Config:
+        """The generated stream's catalogue as the histogram's public domain (:func:`catalogue_domain`)."""
+        o = self.opts
+        if o.config_path is not None or o.input_path is not None:  # your config, or your data: no catalogue
+            return cfg
+        cfg, said = catalogue_domain(cfg, self.workdir / "catalogue.txt", movies=o.movies, seed=o.seed)
+        if said:
+            self.say(said)
+        return cfg
+
     def start_replay(self, cfg: Config, events: list[Any], what: str) -> None:
         from stream_dp import connections
         from stream_dp.replay import Pacer, replay
@@ -383,7 +339,7 @@ class Demo:
             try:
                 self.replay_stats = replay(events, producer, cfg.kafka.events_topic, cfg.events,
                                            pacer=Pacer(speedup=speedup), should_stop=self.stop_requested.is_set)
-            except BaseException as exc:  # reported by the main loop
+            except BaseException as exc:  # noqa: BLE001 - reported by the main loop
                 self._replay_error = exc
             finally:
                 producer.close()
@@ -415,7 +371,7 @@ class Demo:
                         first_seen[start] = time.monotonic()
                         self.say(f"\n{'━' * 100}")
                     seen[start].add(str(record.get("type")))
-                    self.say(format_release(record, color=self.opts.color))
+                    self.say(format_release(record, color=self.opts.color, delta_prime=cfg.budget.delta_prime))
                     self.releases_printed += 1
                 self._mark_done(seen, first_seen, window_types)
                 if self._replay_error is not None:
@@ -434,7 +390,7 @@ class Demo:
                     return 0
                 if self.opts.duration is not None and time.monotonic() - t0 >= self.opts.duration:
                     if self.opts.windows is not None:
-                        self.say(f"\nonly {len(self.windows_done)} of {self.opts.windows} windows were released "
+                        self.say(f"\nonly {len(self.windows_done)} of {counted(self.opts.windows, 'window')} released "
                                  f"within {self.opts.duration:.0f}s")
                         return 1
                     return 0
@@ -482,7 +438,8 @@ class Demo:
 
     def summary(self) -> str:
         sent = f"{self.replay_stats.sent:,} events replayed" if self.replay_stats else "replay interrupted"
-        return f"{sent}; {len(self.windows_done)} windows released; {self.releases_printed} releases printed"
+        windows, printed = counted(len(self.windows_done), "window"), counted(self.releases_printed, "release")
+        return f"{sent}; {windows} released; {printed} printed"
 
     def run(self) -> int:
         """Run until a bound is reached, a worker dies, or :meth:`request_stop`; always clean up."""
@@ -491,6 +448,7 @@ class Demo:
             cfg = self.prepare_config()
             events, what = self._events(cfg)
             cfg = self.schedule_from(cfg, events)
+            cfg = self.catalogue_from(cfg)
             config_path = self.start_workers(cfg)
             if self.opts.dashboard:
                 self.start_dashboard(cfg, config_path)

@@ -15,6 +15,7 @@ resynchronises from its new master. Not for production: no auth, loopback only.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -132,13 +133,18 @@ class LocalCluster:
                 "--cluster-config-file", str(workdir / "nodes.conf"), "--cluster-replica-validity-factor", "0",
                 "--appendonly", "no", "--save", "", "--maxmemory-policy", "noeviction", *self.extra_args]
 
+    def _on_free_ports(self, workdir: Path) -> tuple[int, list[str]]:
+        port = cluster_port()
+        return port, self._argv(port, workdir)
+
     def start(self) -> "LocalCluster":
         total = self.n_masters * (1 + self.n_replicas)
         for i in range(total):
             port = cluster_port()
             workdir = self.workdir / f"node{i}"
             workdir.mkdir(parents=True, exist_ok=True)
-            svc = Service(f"redis-cluster-{i}", self._argv(port, workdir), port, self.workdir / f"node{i}.log")
+            svc = Service(f"redis-cluster-{i}", self._argv(port, workdir), port, self.workdir / f"node{i}.log",
+                          rebind=functools.partial(self._on_free_ports, workdir))
             svc.start()
             self.nodes.append(Node(i, svc, workdir))
         for node in self.nodes:
@@ -160,22 +166,31 @@ class LocalCluster:
     def wait_healthy(self, timeout: float = READY_SECONDS) -> None:
         """Until every running node reports cluster_state:ok, every running replica's link is up, and every
         running node's slot map (``CLUSTER SLOTS``: what a cluster client reads at start) covers all 16384
-        slots with the same masters. cluster_state:ok alone came back while a node's map still lacked the
-        slots of a master just replaced, and a client started from that node refused to start."""
-        def slot_map(node: Node) -> frozenset[tuple[int, int, int]]:  # (first slot, last slot, master port)
-            return frozenset((int(start), int(end), int(master[1]))
-                             for start, end, master, *_ in node.call("CLUSTER", "SLOTS"))
+        slots with the same masters and lists every running replica. cluster_state:ok alone came back while a
+        node's map still lacked the slots of a master just replaced, and a client started from that node
+        refused to start; a node that had not yet heard of a replica made ``min_replicas_acked = "auto"``
+        read 0 replicas from it."""
+        def slot_map(node: Node) -> tuple[frozenset[tuple[int, int, int]], frozenset[int]]:
+            """(first slot, last slot, master port) of each range, and the replica ports listed."""
+            ranges = node.call("CLUSTER", "SLOTS")
+            return (frozenset((int(start), int(end), int(master[1])) for start, end, master, *_ in ranges),
+                    frozenset(int(replica[1]) for _, _, _, *replicas in ranges for replica in replicas))
 
         def healthy() -> bool:
-            maps = set()
+            maps, listed, replicas = set(), [], set()
             for node in self.running():
                 if node.cluster_info()["cluster_state"] != "ok":
                     return False
                 info = node.info("replication")
-                if info["role"] == "slave" and info.get("master_link_status") != "up":
-                    return False
-                maps.add(slot_map(node))
-            return len(maps) == 1 and sum(end - start + 1 for start, end, _ in maps.pop()) == 16384
+                if info["role"] == "slave":
+                    if info.get("master_link_status") != "up":
+                        return False
+                    replicas.add(node.port)
+                masters, known = slot_map(node)
+                maps.add(masters)
+                listed.append(known)
+            return (len(maps) == 1 and sum(end - start + 1 for start, end, _ in maps.pop()) == 16384
+                    and all(replicas <= known for known in listed))
 
         wait_until(healthy, timeout=timeout, what="cluster_state:ok on every node and replica links up")
 

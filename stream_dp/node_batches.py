@@ -57,7 +57,7 @@ def refresh_slots(client: Any) -> None:
         pass
 
 
-def run_batched(client: Any, items: Sequence[tuple[str, Callable[[Pipeline], None]]]) -> list[Any]:
+def run_batched(client: Any, items: Sequence[tuple[str, Callable[[Pipeline], object]]]) -> list[Any]:
     """Run each ``queue(pipeline)`` of ``items`` in a pipeline of the master owning its ``key``; return
     all replies in item order (a ``queue`` may add several commands: their replies follow each other).
     Errors of the commands propagate (the first one) after every pipeline ran, as redis-py does."""
@@ -105,7 +105,7 @@ class Reads:
     """Independent reads of one module, to be sent together with other modules' (:func:`run_reads`): the
     ``(key, queue)`` items (one command each) and ``parse``, which turns their replies into the result."""
 
-    def __init__(self, items: Sequence[tuple[str, Callable[[Pipeline], None]]],
+    def __init__(self, items: Sequence[tuple[str, Callable[[Pipeline], object]]],
                  parse: Callable[[list[Any]], Any], scripts: Sequence[Any] = ()) -> None:
         self.items = list(items)
         self.parse = parse
@@ -133,7 +133,7 @@ def run_reads(client: Any, *reads: Reads) -> list[Any]:
     return together.parse(replies)
 
 
-Item = tuple[str, Callable[[Pipeline], None]]
+Item = tuple[str, Callable[[Pipeline], object]]
 
 
 def evalsha_item(script: Any, keys: Sequence[str], args: Sequence[Any]) -> Item:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import signal
 import socket
 
@@ -22,10 +23,44 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - ru
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now."""
+    """A TCP port that is free on ``host`` right now -- only now: another process may bind it before the
+    caller's server does (:func:`listens` tells whose the listener is)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
+
+
+def listens(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (any address); None where the
+    kernel does not say (no Linux ``/proc``).
+
+    A server started on a :func:`free_port` that another process took meanwhile cannot bind it, yet the
+    port accepts connections -- the other process's: asking who listens tells the two apart."""
+    inodes: set[str] = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as fh:
+                next(fh)  # the header
+                for line in fh:
+                    cols = line.split()
+                    if cols[3] == _TCP_LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:  # no such process, or no /proc at all
+        return None if not os.path.isdir("/proc/self/fd") else False
+    except PermissionError:  # another user's process
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
 
 
 def freeze_start_up_heap() -> int:

@@ -133,7 +133,7 @@ def read_rows(path: str | os.PathLike[str], *, fmt: str | None = None, delimiter
     if delimiter is not None and len(delimiter) != 1:
         raise ReplayError(f"the delimiter must be one character, got {delimiter!r}")
     try:
-        raw: BinaryIO = gzip.open(path, "rb") if os.fspath(path).endswith(".gz") else open(path, "rb")  # noqa: SIM115
+        raw: BinaryIO = gzip.open(path, "rb") if os.fspath(path).endswith(".gz") else open(path, "rb")  # type: ignore[assignment]  # GzipFile: binary, not BinaryIO to typeshed
     except FileNotFoundError:
         raise ReplayError(f"input file {os.fspath(path)!r} does not exist") from None
     size = None if os.fspath(path).endswith(".gz") else os.path.getsize(path)
@@ -266,8 +266,8 @@ def sort_by_time(events: Iterable[Event | None]) -> list[Event | None]:
     """
     items = list(events)
     kept = [e for e in items if e is not None]
-    ordered: list[Event | None] = sorted(kept, key=lambda e: (e.ts is None, e.ts or 0.0))
-    return ordered + [None] * (len(items) - len(kept))
+    by_time = sorted(kept, key=lambda e: (e.ts is None, e.ts or 0.0))
+    return [*by_time, *[None] * (len(items) - len(kept))]
 
 
 # --------------------------------------------------------------------------------------------------

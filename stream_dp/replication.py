@@ -86,7 +86,7 @@ def resolve_min_replicas(cfg: RedisConfig, client: Any) -> int:
 
 
 def write_then_wait(client: Any, key: str, replicas: int, timeout_ms: int,
-                    write: Callable[[Pipeline], None]) -> list[Any]:
+                    write: Callable[[Pipeline], object]) -> list[Any]:
     """Run the commands ``write`` queues on a pipeline, then ``WAIT replicas timeout_ms``, all on **one
     connection of the master that owns** ``key``; return the replies of the queued commands.
 

@@ -29,6 +29,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import Any
 
 from stream_dp import redact
 from stream_dp.config import Config, ConfigError, load_config
@@ -69,10 +70,23 @@ def configure_logging(level: str | None = None) -> None:
     redact.install()
 
 
-def add_log_level_option(parser: argparse.ArgumentParser) -> None:
-    """``--log-level`` (default ``$STREAM_DP_LOG_LEVEL`` or INFO)."""
-    parser.add_argument("--log-level", default=None,
-                        help=f"logging level (default: ${LOG_LEVEL_VARIABLE} or INFO)")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(text: str) -> str:
+    """A ``--log-level`` value, any case; argparse turns the ValueError into one line naming the option."""
+    name = text.upper()
+    if name not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_LEVELS)}")
+    return name
+
+
+def add_log_level_option(parser: argparse.ArgumentParser, *, default: object = None) -> None:
+    """``--log-level`` (default ``$STREAM_DP_LOG_LEVEL`` or INFO). A subcommand's parser gets it with
+    ``default=argparse.SUPPRESS``, so ``stream-dp tail --log-level DEBUG`` works as ``stream-dp --log-level
+    DEBUG tail`` does, and leaving it out after the subcommand keeps the one given before."""
+    parser.add_argument("--log-level", default=default, type=log_level, metavar="LEVEL",
+                        help=f"{', '.join(LOG_LEVELS)} (default: ${LOG_LEVEL_VARIABLE} or INFO)")
 
 
 def process_main(argv: Sequence[str] | None, *, prog: str, description: str,
@@ -313,7 +327,7 @@ def run_release_worker(cfg: Config, *, worker_id: str | None = None, crashpoints
     from stream_dp.release.service import build_worker
 
     def build(registry: object) -> Running:
-        extra = {} if crashpoints is None else {"crashpoints": crashpoints}
+        extra: dict[str, Any] = {} if crashpoints is None else {"crashpoints": crashpoints}
         service = build_worker(cfg, registry=registry, worker_id=worker_id,  # type: ignore[arg-type]
                                after_start=freeze_start_up_heap, **extra)
         stop = threading.Event()

@@ -107,7 +107,7 @@ class ScheduleMismatch(ConfigError):
     """The config names a schedule other than the one this deployment recorded."""
 
 
-def establish(client, keys: Keys, windows: WindowsConfig, *,  # noqa: ANN001 - a redis client
+def establish(client, keys: Keys, windows: WindowsConfig, *,  # a redis client
               wall_clock: Callable[[], float] = time.time) -> ReleaseSchedule:
     """The deployment's schedule: recorded once (the first process to start writes it), then read back.
 

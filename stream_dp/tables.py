@@ -6,6 +6,7 @@ can be piped and compared; every command that prints a table also has ``--json``
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -26,10 +27,19 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[object]], *, numeric: 
     return t
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and the noun, plural unless ``n`` is 1 (nouns that take an s).
+
+    >>> counted(1, "window"), counted(2, "window"), counted(0, "release")
+    ('1 window', '2 windows', '0 releases')
+    """
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def render(t: Table, *, width: int = 160) -> str:
     """``t`` as plain text."""
     console = Console(width=width, color_system=None, force_terminal=False, highlight=False, emoji=False,
-                      record=False, file=_Sink())
+                      record=False, file=io.StringIO())  # never written: capture collects the text
     with console.capture() as captured:
         console.print(t)
     return "\n".join(line.rstrip() for line in captured.get().splitlines())
@@ -37,13 +47,3 @@ def render(t: Table, *, width: int = 160) -> str:
 
 def print_table(t: Table, out: TextIO) -> None:
     print(render(t), file=out)
-
-
-class _Sink:
-    """Where the capturing console would write (it never does: ``capture`` collects the text)."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass

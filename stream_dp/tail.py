@@ -3,7 +3,8 @@
 Reading the topic (schema check, de-duplication) is :mod:`stream_dp.client`; this module only renders.
 
 A release record (schema_version 1, see ``config/release.schema.json``) is rendered as a header line
-(window, type, status, mechanism), a table of its items, the privacy cost and a budget bar of its scope.
+(window, type, status, mechanism), a table of its items, the release's cost and its budget period after it
+(:mod:`stream_dp.budget_text`: what "cost" and "spent" mean, and their precision).
 Items are shown with the columns they carry, so new release types render without code changes; known
 types get a friendlier order and, for samples, a summary instead of every row.
 
@@ -21,7 +22,7 @@ types get a friendlier order and, for samples, a summary instead of every row.
      1  318
      2  296
   ⊥ stopped early: the next key was not clearly above the rest
-  cost ε=0.3 δ=1e-07 · budget 2026-11-02 [██████░░░░░░░░░░░░░░░░░░] ε 2.5 spent / 7.5 left
+  cost ε 0.30 δ 1.0e-07 · budget [██████░░░░░░░░░░░░░░░░░░] 2026-11-02: ε 2.50 spent of 10.00, 7.50 left
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from stream_dp.budget_text import cost_text, spent_text
+
 BAR_WIDTH = 24
-PREFERRED_COLUMNS = ("rank", "key", "above", "estimate", "lower_bound", "gap", "token", "branch")
+PREFERRED_COLUMNS = ("rank", "key", "count", "ci_low", "ci_high", "above", "estimate", "lower_bound", "gap", "token",
+                     "branch")
 
 
 def _when(epoch: Any) -> str:
@@ -116,8 +120,10 @@ def _mechanism(record: Mapping[str, Any]) -> str:
     return f"{mech.get('name', '?')}" + (f" ({inner})" if inner else "")
 
 
-def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: int = 15) -> str:
-    """The release record as a few lines of text (see the module example)."""
+def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: int = 15,
+                   delta_prime: float | None = None) -> str:
+    """The release record as a few lines of text (see the module example); ``delta_prime``: the budget's δ′
+    (``budget.delta_prime``), for the cost of a release on its own (:func:`~stream_dp.budget_text.release_epsilon`)."""
     window = record.get("window") or {}
     kind = record.get("type", "?")
     status = record.get("status", "?")
@@ -127,7 +133,7 @@ def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: 
              f"{reset}{status_text}{bold} · {_mechanism(record)}{reset}"]
     items = _items(record)
     if kind == "sample" and items:
-        estimates = [i.get("estimate") for i in items if isinstance(i.get("estimate"), (int, float))]
+        estimates: list[float] = [i["estimate"] for i in items if isinstance(i.get("estimate"), (int, float))]
         total = f", estimated total {_fmt(float(sum(estimates)))}" if estimates else ""
         lines.append(f"  {len(items)} sampled keys{total}; the largest estimates:")
         items = sorted(items, key=lambda i: -(i.get("estimate") or 0) if isinstance(i.get("estimate"), (int, float)) else 0)
@@ -136,6 +142,17 @@ def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: 
         above = [i for i in items if i.get("above")]
         lines.append(f"  {len(above)} of {len(items)} watched keys above the threshold")
         lines += table(above + [i for i in items if not i.get("above")], max_rows=max_rows)
+    elif kind == "histogram" and items:
+        info = record.get("info") or {}
+        conf, half = info.get("confidence"), info.get("ci_half_width")
+        sources = {i.get("source") for i in items}
+        origin = f", all {items[0]['source']} keys" if len(sources) == 1 and items[0].get("source") else ""
+        capped = " (capped at max_keys)" if info.get("capped") else ""
+        interval = f"; intervals ±{_fmt(half)} at {_fmt(100 * conf)}%" if isinstance(conf, (int, float)) and half else ""
+        lines.append(f"  {len(items):,} keys with a noisy count{origin}{capped}{interval}; the largest:")
+        if origin:  # said once above instead of in every row
+            items = [{k: v for k, v in i.items() if k != "source"} for i in items]
+        lines += table(items, max_rows=max_rows)
     elif kind == "alerts" and status == "released" and (record.get("info") or {}).get("watchlist_size") == 0:
         lines.append("  no watched keys yet (the watchlist: configured keys plus keys top-k released earlier)")
     elif items:
@@ -149,16 +166,15 @@ def format_release(record: Mapping[str, Any], *, color: bool = False, max_rows: 
         lines.append("  ⊥ stopped early: the next key was not clearly above the rest")
     if status == "budget_exhausted":
         lines.append(f"  {red}not released: the period's privacy budget cannot cover it{reset}")
-    cost = record.get("cost") or {}
     budget = record.get("budget") or {}
     tail = []
-    if cost:
-        tail.append(f"cost ε={_fmt(cost.get('epsilon'))} δ={_fmt(cost.get('delta'))}")
+    if record.get("cost"):
+        tail.append(cost_text(record, delta_prime))
     if budget:
         spent, left = budget.get("epsilon_spent"), budget.get("epsilon_remaining")
-        if isinstance(spent, (int, float)) and isinstance(left, (int, float)):
-            tail.append(f"budget {budget.get('scope', '?')} {budget_bar(spent, left)} ε {_fmt(float(spent))} spent / "
-                        f"{_fmt(float(left))} left")
+        bar = (budget_bar(spent, left) + " " if isinstance(spent, (int, float)) and isinstance(left, (int, float))
+               else "")
+        tail.append(f"budget {bar}{spent_text(budget)}")
     if tail:
         lines.append(f"  {dim}" + " · ".join(tail) + reset)
     return "\n".join(lines)

@@ -8,14 +8,46 @@ flushed, Redis database.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from stream_dp.devstack import REDIS_DATABASES, DevStack
+
+
+_SHARED_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope=["'](module|class|package)["']""")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under pytest-xdist's default ``--dist load``: each test is its own unit of work, except that the tests
+    of a file defining a module- (class-, package-) scoped fixture (a running demo, a generated report) go to
+    one worker together, so that fixture is built once rather than once per worker. (pytest-xdist's own
+    ``loadgroup`` renames node ids, which pytest 9 ignores.) Session fixtures -- the broker and redis-server
+    -- are per worker by design. Other ``--dist`` modes are left to pytest-xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    @functools.cache
+    def shares_a_fixture(path: str) -> bool:
+        try:
+            return bool(_SHARED_FIXTURE.search((root / path).read_text(encoding="utf-8")))
+        except OSError:
+            return False
+
+    class SharedFixtureFileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if shares_a_fixture(path) else nodeid
+
+    return SharedFixtureFileScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -98,7 +130,7 @@ def topic_name() -> Callable[[str], str]:
 
 
 @pytest.fixture
-def own_stack(tmp_path) -> Iterator[DevStack]:  # noqa: ANN001
+def own_stack(tmp_path) -> Iterator[DevStack]:
     """A dev stack of this test's own (for outage tests that stop and restart a service)."""
     stack = DevStack(workdir=tmp_path / "stack", redis_persistence=True)
     stack.start()

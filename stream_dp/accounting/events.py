@@ -68,8 +68,9 @@ def _normalise(event: "DpEvent", **checked: object) -> None:
     """Store validated, plain-Python values (so ``to_dict`` is JSON-serialisable and equality is exact)."""
     for name, value in checked.items():
         object.__setattr__(event, name, value)
-    _check_label("mechanism", getattr(event, "mechanism"), optional=False)
-    _check_label("release_id", getattr(event, "release_id"), optional=True)
+    # every event type has both fields; the base declares none (it would put them first in every constructor)
+    _check_label("mechanism", getattr(event, "mechanism"), optional=False)  # noqa: B009
+    _check_label("release_id", getattr(event, "release_id"), optional=True)  # noqa: B009
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,7 @@ class Ledger:
         self._indexed: set[str] = set()
 
     @property
-    def scripts(self) -> tuple:
+    def scripts(self) -> tuple[Any, ...]:
         """The ledger's Lua scripts (charge, reserve, settle, cancel), e.g. to load them when a worker starts."""
         return tuple(self._scripts.values())
 
@@ -622,7 +622,7 @@ class Ledger:
 
     def history(self, scope: str, *, count: int | None = None) -> list[HistoryEntry]:
         """The scope's event log, oldest first (``count``: at most that many entries)."""
-        entries = self.redis.xrange(self.keys.ledger(scope, "log"), count=count)
+        entries = self.redis.xrange(self.keys.ledger(scope, "log"), count=count) or []
         return [_history_entry(entry_id, fields) for entry_id, fields in entries]
 
     def verify(self, scope: str) -> VerifyReport:
@@ -682,7 +682,7 @@ def _cost_from_string(value: str) -> Cost:
     return Cost(float(rho), float(zd), float(beps), float(bd), int(binf))
 
 
-def _history_entry(entry_id: Any, fields: dict[Any, Any]) -> HistoryEntry:
+def _history_entry(entry_id: Any, fields: Any) -> HistoryEntry:
     f = {_decode(k): _decode(v) for k, v in _as_dict(fields).items()}
     events = tuple(event_from_dict(d) for d in json.loads(f.get("events", "[]")))
     return HistoryEntry(entry_id=_decode(entry_id), type=f["type"], id=f["id"], reservation=f.get("reservation", ""),

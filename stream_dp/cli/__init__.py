@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib import metadata
 from collections.abc import Sequence
 
 from stream_dp.runtime import ExitCode, add_log_level_option, configure_logging
@@ -27,15 +28,27 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject.toml), or ``unknown`` when run from a bare tree."""
+    try:
+        return metadata.version("stream-dp")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stream-dp",
         description="Differentially private heavy hitters, released continuously from a Kafka stream.",
+        epilog="Each command's --help has examples. README.md: Quickstart, Run it yourself, The command line.",
     )
+    parser.add_argument("--version", action="version", version=f"stream-dp {version()}")
     add_log_level_option(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         importlib.import_module(module).register(sub)
+    for command in sub.choices.values():  # --log-level also after the subcommand
+        add_log_level_option(command, default=argparse.SUPPRESS)
     return parser
 
 

@@ -17,17 +17,30 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
+from stream_dp.budget_text import delta_text, epsilon_text
 from stream_dp.tables import print_table, table
 from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.config import Config
 from stream_dp.keys import Keys
+
+EXAMPLES = """\
+examples:
+  stream-dp budget plan                            # from the config alone: does a day of windows fit the cap?
+  stream-dp budget plan --expected-users 5000      # ... and which release type to run for that audience
+  stream-dp budget list                            # every period: ε spent / left / cap, δ spent / left
+  stream-dp budget show 2026-11-29                 # one period (scope)
+  stream-dp budget history 2026-11-29 --count 20   # its charges: cost ε, ρ, Σε, δ per release
+  stream-dp budget verify                          # stored totals = totals recomputed from the log (exit 1 if not)
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "budget", help="inspect the privacy-budget ledger (scopes, spent/remaining ε and δ, history, verify)",
         description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user, the event log "
-        "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not).")
+        "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not). "
+        "ε as tail and the dashboard show it: spent is the period's composed ε, a charge's cost its ε on its own.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("list", "show", "history", "verify", "plan"),
                    help="list: every scope; show/history/verify: one scope (verify without a scope: all); "
                    "plan: worst-case cost per window and windows per period/lifetime, from the config alone")
@@ -58,10 +71,12 @@ def _cap(ledger: Ledger, scope: str) -> BudgetCap:
 
 
 def _print_states(rows: list[dict[str, Any]], out: TextIO) -> None:
+    """Spent / left / cap per scope, in the precision tail, the demo and the dashboard use (budget_text)."""
     columns = ("scope", "ε spent", "ε left", "ε cap", "δ spent", "δ left", "holds")
-    print_table(table(columns, [(r["scope"], f"{r['epsilon_spent']:.4f}", f"{r['epsilon_remaining']:.4f}",
-                                 f"{r['epsilon_cap']:g}", f"{r['delta_spent']:.3g}", f"{r['delta_remaining']:.3g}",
-                                 r["open_reservations"]) for r in rows], numeric=columns[1:]), out)
+    print_table(table(columns, [(r["scope"], epsilon_text(r["epsilon_spent"]), epsilon_text(r["epsilon_remaining"]),
+                                 epsilon_text(r["epsilon_cap"]), delta_text(r["delta_spent"]),
+                                 delta_text(r["delta_remaining"]), r["open_reservations"]) for r in rows],
+                      numeric=columns[1:]), out)
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
@@ -107,15 +122,18 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         if args.json:
             print(json.dumps([e.to_dict() for e in entries], indent=2), file=out)
             return 0
-        rows = []
+        lines: list[tuple[str, ...]] = []
         for e in entries:
             spent = e.cost.spent()
             when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-            mechanisms = ",".join(sorted({ev.mechanism or ev.kind for ev in e.events}))
-            rows.append((when, e.type, e.id, f"{spent.rho:.5f}", f"{spent.basic_epsilon:.4g}",
-                         f"{spent.zcdp_delta:.3g}", mechanisms))
-        print_table(table(("time (UTC)", "type", "id", "ρ", "Σε", "δ", "mechanisms"), rows,
-                          numeric=("ρ", "Σε", "δ")), out)
+            # mechanism: a field of every event type, which the base class DpEvent does not declare
+            mechanisms = ",".join(sorted({getattr(ev, "mechanism", "") or ev.kind for ev in e.events}))
+            # cost: this entry's ε on its own, as tail and the dashboard show a release's cost (budget_text)
+            lines.append((when, e.type, e.id, epsilon_text(spent.epsilon(ledger.cap.delta_prime)), f"{spent.rho:.5f}",
+                          epsilon_text(spent.basic_epsilon), delta_text(max(spent.zcdp_delta, spent.basic_delta)),
+                          mechanisms))
+        print_table(table(("time (UTC)", "type", "id", "cost ε", "ρ", "Σε", "δ", "mechanisms"), lines,
+                          numeric=("cost ε", "ρ", "Σε", "δ")), out)
         return 0
     scopes = [args.scope] if args.scope else ledger.scopes()
     reports = [ledger.verify(scope) for scope in scopes]

@@ -8,6 +8,7 @@ import sys
 EXAMPLES = """\
 examples:
   stream-dp dashboard --config config/stream-dp.toml          # http://127.0.0.1:8050/
+  # on a wall screen: http://127.0.0.1:8050/?wall=1 (large type; automatic from 1920 px wide)
   STREAM_DP_DASHBOARD__HOST=0.0.0.0 stream-dp dashboard --config prod.toml
   curl 'http://127.0.0.1:8050/api/releases?type=topk&limit=5'
 """
@@ -17,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dashboard", help="serve a live trending page and JSON API over the releases topic",
         description="Subscribe to the releases topic (schema-checked, de-duplicated records; no Redis, no raw "
-        "counts) and serve a page with the live ranking, alerts with their confidence bounds, samples, the "
-        "budget burn-down per period and the window timeline, plus a JSON API (/api/releases, /api/trending, "
+        "counts) and serve a page with the live ranking (counts, rank changes, each key's rank over the last "
+        "windows), the rising keys, alerts with their confidence bounds, samples, the budget (ε left, "
+        "burn-down, earlier periods) and the window timeline, plus a JSON API (/api/releases, /api/trending, "
         "/api/budget, /api/timeline, /healthz) and Server-Sent Events (/api/stream). Binds dashboard.host "
         "(default loopback) and dashboard.port (default 8050).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)

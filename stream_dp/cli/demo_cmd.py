@@ -10,10 +10,10 @@ examples:
   stream-dp demo                          # generated MovieLens-style ratings, until Ctrl-C
   stream-dp demo --windows 4              # stop by itself after four windows were released
   stream-dp demo --no-dashboard           # without the live page (http://127.0.0.1:8050/ by default)
+  STREAM_DP_RELEASES__TOPK__ENABLED=true stream-dp demo   # limited-domain top-k next to the histogram
   # MovieLens' ratings.csv (https://grouplens.org/datasets/movielens/), replayed in event-time order:
-  # yearly windows, larger Δ and top-k window budget, a budget that covers them
+  # yearly windows, a larger Δ
   STREAM_DP_WINDOWS__SIZE_SECONDS=31536000 STREAM_DP_CONTRIBUTION__MAX_KEYS_PER_USER=20 \\
-  STREAM_DP_RELEASES__TOPK__WINDOW_EPSILON=10 STREAM_DP_BUDGET__EPSILON=20 \\
     stream-dp demo --csv ml-latest-small/ratings.csv --user-column userId --key-column movieId \\
     --time-column timestamp
 """
@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Start a broker and Redis (embedded, unless kafka.bootstrap_servers / redis.url are "
         "configured), start the ingest and release workers as processes with the same entry points and "
         "config code path as production, replay a MovieLens-style stream (generated, or your CSV/JSONL) "
-        "and print every release: top-k per window, alerts with estimates, sample summaries and the budget "
-        "of each period. Ctrl-C stops everything cleanly.",
+        "and print every release -- by default the histogram (over the generated stream's public catalogue): "
+        "every key's noisy count with its interval -- with each release's cost and its budget period. "
+        "Ctrl-C stops everything cleanly.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml with demo-sized windows)")
     src = p.add_argument_group("input (default: the generated MovieLens-style stream)")

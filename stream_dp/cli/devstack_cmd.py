@@ -8,6 +8,13 @@ import sys
 
 from stream_dp import devstack
 
+EXAMPLES = """\
+examples:
+  stream-dp devstack up        # prints the broker and Redis addresses; commands with none configured use them
+  stream-dp devstack status    # exit 1 when nothing runs
+  stream-dp devstack down
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="start, stop or inspect a local Kafka-protocol broker and redis-server",
         description="A detached local broker (Tansu) and redis-server on free ports, for poking at stream-dp. "
         "Its ports and pids are kept in a state file ($STREAM_DP_DEVSTACK_STATE).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("action", choices=("up", "down", "status"))
     p.set_defaults(func=run)

@@ -6,11 +6,19 @@ import argparse
 
 from stream_dp.runtime import ExitCode, add_config_option, load_config_or_report, run_ingest_worker
 
+EXAMPLES = """\
+examples:
+  stream-dp ingest --config config/stream-dp.toml       # metrics on :9108; SIGTERM: finish the batch, commit, stop
+  STREAM_DP_KAFKA__BOOTSTRAP_SERVERS=kafka-1:9092 STREAM_DP_REDIS__URL=redis://redis:6379/0 stream-dp ingest
+  stream-dp ingest --log-level DEBUG                     # uses a running `stream-dp devstack up` when nothing is set
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="run the ingest worker (Kafka events -> bounded window counts in Redis)",
                        description="Consume the events topic in the ingest consumer group and keep per-window, "
-                       "contribution-bounded counts in Redis. Stops cleanly on SIGTERM/SIGINT.")
+                       "contribution-bounded counts in Redis. Stops cleanly on SIGTERM/SIGINT.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
 

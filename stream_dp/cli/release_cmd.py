@@ -14,11 +14,19 @@ from stream_dp.runtime import (
     with_release_flags,
 )
 
+EXAMPLES = """\
+examples:
+  stream-dp release --config config/stream-dp.toml      # refuses to start if a budget period is not covered
+  STREAM_DP_METRICS__PORT=9109 stream-dp release        # next to an ingest worker on the same host
+  stream-dp release --worker-id release-2 --claim-ttl-seconds 15   # a second worker: windows are claimed
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("release", help="run the release worker",
                        description="Release every closed window: run the configured DP releases, charge the "
-                                   "ledger, publish to the releases topic. Stops on SIGTERM/SIGINT.")
+                                   "ledger, publish to the releases topic. Stops on SIGTERM/SIGINT.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
 

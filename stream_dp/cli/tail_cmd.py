@@ -16,6 +16,15 @@ from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedS
 from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.tail import format_release
 
+EXAMPLES = """\
+examples:
+  stream-dp tail                                   # every release on the topic, then new ones, until Ctrl-C
+  stream-dp tail --type histogram --new-only       # only new histogram releases
+  stream-dp tail --count 9 --idle-timeout 120      # stop after 9 releases, or 2 minutes without one
+  stream-dp tail --json | jq -c '.items[:3]'       # the raw records (schema: config/release.schema.json)
+"""
+RESERVED_TYPES = ("status",)  # in schema 1's type enum, published by no release of this version
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -24,11 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "record: window, type, status, mechanism, items, cost and the budget of its period. A release "
         "published twice (a worker restarted between publishing and marking it) is printed once. Records "
         "are checked against the release schema (stream_dp.client): a malformed one is reported on stderr "
-        "and skipped, one of an unknown schema_version stops tail with an error.")
+        "and skipped, one of an unknown schema_version stops tail with an error. Each record shows its cost "
+        "(ε of this release on its own) and its budget period after it (ε spent, composed; left; cap).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--topic", help="releases topic (default: kafka.releases_topic)")
-    p.add_argument("--type", action="append", choices=release_types(), dest="types",
-                   help="only this release type (repeatable)")
+    p.add_argument("--type", action="append", choices=release_types(), dest="types", metavar="TYPE",
+                   help="only this release type (repeatable): "
+                   + ", ".join(t for t in release_types() if t not in RESERVED_TYPES)
+                   + "; 'status' is also accepted: schema 1 reserves it, and no release of this version "
+                   "publishes one")
     p.add_argument("--new-only", action="store_true", help="skip releases already on the topic")
     p.add_argument("--count", type=int, help="exit after printing this many releases")
     p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
@@ -40,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def follow(follower: ReleaseSubscriber, out: TextIO, *, types: list[str] | None, count: int | None,
            idle_timeout: float | None, as_json: bool, color: bool,
-           should_stop: Callable[[], bool] = lambda: False, notices: TextIO | None = None) -> int:
+           should_stop: Callable[[], bool] = lambda: False, notices: TextIO | None = None,
+           delta_prime: float | None = None) -> int:
     """Print releases until ``count`` were printed, ``idle_timeout`` passed without one, or a stop. A line on
     ``notices`` (stderr) when no broker answers any more (an empty poll is otherwise silent) and when one does
     again."""
@@ -57,7 +72,8 @@ def follow(follower: ReleaseSubscriber, out: TextIO, *, types: list[str] | None,
         for record in records:
             if types and record.get("type") not in types:
                 continue
-            print(json.dumps(record) if as_json else format_release(record, color=color) + "\n", file=out, flush=True)
+            print(json.dumps(record) if as_json else format_release(record, color=color, delta_prime=delta_prime) + "\n",
+                  file=out, flush=True)
             printed += 1
             last = time.monotonic()
             if count is not None and printed >= count:
@@ -84,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                                  start="now" if args.new_only else "beginning", on_invalid=_report)
     try:
         follow(follower, sys.stdout, types=args.types, count=args.count, idle_timeout=args.idle_timeout,
-               as_json=args.json, color=color, should_stop=stop.is_set)
+               as_json=args.json, color=color, should_stop=stop.is_set, delta_prime=cfg.budget.delta_prime)
     except UnsupportedSchemaVersion as exc:
         print(f"tail error: {exc}", file=sys.stderr)
         return 1

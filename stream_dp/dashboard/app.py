@@ -4,7 +4,8 @@
 - ``GET /api/releases?type=&since=&limit=`` -- checked, de-duplicated records, newest first. ``type`` is
   a release type of the schema, ``since`` the first window start to include (epoch seconds or an ISO 8601
   date / time, UTC if no offset), ``limit`` 1..1000 (default 100). A bad parameter is a 400 naming it;
-- ``GET /api/trending`` -- the latest ranking(s) with rank changes (:meth:`ReleaseBoard.trending`);
+- ``GET /api/trending?windows=`` -- the latest ranking(s) with rank changes, each key's rank in each of the
+  last ``windows`` windows (1..100, default 12) and the rising keys (:meth:`ReleaseBoard.trending`);
 - ``GET /api/budget`` -- spent / remaining per budget period and the burn-down (:meth:`ReleaseBoard.budget`);
 - ``GET /api/timeline`` -- windows and the status of each release type;
 - ``GET /healthz`` -- 200 while the subscriber reads the topic, 503 while it cannot;
@@ -31,9 +32,11 @@ from starlette.staticfiles import StaticFiles
 from stream_dp.client import release_types
 from stream_dp.dashboard.board import ReleaseBoard
 from stream_dp.dashboard.feed import Feed
+from stream_dp.dashboard.trends import DEFAULT_HISTORY_WINDOWS
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_LIMIT = 1000
+MAX_HISTORY_WINDOWS = 100
 KEEPALIVE_SECONDS = 10.0
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -73,6 +76,15 @@ def parse_limit(raw: str | None) -> int:
     return int(raw)
 
 
+def parse_windows(raw: str | None) -> int:
+    """``windows`` of ``/api/trending``: how many windows each key's rank history covers."""
+    if raw is None or raw == "":
+        return DEFAULT_HISTORY_WINDOWS
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_HISTORY_WINDOWS:
+        raise BadParameter(f"windows must be an integer in [1, {MAX_HISTORY_WINDOWS}], got {raw!r}")
+    return int(raw)
+
+
 def parse_type(raw: str | None) -> str | None:
     if raw is None or raw == "":
         return None
@@ -98,8 +110,12 @@ def create_app(board: ReleaseBoard, feed: Feed | None = None, *, topic: str = "r
         records = board.releases(type=kind, since=since, limit=limit)
         return JSONResponse({"count": len(records), "releases": records}, headers=NO_STORE)
 
-    async def trending(_: Request) -> Response:
-        return JSONResponse(board.trending(), headers=NO_STORE)
+    async def trending(request: Request) -> Response:
+        try:
+            windows = parse_windows(request.query_params.get("windows"))
+        except BadParameter as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(board.trending(windows), headers=NO_STORE)
 
     async def budget(_: Request) -> Response:
         return JSONResponse(board.budget(), headers=NO_STORE)

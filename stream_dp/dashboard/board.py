@@ -3,11 +3,14 @@
 Every view is computed from published records only, so it shows nothing the releases topic does not:
 
 - :meth:`ReleaseBoard.releases` -- records newest first (by window, then type), filtered by type and start;
-- :meth:`ReleaseBoard.trending` -- the latest ranking of each ranked type (``topk``, ``watch_topk``,
-  ``argmax``, and any type whose items carry an ``interval``, e.g. ``histogram``) with each key's rank
-  change against the previous released window of that type, and whether the key was ever released before;
-- :meth:`ReleaseBoard.budget` -- per budget period (the records' ``budget.scope``): spent and remaining ε
-  and δ after the latest charge, and the burn-down (ε remaining after each release, in charge order);
+- :meth:`ReleaseBoard.trending` -- the latest ranking of each ranked type (``topk``, ``histogram``,
+  ``watch_topk``, ``argmax``, and any type whose items carry an ``interval``) with each key's rank change
+  against the previous released window of that type, whether it was ever released before, its released
+  count or estimate, its rank in each of the last N windows, and the rising keys
+  (:mod:`~stream_dp.dashboard.trends`: post-processing of released rankings only);
+- :meth:`ReleaseBoard.budget` -- per budget period (the records' ``budget.scope``), newest first: spent and
+  remaining ε and δ after the latest charge, and the burn-down (each release's cost and the ε left after
+  it, in charge order; :mod:`~stream_dp.dashboard.periods`);
 - :meth:`ReleaseBoard.timeline` -- per window: each type's status (``released``, ``empty`` -- released with
   no items, e.g. a top-k that stopped at ⊥ before any key -- or ``budget_exhausted``).
 
@@ -25,72 +28,18 @@ Every view is computed from published records only, so it shows nothing the rele
 
 from __future__ import annotations
 
-import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-# types shown as rankings whatever their items carry; any type whose items carry an "interval" is too
-RANKED_TYPES = ("topk", "histogram", "watch_topk", "argmax")
-TYPE_ORDER = ("topk", "histogram", "alerts", "sample", "watch_topk", "argmax")
+from stream_dp.dashboard.periods import period
+from stream_dp.dashboard.trends import DEFAULT_HISTORY_WINDOWS, is_ranking, ranking, type_rank
+
 DEFAULT_CAPACITY = 20_000  # records kept (the oldest windows are dropped first)
-
-
-def _type_rank(rtype: str) -> int:
-    return TYPE_ORDER.index(rtype) if rtype in TYPE_ORDER else len(TYPE_ORDER)
-
 
 def _newest_first(record: Mapping[str, Any]) -> tuple[Any, ...]:
     w = record["window"]
-    return (-w["start"], -w["end"], _type_rank(record["type"]), record["release_id"])
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def interval_of(item: Mapping[str, Any]) -> dict[str, float] | None:
-    """An item's interval as ``{"lower", "upper"}``: from ``interval`` given as ``[lo, hi]`` or as a mapping
-    with ``lower``/``upper`` (or ``low``/``high``), else from ``lower_bound``/``upper_bound`` or a histogram's ``ci_low``/``ci_high``; None if none.
-
-    >>> interval_of({"interval": [1, 3.5]}), interval_of({"interval": {"low": 2, "high": 4}})
-    ({'lower': 1.0, 'upper': 3.5}, {'lower': 2.0, 'upper': 4.0})
-    >>> interval_of({"key": "k", "count": 40, "ci_low": 31, "ci_high": 49})  # a histogram item
-    {'lower': 31.0, 'upper': 49.0}
-    """
-    raw = item.get("interval")
-    lo = hi = None
-    if isinstance(raw, (list, tuple)) and len(raw) == 2:
-        lo, hi = _number(raw[0]), _number(raw[1])
-    elif isinstance(raw, Mapping):
-        lo = _number(raw.get("lower", raw.get("low")))
-        hi = _number(raw.get("upper", raw.get("high")))
-    elif raw is None and ("lower_bound" in item or "upper_bound" in item):
-        lo, hi = _number(item.get("lower_bound")), _number(item.get("upper_bound"))
-    elif raw is None and ("ci_low" in item or "ci_high" in item):  # a histogram item
-        lo, hi = _number(item.get("ci_low")), _number(item.get("ci_high"))
-    if lo is None and hi is None:
-        return None
-    return {"lower": lo, "upper": hi}  # type: ignore[dict-item]
-
-
-def is_ranking(record: Mapping[str, Any]) -> bool:
-    """Whether the record is a ranking: a ranked type, or items that carry intervals (histogram-like)."""
-    return record["type"] in RANKED_TYPES or any(
-        isinstance(i, Mapping) and "interval" in i for i in record.get("items") or [])
-
-
-def ranked_items(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The record's items, best first, each with a ``rank`` (given, else by estimate, largest first)."""
-    items = [dict(i) for i in record.get("items") or [] if isinstance(i, Mapping) and "key" in i]
-    if all(isinstance(i.get("rank"), int) for i in items):
-        return sorted(items, key=lambda i: i["rank"])
-    items.sort(key=lambda i: -(_number(i.get("estimate", i.get("count"))) or 0.0))
-    for n, item in enumerate(items, start=1):
-        item["rank"] = n
-    return items
+    return (-w["start"], -w["end"], type_rank(record["type"]), record["release_id"])
 
 
 def window_status(record: Mapping[str, Any]) -> str:
@@ -106,8 +55,9 @@ class ReleaseBoard:
     Thread-safe: the subscriber thread adds, the web handlers read.
     """
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, *, delta_prime: float | None = None) -> None:
         self.capacity = capacity
+        self.delta_prime = delta_prime  # budget.delta_prime: a release's cost on its own (stream_dp.budget_text)
         self._records: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.rejected = 0
@@ -139,7 +89,7 @@ class ReleaseBoard:
             return sorted(self._records.values(), key=_newest_first)
 
     # ---- views ------------------------------------------------------------------------------------
-    def releases(self, *, type: str | None = None, since: int | None = None,  # noqa: A002
+    def releases(self, *, type: str | None = None, since: int | None = None,
                  limit: int = 100) -> list[dict[str, Any]]:
         """Records newest first; only ``type``; only windows starting at or after ``since`` (epoch s)."""
         out = []
@@ -153,13 +103,15 @@ class ReleaseBoard:
                 break
         return out
 
-    def trending(self) -> dict[str, Any]:
-        """The latest record of each ranking type, items with their rank change (see the module docstring)."""
+    def trending(self, windows: int = DEFAULT_HISTORY_WINDOWS) -> dict[str, Any]:
+        """The latest record of each ranking type, items with their rank change, their rank in each of the
+        last ``windows`` windows, and the rising keys (:func:`~stream_dp.dashboard.trends.ranking`)."""
         by_type: dict[str, list[dict[str, Any]]] = {}
         for rec in self._snapshot():
             if is_ranking(rec):
                 by_type.setdefault(rec["type"], []).append(rec)
-        rankings = [_ranking(history) for _, history in sorted(by_type.items(), key=lambda kv: _type_rank(kv[0]))]
+        rankings = [ranking(history, windows=windows)
+                    for _, history in sorted(by_type.items(), key=lambda kv: type_rank(kv[0]))]
         latest = max((r["window"] for r in rankings), key=lambda w: (w["start"], w["end"]), default=None)
         return {"window": latest, "rankings": rankings}
 
@@ -170,7 +122,7 @@ class ReleaseBoard:
             block = rec.get("budget") or {}
             if isinstance(block.get("scope"), str):
                 periods.setdefault(block["scope"], []).append(rec)
-        out = [_period(scope, recs) for scope, recs in periods.items()]
+        out = [period(scope, recs, self.delta_prime) for scope, recs in periods.items()]
         out.sort(key=lambda p: p["first_window_start"], reverse=True)
         return {"periods": out}
 
@@ -186,48 +138,6 @@ class ReleaseBoard:
             overall = ("released" if "released" in statuses else
                        "budget_exhausted" if "budget_exhausted" in statuses else "empty")
             out.append({"start": start, "end": end, "status": overall,
-                        "types": dict(sorted(types.items(), key=lambda kv: _type_rank(kv[0])))})
+                        "types": dict(sorted(types.items(), key=lambda kv: type_rank(kv[0])))})
         return out
 
-
-def _ranking(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The newest record of ``history`` (one type, newest first) with rank changes against the others."""
-    latest = history[0]
-    earlier = [r for r in history[1:] if r["status"] == "released" and r["window"]["start"] < latest["window"]["start"]]
-    previous = {i["key"]: i["rank"] for i in ranked_items(earlier[0])} if earlier else {}
-    ever = {i["key"] for rec in earlier for i in rec.get("items") or [] if isinstance(i, Mapping)}
-    items = []
-    for item in ranked_items(latest):
-        prev = previous.get(item["key"])
-        out = {**item, "previous_rank": prev, "change": None if prev is None else prev - item["rank"],
-               "new": item["key"] not in ever}
-        interval = interval_of(item)
-        if interval is not None:
-            out["interval"] = interval
-        items.append(out)
-    return {"type": latest["type"], "release_id": latest["release_id"], "window": latest["window"],
-            "status": latest["status"], "hit_bottom": latest.get("hit_bottom"),
-            "mechanism": latest.get("mechanism"), "items": items,
-            "compared_with": earlier[0]["window"] if earlier else None, "windows_before": len(earlier)}
-
-
-def _period(scope: str, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """One budget period: charge-ordered points (spent only grows within a period) and its latest state."""
-    recs = sorted(records, key=lambda r: (_number(r["budget"].get("epsilon_spent")) or 0.0,
-                                          _number(r["budget"].get("delta_spent")) or 0.0,
-                                          r["window"]["start"], _type_rank(r["type"])))
-    last = recs[-1]["budget"]
-    spent, left = _number(last.get("epsilon_spent")) or 0.0, _number(last.get("epsilon_remaining")) or 0.0
-    cap = _number(last.get("epsilon_cap")) or spent + left
-    dspent, dleft = _number(last.get("delta_spent")) or 0.0, _number(last.get("delta_remaining")) or 0.0
-    return {
-        "scope": scope, "epsilon_cap": cap, "epsilon_spent": spent, "epsilon_remaining": left,
-        "delta_cap": _number(last.get("delta_cap")) or dspent + dleft, "delta_spent": dspent,
-        "delta_remaining": dleft, "releases": len(recs),
-        "budget_exhausted": sum(1 for r in recs if r["status"] == "budget_exhausted"),
-        "first_window_start": min(r["window"]["start"] for r in recs),
-        "points": [{"release_id": r["release_id"], "type": r["type"], "status": r["status"],
-                    "window_start": r["window"]["start"],
-                    "epsilon_spent": _number(r["budget"].get("epsilon_spent")),
-                    "epsilon_remaining": _number(r["budget"].get("epsilon_remaining"))} for r in recs],
-    }

@@ -130,7 +130,7 @@ class Feed:
                         if self.board.add(record):
                             self.last_record_at = time.time()
                             self.listeners.publish(record)
-            except Exception as exc:  # broker down, bad credentials ...: say so, retry
+            except Exception as exc:  # noqa: BLE001 - broker down, bad credentials ...: say so, retry
                 self.connected = False
                 self.error = f"{type(exc).__name__}: {exc}"
                 delay = backoff.next_delay()
@@ -140,5 +140,5 @@ class Feed:
                 if sub is not None:
                     try:
                         sub.close()
-                    except Exception:  # closing a broken connection
+                    except Exception:  # noqa: BLE001 - closing a broken connection
                         pass

@@ -72,7 +72,7 @@ def serve(cfg: Config, *, topic: str | None = None, sock: socket.socket | None =
     """Serve until SIGINT/SIGTERM. ``sock`` defaults to :func:`bind` of ``dashboard.host:port``."""
     topic = topic or cfg.kafka.releases_topic
     sock = sock or bind(cfg.dashboard.host, cfg.dashboard.port)
-    board = ReleaseBoard()
+    board = ReleaseBoard(delta_prime=cfg.budget.delta_prime)
     feed = Feed(cfg.kafka, topic, board)
     app = create_app(board, feed, topic=topic)
     server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",

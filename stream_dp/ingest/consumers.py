@@ -41,7 +41,7 @@ import logging
 from collections.abc import Callable, Iterable
 from itertools import compress, islice, repeat
 from operator import is_not, ne
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
@@ -159,7 +159,7 @@ class BrokersUnreachable(KafkaError):
 def _raise_as_kafka_error(exc: Exception, doing: str) -> None:
     from confluent_kafka import KafkaError as CKError
 
-    err = exc.args[0] if exc.args else None
+    err: Any = exc.args[0] if exc.args else None  # a confluent KafkaError, or anything
     code = err.code() if hasattr(err, "code") else None
     text = err.str() if hasattr(err, "str") else str(exc)
     if code in (CKError.REBALANCE_IN_PROGRESS, CKError.ILLEGAL_GENERATION, CKError.UNKNOWN_MEMBER_ID,
@@ -304,7 +304,7 @@ class ConfluentConsumer:
             msgs = [m for m, err in zip(msgs, errors) if err is None]
             if not msgs:
                 return {}
-        parts = list(map(Message.partition, msgs))
+        parts = cast("list[int]", list(map(Message.partition, msgs)))  # a fetched record has its partition
         topic = msgs[0].topic()  # the loop subscribes to one topic
         # runs of one partition: [cuts[i], cuts[i + 1])
         cuts = [0, *compress(range(1, len(parts)), map(ne, islice(parts, 1, None), parts)), len(parts)]
@@ -330,7 +330,8 @@ class ConfluentConsumer:
         from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
         stamps = [ms if kind != TIMESTAMP_NOT_AVAILABLE else None for kind, ms in map(Message.timestamp, msgs)]
-        return list(map(Message.offset, msgs)), stamps, list(map(Message.value, msgs))
+        offsets = cast("list[int]", list(map(Message.offset, msgs)))  # a fetched record has its offset
+        return offsets, stamps, list(map(Message.value, msgs))
 
     @staticmethod
     def fields(m: Any) -> tuple[str, int, int, bytes | None, bytes | None]:
@@ -346,7 +347,7 @@ class ConfluentConsumer:
             _raise_as_kafka_error(exc, f"seeking {tp.topic}[{tp.partition}] to {offset}")
         self._start[tp] = offset
 
-    def position(self, tp: TopicPartition, timeout_ms: int = 0) -> int | None:  # noqa: ARG002 - local: never waits
+    def position(self, tp: TopicPartition, timeout_ms: int = 0) -> int | None:  # local: never waits
         """The next offset to consume of ``tp``, if known: librdkafka's once a record was consumed; before
         that, the committed offset read at assignment, or the low watermark of the last fetch when the
         group has none (consumption starts at the earliest record)."""

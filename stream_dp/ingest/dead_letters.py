@@ -170,6 +170,8 @@ class DeadLetterWriter:
 
     # ---------------------------------------------------------------------------------------------
     def _send(self, r: Rejected, *, bounded: bool, cause: str) -> _Sent:
+        key: bytes | None
+        value: bytes | None
         if bounded:
             key, value, headers = None, bounded_value(r, cause), _headers(r, "bounded")
         else:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -175,11 +175,11 @@ class EventDecoder:
         reason = None
         user = self._text(obj.get(self.user_field), self.max_user_bytes)
         if type(user) is not str:
-            reason = ("missing_user", "bad_user", "user_too_long", "user_control_chars")[user]
+            reason = ("missing_user", "bad_user", "user_too_long", "user_control_chars")[cast(int, user)]
         else:
             key = self._text(obj.get(self.key_field), self.max_key_bytes)
             if type(key) is not str:
-                reason = ("missing_key", "bad_key", "key_too_long", "key_control_chars")[key]
+                reason = ("missing_key", "bad_key", "key_too_long", "key_control_chars")[cast(int, key)]
             else:
                 ts = self._time(obj.get(self.time_field), timestamp_ms)
                 if ts is None:

@@ -16,6 +16,8 @@ per-key count. Build one :class:`IngestMetrics` per process with an injected reg
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from stream_dp.ingest.bounding import BOUNDING_RULES
@@ -31,7 +33,7 @@ class IngestMetrics:
     """Every ingest metric, registered in ``registry``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        kw = {"namespace": _NS, "subsystem": _SUB, "registry": registry}
+        kw: dict[str, Any] = {"namespace": _NS, "subsystem": _SUB, "registry": registry}
         self.consumed = Counter("events_consumed", "Records fetched from the events topic", **kw)
         self.applied = Counter("events_applied", "Events counted in a window after contribution bounding", **kw)
         self.rejected = Counter("events_rejected", "Records sent to the dead-letter topic, by reason",

@@ -482,7 +482,7 @@ class WindowStore:
             self.client.script_load(script.script)
             return send()
 
-    def _send_replicated(self, items: list[tuple[str, Callable[[Pipeline], None]]]) -> list:
+    def _send_replicated(self, items: list[tuple[str, Callable[[Pipeline], object]]]) -> list:
         """The items' scripts, one pipeline per master, each followed by ``WAIT`` on the same connection
         (:func:`stream_dp.replication.write_then_wait`): the apply returns -- and the loop commits the
         Kafka offsets it covers -- only once ``redis.min_replicas_acked`` replicas have every write. Raises

@@ -168,7 +168,7 @@ class IngestWorker:
                             ("producer", lambda: self.producer.close(timeout=5))):
             try:
                 close()
-            except Exception:  # noqa: BLE001 - closing must not mask why we stopped
+            except Exception:  # closing must not mask why we stopped
                 log.warning("closing the %s failed", name, exc_info=True)
         self.metrics.up.set(0)
         log.info("ingest stopped (%s) after %d batches", reason, self.batches)
@@ -203,7 +203,7 @@ class IngestWorker:
                     self._submit(_Batch(t0=time.perf_counter(), request=self._request([], set(), lags), idle=True))
                     self._drain_all()
                     self.commits.commit_pending()
-        except Exception as exc:  # noqa: BLE001 - classified below; non-transient ones re-raise
+        except Exception as exc:  # classified below; non-transient ones re-raise
             dep = is_transient(exc)
             if dep is None:
                 raise

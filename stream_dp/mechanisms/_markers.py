@@ -8,6 +8,7 @@ class Marker:
 
     _by_name: dict[str, "Marker"] = {}
     __slots__ = ("name",)
+    name: str
 
     def __new__(cls, name: str) -> "Marker":
         marker = cls._by_name.get(name)

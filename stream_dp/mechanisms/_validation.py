@@ -19,20 +19,20 @@ def check_epsilon(value: Any, name: str = "epsilon") -> float:
     """Return ``value`` as a float, or raise ``ValueError`` unless it is finite and > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a finite number > 0, got {type(value).__name__}")
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return value
+    number = float(value)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {number!r}")
+    return number
 
 
 def check_delta(value: Any, name: str = "delta") -> float:
     """Return ``value`` as a float, or raise ``ValueError`` unless 0 < value < 1."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a number in (0, 1), got {type(value).__name__}")
-    value = float(value)
-    if not 0 < value < 1:
-        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-    return value
+    number = float(value)
+    if not 0 < number < 1:
+        raise ValueError(f"{name} must be in (0, 1), got {number!r}")
+    return number
 
 
 def check_positive_fraction(value: Any, name: str) -> Fraction:

@@ -28,7 +28,8 @@ from stream_dp.mechanisms._validation import check_epsilon, check_scores
 from stream_dp.rng import RngLike, make_rng
 
 
-def _scaled(scores: Mapping[Hashable, float], epsilon: float, sensitivity: float):
+def _scaled(scores: Mapping[Hashable, float], epsilon: float,
+            sensitivity: float) -> tuple[list[Hashable], np.ndarray]:
     epsilon = check_epsilon(epsilon)
     sensitivity = check_epsilon(sensitivity, "sensitivity")
     keys, arr = check_scores(scores, name="scores", nonnegative=False)

@@ -85,7 +85,8 @@ def noise_variance(noise: str, scale: float) -> float:
     return (2.0 if noise == "laplace" else 1.0) * scale**2
 
 
-def _check(values: Mapping[Hashable, float], k: int, epsilon: float, noise: str):
+def _check(values: Mapping[Hashable, float], k: int, epsilon: float,
+           noise: str) -> tuple[list[Hashable], np.ndarray, int, float]:
     k = check_positive_int(k, "k")
     epsilon = check_epsilon(epsilon)
     if noise not in NOISES:
@@ -187,7 +188,8 @@ def blue_estimates(measurements: Sequence[float], gaps: Sequence[float], *, lam:
     lam = check_epsilon(lam, "lam")
     p = float(np.dot(np.arange(k - 1, 0, -1, dtype=np.float64), g))
     p_prev = np.concatenate([[0.0], np.cumsum(g)])  # p_{i-1} for i = 1..k
-    return (alpha.sum() + lam * k * alpha + p - k * p_prev) / ((1.0 + lam) * k)
+    blue: np.ndarray = (alpha.sum() + lam * k * alpha + p - k * p_prev) / ((1.0 + lam) * k)
+    return blue
 
 
 def noisy_topk_with_measures(values: Mapping[Hashable, float], *, k: int, epsilon: float,

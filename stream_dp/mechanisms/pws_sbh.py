@@ -40,9 +40,10 @@ def _sampling_probability(scheme: SamplingScheme, y: np.ndarray) -> np.ndarray:
         raise ValueError("the SbH baseline supports the identity weight only")
     y = np.asarray(y, dtype=np.float64)
     if scheme.name == "pps":
-        return np.clip(scheme.tau * y, 0.0, 1.0)
+        return np.asarray(np.clip(scheme.rate * y, 0.0, 1.0), dtype=np.float64)
     if scheme.name == "ppswor":
-        return -np.expm1(-scheme.tau * np.maximum(y, 0.0))
+        q: np.ndarray = -np.expm1(-scheme.rate * np.maximum(y, 0.0))
+        return q
     return np.ones_like(y)
 
 
@@ -75,14 +76,16 @@ def sbh_sample(counts: Mapping[Hashable, int], *, scheme: str, tau: float | None
 
 def _laplace_cdf(t: np.ndarray, eps: float) -> np.ndarray:
     """P(L < t) for L ~ Lap(1/ε)."""
-    return np.where(t <= 0, 0.5 * np.exp(eps * np.minimum(t, 0)), 1 - 0.5 * np.exp(-eps * np.maximum(t, 0)))
+    cdf: np.ndarray = np.where(t <= 0, 0.5 * np.exp(eps * np.minimum(t, 0)), 1 - 0.5 * np.exp(-eps * np.maximum(t, 0)))
+    return cdf
 
 
 def _laplace_partial_mean(t: np.ndarray, eps: float) -> np.ndarray:
     """E[L 1{L < t}] for L ~ Lap(1/ε)."""
     neg = 0.5 * (np.minimum(t, 0) - 1 / eps) * np.exp(eps * np.minimum(t, 0))
     pos = -0.5 * (np.maximum(t, 0) + 1 / eps) * np.exp(-eps * np.maximum(t, 0))
-    return np.where(t <= 0, neg, pos)
+    mean: np.ndarray = np.where(t <= 0, neg, pos)
+    return mean
 
 
 def sbh_reporting_probabilities(frequencies: Any, *, scheme: str, tau: float | None, epsilon: float,
@@ -102,14 +105,15 @@ def sbh_reporting_probabilities(frequencies: Any, *, scheme: str, tau: float | N
     p_ge_T = 1.0 - _laplace_cdf(T - i, eps)
     if sampling.name == "none":
         return p_ge_T
-    tau_ = float(sampling.tau)
+    tau_ = sampling.rate
     if sampling.name == "pps":
         c = max(T, 1.0 / tau_)
         p_ge_c = 1.0 - _laplace_cdf(c - i, eps)
         # E[Y 1{T ≤ Y < c}] with Y = i + L
         m1 = (i * (_laplace_cdf(c - i, eps) - _laplace_cdf(T - i, eps))
               + _laplace_partial_mean(c - i, eps) - _laplace_partial_mean(T - i, eps))
-        return p_ge_c + tau_ * m1
+        p: np.ndarray = p_ge_c + tau_ * m1
+        return p
     # ppswor: P(Y ≥ T) - E[e^{-τY} 1{Y ≥ T}], split at Y = i (L = 0); exponents combined to avoid overflow
     t = T - i
     m = np.maximum(t, 0.0)

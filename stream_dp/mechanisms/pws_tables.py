@@ -91,6 +91,13 @@ class SamplingScheme:
         if self.weight is not None and not callable(self.weight):
             raise ValueError("weight must be a callable f(frequencies) -> weights, or None for the identity")
 
+    @property
+    def rate(self) -> float:
+        """τ of ``pps`` and ``ppswor`` (set and checked at construction for both)."""
+        if self.tau is None:
+            raise ValueError(f"scheme {self.name!r} has no tau")
+        return self.tau
+
     def cache_key(self) -> Hashable:
         return (self.name, self.tau if self.name != "none" else None, self.weight)
 
@@ -104,9 +111,9 @@ class SamplingScheme:
             if f.shape != freqs.shape or not np.all(np.isfinite(f)) or np.any(f < 0):
                 raise ValueError("weight must map a frequency array to finite weights >= 0 of the same shape")
         if self.name == "pps":
-            q = np.minimum(1.0, self.tau * f)
+            q = np.minimum(1.0, self.rate * f)
         elif self.name == "ppswor":
-            q = -np.expm1(-self.tau * f)
+            q = -np.expm1(-self.rate * f)
         else:
             q = np.ones_like(f)
         return np.where(freqs == 0, 0.0, q)

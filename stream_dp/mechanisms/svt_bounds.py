@@ -96,7 +96,8 @@ def _geometric_mass_after(c: float, after: np.ndarray, rho: float, shift: np.nda
     geometric series. ``after ≥ 0`` and ``shift`` are integer-valued arrays."""
     m = np.maximum(after, -shift)
     flat = np.exp(-c * after) - np.exp(-c * m)
-    return flat + _series_factor(c, rho) * np.exp(-rho * (shift + m + 1.0) - c * m)
+    mass: np.ndarray = flat + _series_factor(c, rho) * np.exp(-rho * (shift + m + 1.0) - c * m)
+    return mass
 
 
 def _geometric_mass_after2(c: float, after: np.ndarray, rho1: float, shift1: np.ndarray, rho2: float,
@@ -107,7 +108,8 @@ def _geometric_mass_after2(c: float, after: np.ndarray, rho1: float, shift1: np.
     only2 = _series_factor(c, rho2) * (np.exp(-rho2 * (shift2 + after + 1.0) - c * after)
                                        - np.exp(-rho2 * (shift2 + m + 1.0) - c * m))
     both = _series_factor(c, rho1 + rho2) * np.exp(-rho1 * (shift1 + m + 1.0) - rho2 * (shift2 + m + 1.0) - c * m)
-    return only2 + both
+    mass: np.ndarray = only2 + both
+    return mass
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,8 @@ class BranchSelection:
             excess = np.ceil(np.maximum(gap, margin) - 1e-9) - math.ceil(margin - 1e-9)
         else:
             excess = np.maximum(gap, margin) - margin
-        return np.exp(-rate * excess)
+        limit: np.ndarray = np.exp(-rate * excess)
+        return limit
 
     def lower_bounds_of_gaps(self, gaps: Sequence[float], confidence: float,
                              floor: float = -math.inf) -> list[float]:
@@ -247,7 +250,10 @@ class BranchSelection:
         least = math.ceil(floor - 1e-9) if math.isfinite(floor) else -math.inf  # the smallest d allowed
         gap = np.asarray(gaps, dtype=np.float64)
         bounds = np.full(len(gap), float(least))  # the answers whose U(−∞) > α exclude no d ≥ floor
-        todo = self.limit_upper_tail(gap) <= alpha  # type: ignore[operator]
+        limit = self.limit_upper_tail(gap)
+        if limit is None:  # pragma: no cover - geometric noise has one
+            raise AssertionError("no limit upper tail for geometric noise")
+        todo = np.asarray(limit <= alpha)
         if todo.any():
             bounds[todo] = self._integer_bisections(gap[todo], alpha, least)
         return [float(x) for x in np.minimum(bounds, gap)]

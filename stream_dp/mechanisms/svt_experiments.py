@@ -37,7 +37,8 @@ class AdaptivityRuns:
 
     @property
     def adaptive_answers(self) -> np.ndarray:
-        return self.adaptive_top + self.adaptive_middle
+        answers: np.ndarray = self.adaptive_top + self.adaptive_middle
+        return answers
 
 
 def _precision(values: np.ndarray, above: list[bool], threshold: float) -> float:

@@ -40,6 +40,7 @@ the threshold, so the stated confidence holds exactly only for queries far above
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -122,7 +123,7 @@ def default_theta(k: int, *, noise: str, monotone: bool, branch: str = "middle")
     if branch not in ("top", "middle"):
         raise ValueError(f"branch must be 'top' or 'middle', got {branch!r}")
     factor = {("top", True): 4.0, ("middle", True): 1.0, ("top", False): 16.0, ("middle", False): 4.0}
-    return 1.0 / (1.0 + (factor[branch, monotone] * k * k) ** (1.0 / 3.0))
+    return 1.0 / (1.0 + float((factor[branch, monotone] * k * k) ** (1.0 / 3.0)))
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def _laplace_diff_upper(a: float, c: float, t: float) -> float:
     return (c * c * math.exp(-a * t) - a * a * math.exp(-c * t)) / (2.0 * (c * c - a * a))
 
 
-def _bisect_quantile(cdf, confidence: float, *, scale: float) -> float:
+def _bisect_quantile(cdf: Callable[[float], float], confidence: float, *, scale: float) -> float:
     lo, hi = -scale, scale
     while cdf(lo) > confidence:
         lo *= 2.0

@@ -240,7 +240,7 @@ class AlertsStore:
         (lost), store instance ``instance`` (from the public record; ``opened``: it opened in this window) as
         closed instead: the next window opens a new instance and pays for it, never resumes one that might
         have answered more than ``k``. ``ride``: its queued writes go ahead of the script, same round trip."""
-        keys, args = [self.key, self.staged_key], [ref, window]
+        keys, args = [self.key, self.staged_key], [ref, str(window)]
         if ride:
             raw, = ride.run(self.r, [evalsha_item(self._apply, keys, args)], [self._apply])
         else:
@@ -328,8 +328,7 @@ class AlertsRun:
         if self.opens and self.svt is None:
             self.svt = self.measurement.open(rng=self._rng)
         svt = self.svt
-        usable = svt is not None and not svt.exhausted and (self.opens or self.current.scope == self.scope)  # type: ignore[union-attr]
-        if usable:
+        if svt is not None and not svt.exhausted and (self.opens or self.current.scope == self.scope):  # type: ignore[union-attr]
             number = _int if self.cfg.noise == "geometric" else _num  # discrete noise: integers
             published: list[tuple[dict[str, Any], SVTAnswer]] = []
             for key in self.watchlist:

@@ -145,7 +145,7 @@ class WindowClaims:
 
     def held(self, claim: Claim) -> bool:
         raw = self.r.get(claim.key)
-        return raw is not None and raw.decode() == claim.token
+        return raw is not None and (raw if isinstance(raw, str) else raw.decode()) == claim.token
 
     def drop(self, claim: Claim) -> bool:
         """Give the claim up (only if still ours)."""

@@ -33,12 +33,17 @@ from stream_dp.replication import ReplicationPolicy
 
 @runtime_checkable
 class ChargeOutcome(Protocol):
-    """The result of a charge, reserve or settle (:class:`stream_dp.accounting.ledger.ChargeResult`)."""
+    """The result of a charge, reserve or settle (:class:`stream_dp.accounting.ledger.ChargeResult`, frozen:
+    the fields are read-only properties here)."""
 
-    accepted: bool
-    duplicate: bool
-    reason: str
-    payload: str | None
+    @property
+    def accepted(self) -> bool: ...
+    @property
+    def duplicate(self) -> bool: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def payload(self) -> str | None: ...
 
     @property
     def exhausted(self) -> bool:

@@ -1,8 +1,10 @@
 """Prometheus metrics of the release worker (``stream_dp_release_*``, ``stream_dp_budget_*``, ``stream_dp_svt_*``).
 
 Built on an injected ``registry`` (tests pass a fresh ``CollectorRegistry``). Label values are bounded:
-release type, outcome, phase, error kind -- and the budget ``scope`` (one per budget period; only the two
-most recent scopes are kept, older children are removed). Never a key, a user or a raw count. Label
+release type, outcome, phase, error kind -- and the budget ``scope``: one per budget period, of which only the
+current and the previous period are exported (:data:`SCOPES_KEPT`; an older period's children are removed
+when a newer one appears, and a late record of an older period sets nothing), so the ``stream_dp_budget_*``
+series stay two per metric however long the service runs. Never a key, a user or a raw count. Label
 children of the fixed label sets are created up front so every series exists at 0.
 """
 
@@ -21,7 +23,12 @@ PHASES = ("redis", "mechanism", "ledger", "kafka")
 ERROR_KINDS = ("redis", "kafka", "ledger", "claim_lost", "other")
 SVT_ANSWERS = ("above", "below")
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
-SCOPES_KEPT = 2
+SCOPES_KEPT = 2  # budget periods exported: the current and the previous one
+
+
+def _period_order(scope: str) -> tuple[int, str]:
+    """Scopes in time order: ISO dates (2026-11-29) and p<epoch start> names of one width sort as strings."""
+    return (len(scope), scope)
 
 
 class ReleaseMetrics:
@@ -85,16 +92,19 @@ class ReleaseMetrics:
 
     def budget(self, scope: str, *, epsilon_spent: float, epsilon_remaining: float, delta_spent: float,
                delta_remaining: float) -> None:
-        """Set the budget gauges of ``scope``; drop the children of scopes older than the last two."""
+        """Set the budget gauges of ``scope`` if it is one of the :data:`SCOPES_KEPT` latest periods seen;
+        drop the children of the period it pushes out."""
         if scope not in self._scopes:
-            self._scopes.append(scope)
+            self._scopes = sorted([*self._scopes, scope], key=_period_order)
             while len(self._scopes) > SCOPES_KEPT:
                 old = self._scopes.pop(0)
                 for g in (self.epsilon_spent, self.epsilon_remaining, self.delta_spent, self.delta_remaining):
                     try:
                         g.remove(old)
-                    except KeyError:
+                    except KeyError:  # never set: the late record of an old period that was pushed out at once
                         pass
+            if scope not in self._scopes:
+                return
         self.epsilon_spent.labels(scope).set(epsilon_spent)
         self.epsilon_remaining.labels(scope).set(epsilon_remaining)
         self.delta_spent.labels(scope).set(delta_spent)

@@ -98,7 +98,7 @@ class ConfluentProducer:
             self._producer.produce(topic, key=key, value=value, on_delivery=delivery)
         except BufferError as exc:  # the local queue is full: the broker has been unreachable for a while
             raise KafkaTimeoutError(f"the producer's queue is full ({exc})") from exc
-        except Exception as exc:  # noqa: BLE001 - a KafkaException (unknown topic, record too large, ...)
+        except Exception as exc:  # a KafkaException (unknown topic, record too large, ...)
             raise ProduceFailed(f"producing to {topic}: {exc}") from exc
         return delivery
 

@@ -50,7 +50,7 @@ class WindowCloses:
         whether an entry came (and remembers the newest)."""
         if self._last is None:
             self.start()
-        key, after = self._key, self._last
+        key, after = self._key, self._last or "0-0"  # start() set it
         block_ms = max(1, int(min(seconds, self._max_block) * 1000))  # BLOCK 0 would wait for ever
         return Reads([(key, lambda pipe: pipe.xread({key: after}, count=64, block=block_ms))], self._consume)
 
@@ -70,5 +70,5 @@ def _entries(reply: object) -> list:
     return reply[0][1]  # type: ignore[index]
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -50,7 +50,7 @@ from stream_dp.node_batches import Pending, Reads, RideAlong, joined, load_scrip
 from stream_dp.release.alerts import AlertsRun, AlertsStore, InstanceState, Watchlist
 from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements
 from stream_dp.release.claim import Claim, ClaimLost, WindowClaims
-from stream_dp.release.ledger_port import ReleaseLedger
+from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Committed, Outbox
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, parse_release_id, release_id
@@ -419,6 +419,7 @@ class ReleaseWorker:
         ahead = None
         if builder.type == "topk":
             ahead, self._topk_ahead = self._topk_ahead, None
+        batched: Pending | None
         if ahead is not None and ahead.hold.done:
             batched, hold = ahead.data, self.outbox.hold_of(ahead.hold)
         else:
@@ -518,6 +519,7 @@ class ReleaseWorker:
                     ride.flush(self._client)
             return self.outbox.committed_of(scope, rid, ahead.envelope, ahead.commit)
         raw, self._alerts_state = self._alerts_state, UNREAD  # read with the window's first batch, used once
+        hold: ChargeOutcome | None
         if ahead is not None and ahead.commit is None and ahead.hold is not None:
             # an opening whose hold went with top-k's commit (a queued hold not sent yet goes now)
             run = ahead.run
@@ -608,7 +610,7 @@ class ReleaseWorker:
                 stop.wait(delay)
                 wait = 0.0  # the retry polls at once
                 continue
-            except Exception as exc:  # noqa: BLE001 - the loop survives anything one window throws
+            except Exception as exc:  # the loop survives anything one window throws
                 kind = "kafka" if isinstance(exc, KafkaError) else "other"
                 self.metrics.errors.labels(kind).inc()
                 delay = backoff.next_delay()

@@ -171,7 +171,7 @@ def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, r
     everything = frozenset(range(partitions))
     try:
         for batch in _batches(events, batch_size):
-            parts: dict[int, tuple[list[int], list[int], list[bytes | None]]] = {}
+            parts: dict[int, tuple[list[int], list[int | None], list[bytes | None]]] = {}
             for off, e in batch:
                 cols = parts.setdefault(e.partition, ([], [], []))
                 cols[0].append(off)

@@ -211,14 +211,14 @@ def weighted_histogram_scores(*, broken: bool = False, trials: int = 20_000, rng
 class _GumbelAtScaleOne(np.random.Generator):
     """A generator whose Gumbel draws ignore the scale asked for (noise for ε = 1 whatever ε is): broken."""
 
-    def gumbel(self, loc=0.0, scale=1.0, size=None):  # type: ignore[no-untyped-def, override]  # noqa: ANN001, ANN201
+    def gumbel(self, loc=0.0, scale=1.0, size=None):
         return super().gumbel(loc, 1.0, size)
 
 
 class _NegatedGumbel(np.random.Generator):
     """A generator whose Gumbel draws are negated (a light right tail: not the exponential mechanism): broken."""
 
-    def gumbel(self, loc=0.0, scale=1.0, size=None):  # type: ignore[no-untyped-def, override]  # noqa: ANN001, ANN201
+    def gumbel(self, loc=0.0, scale=1.0, size=None):
         return -super().gumbel(loc, scale, size)
 
 

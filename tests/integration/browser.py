@@ -17,7 +17,10 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from stream_dp.processes import die_with_parent
 
@@ -33,6 +36,20 @@ def chromium_binary() -> str | None:
         if path:
             return path
     return None
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator["HeadlessChromium"]:
+    """A headless Chromium for one test (import this fixture into the test module); skips the test when no
+    Chromium is installed."""
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it when it can")
+    browser = HeadlessChromium(binary, tmp_path)
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 class HeadlessChromium:
@@ -96,6 +113,17 @@ class HeadlessChromium:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}; the page shows:\n"
                                      f"{self.evaluate('document.body.innerText')}")
             time.sleep(0.1)
+
+    def set_viewport(self, width: int, height: int) -> None:
+        """Make the page's viewport ``width`` × ``height`` CSS pixels (device scale 1), as a screen of that size."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=False)
+
+    def screenshot_viewport(self, path: Path) -> Path:
+        """What the viewport shows (a wall screen does not scroll), as a PNG."""
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
 
     def screenshot(self, path: Path) -> Path:
         """The whole page as a PNG."""

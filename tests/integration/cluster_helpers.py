@@ -28,11 +28,16 @@ def master_with_replica(tmp_path: Path) -> Iterator[tuple[Service, Service]]:
     started: list[Service] = []
 
     def node(name: str, *extra: str) -> Service:
-        port = free_port()
         workdir = tmp_path / name
         workdir.mkdir()
-        svc = Service(name, [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-                             "--save", "", "--appendonly", "no", *extra], port, tmp_path / f"{name}.log")
+
+        def on_free_port() -> tuple[int, list[str]]:
+            port = free_port()
+            return port, [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+                          "--save", "", "--appendonly", "no", *extra]
+
+        port, argv = on_free_port()
+        svc = Service(name, argv, port, tmp_path / f"{name}.log", rebind=on_free_port)
         svc.start()
         started.append(svc)
         return svc

@@ -55,7 +55,7 @@ def events(seed: int = 11) -> list[dict[str, Any]]:
     return out
 
 
-def pipeline_config(tmp_path: Path, bootstrap: str, redis_url: str, topic_name, prefix: str) -> tuple[Path, str, str]:  # noqa: ANN001
+def pipeline_config(tmp_path: Path, bootstrap: str, redis_url: str, topic_name, prefix: str) -> tuple[Path, str, str]:
     """A config for both workers and the dashboard; returns (path, events topic, releases topic)."""
     events_topic, releases_topic = topic_name("events"), topic_name("releases")
     create_topic(bootstrap, events_topic, 2)
@@ -63,10 +63,11 @@ def pipeline_config(tmp_path: Path, bootstrap: str, redis_url: str, topic_name, 
     data = config_mapping(bootstrap, redis_url, events_topic, group=topic_name("g"), size=SIZE, max_keys=3,
                           lateness=0, idle=1.0, prefix=prefix, budget={"epsilon": 20.0, "delta": 1e-4})
     data["kafka"]["releases_topic"] = releases_topic
-    data["releases.topk"] = {"k": 5, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6}
-    data["releases.alerts"] = {"watchlist": ["Crimson River", "Mira's Winter"], "threshold": 20.0, "k": 10,
+    data["releases.topk"] = {"enabled": True, "k": 5, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6}
+    data["releases.alerts"] = {"enabled": True, "watchlist": ["Crimson River", "Mira's Winter"], "threshold": 20.0, "k": 10,
                                "epsilon": 1.0}
-    data["releases.sample"] = {"scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.sample"] = {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.histogram"] = {"enabled": False}  # the three types of TYPES
     return write_toml(tmp_path / "stream-dp.toml", data), events_topic, releases_topic
 
 

@@ -138,7 +138,7 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
     return proc.returncode
 
 
-def window_store(client, cfg) -> WindowStore:  # noqa: ANN001
+def window_store(client, cfg) -> WindowStore:
     """The ingest's window store of ``cfg`` (key prefix, shards, window size, bounding unit and Δ) on ``client``:
     the tests read the counts through it."""
     return WindowStore(client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards),

@@ -15,7 +15,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from stream_dp.processes import die_with_parent
-from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the release tests
+from waiting import wait_for  # the tests' one wait, re-exported for the release tests
 
 REPO = Path(__file__).resolve().parents[2]
 CRASHING_RELEASE = Path(__file__).resolve().parent / "crashing_release.py"

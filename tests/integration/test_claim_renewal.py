@@ -237,8 +237,8 @@ def two_type_cfg() -> Config:
         "redis": {"key_prefix": "t"},
         "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": "0"},
         "budget": {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400},
-        "releases": {"topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
-                     "alerts": {"enabled": False},
+        "releases": {"topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+                     "alerts": {"enabled": False}, "histogram": {"enabled": False},
                      "sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 2.0, "delta": 1e-6}},
     }, environ={})
 

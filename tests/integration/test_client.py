@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def ids(records) -> list[str]:  # noqa: ANN001
+def ids(records) -> list[str]:
     return [r["release_id"] for r in records]
 
 

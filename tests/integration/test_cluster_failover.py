@@ -90,8 +90,10 @@ def _run(cluster: LocalCluster, tmp_path: Path, bootstrap: str, topic_name, min_
                           "replication_timeout_ms": 200})
     data["kafka"]["releases_topic"] = releases_topic
     data["release"] = {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 0.5}
-    data["releases.topk"] = {"k": 5, "k_bar": 30, "epsilon": 1.0, "delta": 1e-6}
-    data["releases.sample"] = {"scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.topk"] = {"enabled": True, "k": 5, "k_bar": 30, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.sample"] = {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.alerts"] = {"enabled": True}
+    data["releases.histogram"] = {"enabled": False}
     cfg_path = write_toml(tmp_path / "stream-dp.toml", data)
     redis_cfg = RedisConfig(url=cluster.url, cluster=True)
 
@@ -198,8 +200,9 @@ def test_the_alerts_instance_state_is_replicated_before_its_window_is_marked_rel
             "redis": {"key_prefix": "al", "cluster": True},
             "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(start)},
             "budget": {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400},
-            "releases": {"topk": {"enabled": False}, "sample": {"enabled": False},
-                         "alerts": {"watchlist": ["a", "b"], "threshold": 5.0, "k": 3, "epsilon": 1.0}},
+            "releases": {"topk": {"enabled": False}, "sample": {"enabled": False}, "histogram": {"enabled": False},
+                         "alerts": {"enabled": True, "watchlist": ["a", "b"], "threshold": 5.0, "k": 3,
+                                    "epsilon": 1.0}},
         }, environ={})
         client = cluster.client()
         ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,

@@ -40,9 +40,10 @@ def test_ingest_release_budget_and_tail_on_a_three_master_cluster(tmp_path, boot
                               budget={"epsilon": 1e9, "delta": 1e-3})
         data["redis"]["cluster"] = True
         data["kafka"]["releases_topic"] = releases_topic
-        data["releases.topk"] = {"k": 5, "k_bar": 40, "epsilon": 1e4, "delta": 1e-6}
-        data["releases.alerts"] = {"watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4}
-        data["releases.sample"] = {"scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+        data["releases.topk"] = {"enabled": True, "k": 5, "k_bar": 40, "epsilon": 1e4, "delta": 1e-6}
+        data["releases.alerts"] = {"enabled": True, "watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4}
+        data["releases.sample"] = {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+        data["releases.histogram"] = {"enabled": False}
         cfg_path = write_toml(tmp_path / "stream-dp.toml", data)
         produce(bootstrap_servers, events_topic, events)
         ingest = start_ingest(cfg_path, tmp_path / "ingest.log")

@@ -1,8 +1,9 @@
 """The dashboard in a real browser: headless Chromium loads the page, then the workers release windows.
 
 The page must update by itself (Server-Sent Events) until the ranking shows the released keys; then the ⊥
-marker, an alert's error bar (estimate and lower confidence bound) and the budget chart must be in the
-DOM. A screenshot of the whole page is saved under the test's tmp dir. Skips without a Chromium.
+marker, an alert's error bar (estimate and lower confidence bound), each key's rank line, the rising keys,
+the age of the newest window and the budget headline and burn-down must be in the DOM (the layout at three
+screen sizes: test_dashboard_layout.py). A screenshot of the whole page is saved under the test's tmp dir. Skips without a Chromium.
 """
 
 from __future__ import annotations
@@ -11,22 +12,10 @@ import json
 
 import pytest
 
-from browser import HeadlessChromium, chromium_binary
 from dashboard_helpers import HOT, DashboardProcess, Pipeline, pipeline_config, wait_for
+from stream_dp.budget_text import epsilon_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture
-def chromium(tmp_path):
-    binary = chromium_binary()
-    if binary is None:
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it when it can")
-    browser = HeadlessChromium(binary, tmp_path)
-    try:
-        yield browser
-    finally:
-        browser.close()
 
 
 def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, redis_url, topic_name, chromium):
@@ -66,25 +55,43 @@ def test_the_page_shows_releases_as_they_arrive(tmp_path, bootstrap_servers, red
                           "the alerts card to show the latest alerts release")
         if above:
             bar = chromium.evaluate(
-                "(() => { const g = document.querySelector('#alerts-chart g.error-bar'); if (!g) return null;"
-                " const r = g.querySelector('line.range'); return {key: g.dataset.key, x1: +r.getAttribute('x1'),"
-                " x2: +r.getAttribute('x2'), dot: !!g.querySelector('circle'), cap: !!g.querySelector('line.cap')}; })()")
-            assert bar and bar["dot"] and bar["cap"] and bar["x1"] < bar["x2"], bar  # bound left of the estimate
-            assert bar["key"] in {i["key"] for i in above}, (bar, above)
-            assert chromium.evaluate("!!document.querySelector('#alerts-chart line.threshold')")
-            assert chromium.evaluate("document.querySelectorAll('#alerts-chart g.error-bar').length") == len(above)
+                "(() => { const g = document.querySelector('#alerts-chart .error-bar'); if (!g) return null;"
+                " const box = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right}; };"
+                " const r = box(g.querySelector('.range'));"
+                " return {key: g.dataset.key, left: r.left, right: r.right, dot: box(g.querySelector('.dot')),"
+                " cap: !!g.querySelector('.cap'), threshold: !!g.querySelector('.threshold')}; })()")
+            assert bar and bar["cap"] and bar["threshold"] and bar["left"] < bar["right"], bar  # bound left of the estimate
+            assert bar["dot"]["left"] <= bar["right"] <= bar["dot"]["right"], bar  # the dot sits on the estimate
+            assert bar["key"] == max(above, key=lambda i: i["estimate"])["key"], (bar, above)  # largest first
+            assert chromium.evaluate("document.querySelectorAll('#alerts-chart .error-bar').length") == min(len(above), 10)
         else:
             assert not chromium.evaluate("!!document.querySelector('#alerts-chart')")
-        # budget burn-down and the window timeline
-        assert chromium.evaluate("document.querySelectorAll('#budget-chart circle.charge').length") >= 9
+        # the budget at a glance: the current period's ε left, in the precision tail and `budget show` use
+        _, budget = dashboard.get("/api/budget")
+        current = budget["periods"][0]
+        assert chromium.evaluate("document.getElementById('epsilon-left').textContent") == \
+            epsilon_text(current["epsilon_remaining"])
+        assert chromium.evaluate("document.querySelectorAll('#budget-chart line.charge').length") == \
+            len(current["points"]) >= 9
         assert chromium.evaluate("!!document.querySelector('#budget-chart path.burn')")
-        assert chromium.evaluate("document.querySelectorAll('#timeline-chart rect.cell').length") >= 9
+        assert chromium.evaluate("document.querySelectorAll('#timeline-chart .cell.released, #timeline-chart .cell.empty,"
+                                 " #timeline-chart .cell.budget_exhausted').length") >= 9
+        # trend over time: a rank line per ranked key; rising keys; how old the newest window is
+        assert chromium.evaluate("[...document.querySelectorAll('#ranking tr.ranked')]"
+                                 ".every(tr => !!tr.querySelector('td.history svg.spark'))")
+        _, trending = dashboard.get("/api/trending")
+        rising = [x["key"] for x in trending["rankings"][0]["rising"]]
+        shown_rising = chromium.evaluate("[...document.querySelectorAll('#rising .key')].map(e => e.dataset.key)")
+        assert shown_rising == rising, (shown_rising, rising)
+        assert "post-processing" in chromium.evaluate("document.getElementById('rising-card').innerText")
+        fresh = chromium.evaluate("document.getElementById('fresh').innerText")  # the stream's time is ahead of now
+        assert "newest window" in fresh and ("closed" in fresh or "ends in" in fresh), fresh
         # the latest sample's estimates (the sample itself is random: it may hold no key, which the page says)
         _, latest = dashboard.get("/api/releases?type=sample&limit=1")
         sampled = len(latest["releases"][0]["items"])
-        bars = chromium.evaluate("document.querySelectorAll('#estimates-chart g.estimate-bar').length")
+        bars = chromium.evaluate("document.querySelectorAll('#estimates-chart .estimate-bar').length")
         if sampled:
-            assert bars == min(sampled, 12), (bars, sampled)
+            assert bars == min(sampled, 10), (bars, sampled)
         else:
             assert "no keys in this release" in chromium.evaluate("document.getElementById('estimates').innerText")
 

@@ -28,11 +28,16 @@ def test_bounded_demo_prints_releases_and_stops_cleanly(tmp_path):
     out = demo.output
     assert code == 0, out[-4000:]
     assert demo.windows_printed() >= 2
-    assert "· topk · released" in out and "rank  key" in out, "top-k tables"
-    assert "· alerts · released" in out, "alerts"
-    assert "budget 2026-11-0" in out and "█" in out, "budget bars"
+    # the defaults: the release-choice table's histogram, over the generated catalogue -- a full list with counts
+    assert "· histogram · released" in out and "· topk ·" not in out, "the histogram only"
+    assert re.search(r"^domain     the generated catalogue's 3,000 movie titles", out, flags=re.M)
+    assert re.search(r"1,000 keys with a noisy count, all domain keys \(capped at max_keys\); intervals ±\d+ at 95%",
+                     out), "a full list"
+    assert re.search(r"^\s+rank  key\s+count  ci_low  ci_high$", out, flags=re.M), "counts next to the keys"
+    assert re.search(r"cost ε \d+\.\d\d δ \S+ · budget \[█*░*\] 2026-11-0\d: ε \d+\.\d\d spent of \d+\.\d\d, "
+                     r"\d+\.\d\d left", out), "cost and budget lines, as budget_text writes them"
     assert "/metrics" in out and "stream-dp.demo.toml" in out
-    assert "stopped." in out and "windows released" in out
+    assert re.search(r"stopped\. .*; \d+ windows? released; \d+ releases? printed", out)
     assert_nothing_left(demo)
     logs = {name: (tmp_path / "work" / f"{name}.log").read_text() for name in ("ingest", "release")}
     assert "stop requested" in logs["ingest"] and "stop requested" in logs["release"], "graceful worker stops"
@@ -41,7 +46,7 @@ def test_bounded_demo_prints_releases_and_stops_cleanly(tmp_path):
 def test_ctrl_c_stops_everything_in_order(tmp_path):
     demo = DemoProcess(["--metrics-port", "0", "--dashboard-port", "0", "--days", "28"], tmp_path / "work")
     try:
-        demo.wait_for(lambda out: "· topk ·" in out, timeout=180, what="a first release")
+        demo.wait_for(lambda out: "· histogram ·" in out, timeout=180, what="a first release")
         check_dashboard(demo.output)
         demo.ctrl_c()
         code = demo.wait(timeout=90)
@@ -67,7 +72,8 @@ def check_dashboard(output: str) -> None:
             body = json.loads(resp.read())
         return body if body["rankings"] else {}
 
-    assert wait_for(trending, timeout=30, interval=0.2, what="the dashboard's first ranking")["rankings"][0]["type"] == "topk"
+    ranking = wait_for(trending, timeout=30, interval=0.2, what="the dashboard's first ranking")["rankings"][0]
+    assert ranking["type"] == "histogram" and ranking["items"][0]["value"] is not None  # counts next to the keys
     with urllib.request.urlopen(url + "healthz", timeout=10) as resp:
         assert resp.status == 200 and json.loads(resp.read())["status"] == "ok"
     with urllib.request.urlopen(url, timeout=10) as resp:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+
+from pathlib import Path
 
 import pytest
 import redis
 
-from stream_dp.devstack import DevStack
+from stream_dp.devstack import DevStack, PortTaken, Service, find_redis_server, free_port
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -181,3 +184,49 @@ def test_cli_up_refuses_clearly_when_a_dead_components_port_is_taken(tmp_path):
             squatter.close()
         run("down")
     assert _wait_dead(list(info["pids"].values())) == []
+
+
+def _redis_argv(port: int, workdir: Path) -> list[str]:
+    return [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+            "--save", "", "--appendonly", "no"]
+
+
+@pytest.mark.parametrize("listening", [True, False], ids=["listening", "bound"])
+def test_a_port_taken_after_it_was_chosen_moves_the_first_start_to_another(tmp_path, listening):
+    """free_port's port can be taken by another process (another test worker's server) before the service
+    binds it. Listening, the port answers for that process: the start asks whose listener it is. Only bound,
+    the service exits at once ("already in use" in its log). Either way the start moves to a free port, so
+    the service never hands out an address that reaches someone else's server."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        if listening:
+            squatter.listen()
+        taken = squatter.getsockname()[1]
+
+        def on_free_port() -> tuple[int, list[str]]:
+            port = free_port()
+            return port, _redis_argv(port, tmp_path)
+
+        svc = Service("redis", _redis_argv(taken, tmp_path), taken, tmp_path / "redis.log", rebind=on_free_port)
+        try:
+            svc.start()
+            assert svc.port != taken and svc.argv == _redis_argv(svc.port, tmp_path)
+            with redis.Redis(port=svc.port, socket_timeout=5) as r:
+                assert r.ping()
+            assert svc.rebind is None  # started: a restart keeps this port
+        finally:
+            svc.stop()
+
+
+def test_a_fixed_port_taken_by_another_process_is_an_error_naming_it(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        svc = Service("redis", _redis_argv(taken, tmp_path), taken, tmp_path / "redis.log")
+        try:
+            with pytest.raises(PortTaken, match=f"redis.*{taken}"):
+                svc.start()
+            assert not svc.running
+        finally:
+            svc.stop()

@@ -123,7 +123,7 @@ def test_confluent_poll_returns_what_is_fetched_without_waiting_to_fill_a_batch(
         producer.send(topic, value=b"{}", partition=0)
         producer.flush()
         _read_all(lambda: ck.poll(timeout_ms=200), 1)  # joined, assigned, caught up
-        for i in range(3):
+        for _ in range(3):
             producer.send(topic, value=b"{}", partition=0)
         producer.flush()
         timeout_s = 20.0
@@ -268,7 +268,7 @@ class _Loop:
         self.applied = applied
         self.events: list[tuple[str, set[TopicPartition]]] = []
 
-    def prepare_handover(self, revoked: set[TopicPartition]):  # noqa: ANN201 - Offsets
+    def prepare_handover(self, revoked: set[TopicPartition]):  # Offsets
         self.events.append(("prepare", revoked))
         self.commits.applied({tp: off - 1 for tp, off in self.applied.items() if tp in revoked})
         return self.commits.pending_offsets()

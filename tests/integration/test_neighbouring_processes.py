@@ -26,7 +26,7 @@ PICKED = [s for s in scenarios(size=SIZE, t0=T0, max_keys=3, skew=5)
           if s.name.startswith(("u alone", "u with a far-future", "u spread"))]
 
 
-def _cli(command: str, config, log_path):  # noqa: ANN001
+def _cli(command: str, config, log_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
     env["PYTHONPATH"] = str(REPO)
     log = open(log_path, "ab")
@@ -37,7 +37,7 @@ def _cli(command: str, config, log_path):  # noqa: ANN001
         log.close()
 
 
-def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name):  # noqa: ANN001
+def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name):
     events_topic, releases_topic = topic_name(f"{name}-events"), topic_name(f"{name}-releases")
     create_topic(bootstrap, events_topic, scenario.partitions)
     create_topic(bootstrap, releases_topic, 1)  # as the release worker creates it: one partition, one order
@@ -49,8 +49,10 @@ def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: st
                     "max_event_delay_seconds": 0, "idle_partition_timeout_seconds": 600},
         "contribution": {"max_keys_per_user": 3},
         "budget": {"epsilon": 1e6, "delta": 0.5},
-        "releases.topk": {"k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
-        "releases.alerts": {"watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
+        "releases.topk": {"enabled": True, "k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
+        "releases.alerts": {"enabled": True, "watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
+        "releases.sample": {"enabled": True},
+        "releases.histogram": {"enabled": False},
         "ingest": {"poll_timeout_ms": 200},
         "metrics": {"port": 0},
     })

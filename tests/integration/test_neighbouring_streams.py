@@ -28,9 +28,10 @@ DELTA_KEYS = 3
 
 def harness_cfg(*, shards: int = 1, **releases: object) -> Config:
     base: dict[str, dict[str, object]] = {
-        "topk": {"k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
-        "alerts": {"watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
-        "sample": {"window_epsilon": 1.0, "window_delta": 1e-6},
+        "topk": {"enabled": True, "k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
+        "alerts": {"enabled": True, "watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
+        "sample": {"enabled": True, "window_epsilon": 1.0, "window_delta": 1e-6},
+        "histogram": {"enabled": False},
     }
     for name, over in releases.items():
         base[name] = {**base.get(name, {}), **over}  # type: ignore[dict-item]
@@ -48,7 +49,7 @@ class IndexDrivenReader(WindowReader):
     """The schedule as it was before the end-to-end fix: only windows ingest indexed (= received events)
     are released. A deliberately broken variant, to show the harness and the audit catch it."""
 
-    def closable(self, *, limit: int = 100, also=None, also_result=None) -> list[Window]:  # noqa: ANN001
+    def closable(self, *, limit: int = 100, also=None, also_result=None) -> list[Window]:
         # (`also` is not sent: the worker then claims in two round trips, as it does without a guess)
         wm = self.global_watermark()
         if wm is None:
@@ -58,7 +59,7 @@ class IndexDrivenReader(WindowReader):
         return [self.window(s) for s, done in zip(starts, released) if done is None][:limit]
 
 
-def index_driven(worker, client):  # noqa: ANN001
+def index_driven(worker, client):
     return IndexDrivenReader(client, keys=worker.keys, size_seconds=SIZE)
 
 
@@ -123,7 +124,7 @@ def test_a_lying_body_time_neither_moves_the_watermark_nor_drops_honest_events(r
     assert compare(scenario, cfg, redis_client, rng=6) == []
 
 
-def _audit_views(scenario: Scenario, cfg: Config, client, trials: int, *, seed: int, **kwargs):  # noqa: ANN001
+def _audit_views(scenario: Scenario, cfg: Config, client, trials: int, *, seed: int, **kwargs):
     import numpy as np
 
     gen = np.random.default_rng(seed)
@@ -134,9 +135,9 @@ def _audit_views(scenario: Scenario, cfg: Config, client, trials: int, *, seed: 
     return d, d_prime
 
 
-def _window_epsilon(cfg: Config, client) -> tuple[float, float]:  # noqa: ANN001
+def _window_epsilon(cfg: Config, client) -> tuple[float, float]:
     """Basic-composition (ε, δ) of one window's worst case over the enabled types."""
-    from stream_dp.testing.neighbours import _Collected  # noqa: F401 - the same wiring as the harness
+    from stream_dp.testing.neighbours import _Collected  # the same wiring as the harness
     from prometheus_client import CollectorRegistry
 
     from stream_dp.accounting.ledger import BudgetCap, Ledger

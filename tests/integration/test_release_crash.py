@@ -39,9 +39,10 @@ def config_for(tmp_path, bootstrap: str, redis_url: str, topic: str, *, budget_e
         "windows": {"size_seconds": SIZE, "retention_seconds": 3600, "start": "0"},
         # minute windows in a day-long period: these workers test crashes, not the budget plan
         "budget": {"epsilon": budget_epsilon, "delta": 1e-4, "delta_prime": 1e-7, "allow_partial_period": True},
-        "releases.topk": {"k": 3, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6},
-        "releases.alerts": {"watchlist": ["k1", "k2", "k3"], "threshold": 100.0, "k": 2, "epsilon": 0.5},
-        "releases.sample": {"scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+        "releases.topk": {"enabled": True, "k": 3, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6},
+        "releases.alerts": {"enabled": True, "watchlist": ["k1", "k2", "k3"], "threshold": 100.0, "k": 2, "epsilon": 0.5},
+        "releases.sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+        "releases.histogram": {"enabled": False},
         "metrics": {"port": 0},
     })
 
@@ -101,7 +102,7 @@ def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path
             kills += 1
             continue
         proc = start_worker(cfg, worker_id=f"w{i}", log_path=log, crash_at=point)
-        wait_for(lambda: proc.poll() is not None or released(client) == i + 1, timeout=60,
+        wait_for(lambda proc=proc, i=i: proc.poll() is not None or released(client) == i + 1, timeout=60,
                  what=f"crash at {point} or release of window {i}")
         if proc.poll() is None:  # the point was not reached in this run: kill it anyway
             proc.send_signal(signal.SIGKILL)

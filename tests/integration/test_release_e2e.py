@@ -42,8 +42,9 @@ def run_pipeline(tmp_path, bootstrap: str, redis_url: str, topic_name, *, seed: 
     data = config_mapping(bootstrap, redis_url, events_topic, group=topic_name("g"), size=SIZE, max_keys=MAX_KEYS,
                           lateness=0, idle=1.0, prefix="e2e", budget=budget)
     data["kafka"]["releases_topic"] = releases_topic
+    data["releases.histogram"] = {"enabled": False}  # TYPES: each type below enabled, the histogram not
     for name, values in releases.items():
-        data[f"releases.{name}"] = values
+        data[f"releases.{name}"] = {"enabled": True, **values}
     cfg = write_toml(tmp_path / "stream-dp.toml", data)
     produce(bootstrap, events_topic, events)
     ingest = start_ingest(cfg, tmp_path / "ingest.log")

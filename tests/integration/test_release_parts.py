@@ -14,7 +14,6 @@ from kafka import KafkaConsumer, KafkaProducer
 from stream_dp.client import ReleaseSubscriber
 from stream_dp.config import config_from_mapping
 from stream_dp.keys import Keys
-from stream_dp.release.outbox import Publisher
 from stream_dp.wire import message_parts
 from stream_dp.release.records import validate_record
 from stream_dp.release.service import build_worker
@@ -26,15 +25,15 @@ SIZE = 60
 LIMIT = 16_384  # kafka.release_message_max_bytes (its smallest allowed value)
 
 
-def _cfg(bootstrap: str, redis_url: str, topic: str):  # noqa: ANN202
+def _cfg(bootstrap: str, redis_url: str, topic: str):
     return config_from_mapping({
         "kafka": {"bootstrap_servers": bootstrap, "releases_topic": topic, "release_message_max_bytes": LIMIT},
         "redis": {"url": redis_url, "key_prefix": "parts"},
         "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": "0"},
         "budget": {"epsilon": 1e9, "delta": 1e-3, "delta_prime": 1e-7, "period_seconds": 86400},
-        "releases": {"topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
-                     "alerts": {"enabled": False},
-                     "sample": {"scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6}},
+        "releases": {"topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+                     "alerts": {"enabled": False}, "histogram": {"enabled": False},
+                     "sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6}},
     }, environ={})
 
 
@@ -52,7 +51,7 @@ def _messages(bootstrap: str, topic: str, expect: int) -> list[tuple[str, bytes]
     return got
 
 
-def _records(bootstrap: str, topic: str, want: int, **kw) -> list[dict]:  # noqa: ANN003
+def _records(bootstrap: str, topic: str, want: int, **kw) -> list[dict]:
     out: list[dict] = []
     with ReleaseSubscriber(bootstrap, topic, **kw) as sub:
         for _ in range(40):

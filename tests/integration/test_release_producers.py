@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 CLIENTS = ("confluent", "kafka-python")
 
 
-def _cfg(bootstrap: str, client: str, topic: str = "releases"):  # noqa: ANN202
+def _cfg(bootstrap: str, client: str, topic: str = "releases"):
     return config_from_mapping({"kafka": {"bootstrap_servers": bootstrap, "releases_topic": topic},
                                 "release": {"kafka_client": client}}, environ={})
 
@@ -76,6 +76,7 @@ def test_the_worker_counts_a_failed_publish_as_the_kafka_dependency(redis_url, t
         "windows": {"size_seconds": 60, "start": "60"},
         "budget": {"epsilon": 1e6, "delta": 1e-2, "allow_partial_period": True},
         "release": {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 0.2},
+        "releases": {"topk": {"enabled": True}, "histogram": {"enabled": False}},  # the top-k release checked below
         "metrics": {"port": 0},
     }, environ={})
     monkeypatch.setattr(service, "ensure_topics", lambda *a, **k: None)  # no broker: no topic to create

@@ -50,10 +50,11 @@ def make_cfg(*, lifetime: bool = False, max_instances: int = 2) -> Config:
         "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": "0"},
         "budget": budget,
         "releases": {
-            "topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
-            "alerts": {"watchlist": WATCHED, "threshold": 500.0, "k": 2, "epsilon": 1.0,
+            "topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+            "alerts": {"enabled": True, "watchlist": WATCHED, "threshold": 500.0, "k": 2, "epsilon": 1.0,
                        "max_instances_per_period": max_instances},
-            "sample": {"scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+            "sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 0.5, "delta": 1e-6},
+            "histogram": {"enabled": False},
         },
     }, environ={})
 

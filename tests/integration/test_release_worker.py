@@ -50,9 +50,10 @@ class ListPublisher:
 
 def make_cfg(**releases: Any) -> Config:
     base: dict[str, Any] = {
-        "topk": {"k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
+        "topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1000.0, "delta": 1e-6},
         "alerts": {"enabled": False},
         "sample": {"enabled": False},
+        "histogram": {"enabled": False},
     }
     for name, over in releases.items():
         base[name] = {**base.get(name, {}), **over}
@@ -321,7 +322,8 @@ def test_alerts_status_when_the_budget_cannot_open_an_instance(redis_client) -> 
     cfg = cfg.replace(budget=type(cfg.budget)(period_seconds=86400, epsilon=6.0, delta=1e-3, delta_prime=1e-7),
                       releases=type(cfg.releases)(topk=type(cfg.releases.topk)(enabled=False),
                                                   alerts=cfg.releases.alerts,
-                                                  sample=cfg.releases.sample))
+                                                  sample=cfg.releases.sample,
+                                                  histogram=type(cfg.releases.histogram)(enabled=False)))
     keys = Keys("t")
     write_window(redis_client, keys, 0, SIZE, alerts_window(0))
     set_watermark(redis_client, keys, SIZE)

@@ -140,7 +140,7 @@ def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, top
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: dict[str, list[str]] = {"out": [], "err": []}
 
-    def read(stream, into: list[str]) -> None:  # noqa: ANN001
+    def read(stream, into: list[str]) -> None:
         for line in stream:
             into.append(line.rstrip("\n"))
 

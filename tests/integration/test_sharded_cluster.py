@@ -49,9 +49,10 @@ def _setup(tmp_path, cluster, bootstrap_servers, topic_name, *, seed: int, n: in
     data["windows"]["shards"] = shards
     data["kafka"]["releases_topic"] = releases_topic
     data["kafka"]["max_poll_records"] = poll
-    data["releases.topk"] = {"k": 5, "k_bar": 40, "epsilon": 1e4, "delta": 1e-6}
-    data["releases.alerts"] = {"watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4}
-    data["releases.sample"] = {"scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.topk"] = {"enabled": True, "k": 5, "k_bar": 40, "epsilon": 1e4, "delta": 1e-6}
+    data["releases.alerts"] = {"enabled": True, "watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4}
+    data["releases.sample"] = {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}
+    data["releases.histogram"] = {"enabled": False}
     cfg_path = write_toml(tmp_path / "stream-dp.toml", data)
     slices = [events[i * len(events) // parts:(i + 1) * len(events) // parts] for i in range(parts)]
     produce(bootstrap_servers, events_topic, slices[0])
@@ -148,7 +149,7 @@ def test_sigkill_of_ingest_and_release_workers_on_the_sharded_cluster(tmp_path, 
         try:
             for part, ingest_kill in zip(rest, range(1, 6)):
                 before = applied()
-                wait_for(lambda: applied() > before, timeout=120, what=f"ingest progress before kill {ingest_kill}",
+                wait_for(lambda before=before: applied() > before, timeout=120, what=f"ingest progress before kill {ingest_kill}",
                          procs=[*ingest, release])
                 i = rnd.randrange(2)
                 ingest[i].send_signal(signal.SIGKILL)

@@ -14,7 +14,7 @@ from stream_dp.testing.neighbours import StreamEvent, run_in_process, ticks
 pytestmark = pytest.mark.integration
 
 
-def cfg_for(weighting: str, shards: int):  # noqa: ANN201
+def cfg_for(weighting: str, shards: int):
     # ε = 2000 per window: σ ≈ 0.02 in count units, so the counts below are exact up to rounding
     return harness_cfg(shards=shards, topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
                        histogram={"enabled": True, "epsilon": 2000.0, "delta": 1e-6, "weighting": weighting})
@@ -30,11 +30,11 @@ def light_and_full_users() -> list[StreamEvent]:
 class SmallPieces(WindowReader):
     """The production reader, reading bounding logs 5 bytes at a time (every pair is cut across pieces)."""
 
-    def bounding_pairs(self, window, *, chunk_bytes=5):  # noqa: ANN001, ANN201
+    def bounding_pairs(self, window, *, chunk_bytes=5):
         return super().bounding_pairs(window, chunk_bytes=chunk_bytes)
 
 
-def small_pieces(worker, client):  # noqa: ANN001, ANN201
+def small_pieces(worker, client):
     return SmallPieces(client, keys=worker.keys, size_seconds=SIZE)
 
 

@@ -17,6 +17,15 @@ from stream_dp.config import ConfigError, config_from_mapping, load_config
 from stream_dp.release.budget_plan import plan_for, require_full_period
 
 ROOT = Path(__file__).resolve().parents[2]
+# top-k, alerts and sample in every window: the defaults before the histogram (issue 46), what issue 16 planned
+THREE_TYPES = {"topk": {"enabled": True}, "alerts": {"enabled": True}, "sample": {"enabled": True},
+               "histogram": {"enabled": False}}
+THREE_TYPES_TOML = "".join(f"[releases.{name}]\nenabled = {str(v['enabled']).lower()}\n" for name, v in THREE_TYPES.items())
+
+
+def releases(**changes: dict) -> dict:
+    """THREE_TYPES with some settings changed."""
+    return {name: {**THREE_TYPES.get(name, {}), **changes.get(name, {})} for name in {*THREE_TYPES, *changes}}
 
 
 def test_default_config_covers_a_day_of_hourly_windows_at_worst_case() -> None:
@@ -29,26 +38,34 @@ def test_default_config_covers_a_day_of_hourly_windows_at_worst_case() -> None:
     assert decide(compose(plan.events(fit)), plan.period_cap) == "ok"
     assert decide(compose(plan.events(fit + 1)), plan.period_cap) != "ok"
     require_full_period(cfg)  # the workers start
+    assert set(plan.per_window) == {"histogram"}  # the release-choice table's type for a trending page
+
+
+def test_limited_domain_topk_is_one_setting_away_and_still_fits_the_day() -> None:
+    cfg = load_config(ROOT / "config" / "stream-dp.toml", environ={"STREAM_DP_RELEASES__TOPK__ENABLED": "true"})
+    plan = require_full_period(cfg)  # the workers start
+    assert set(plan.per_window) == {"topk", "histogram"}
+    assert plan.windows_fitting(plan.period_cap) >= 24
 
 
 def test_an_unbounded_alerts_watchlist_is_what_broke_the_day() -> None:
     """Without the instance bound an SVT instance may open every window: only 8 hourly windows fit (7 with the classic zCDP conversion; issue 16
     item 5); the workers refuse to start unless told to accept a partial period."""
-    cfg = config_from_mapping({"releases": {"alerts": {"max_instances_per_period": 0}}}, environ={})
+    cfg = config_from_mapping({"releases": releases(alerts={"max_instances_per_period": 0})}, environ={})
     plan = plan_for(cfg)
     assert plan.windows_fitting(plan.period_cap) == 8
     with pytest.raises(ConfigError, match="only 8 worst-case window"):
         require_full_period(cfg)
-    allowed = config_from_mapping({"releases": {"alerts": {"max_instances_per_period": 0}},
+    allowed = config_from_mapping({"releases": releases(alerts={"max_instances_per_period": 0}),
                                    "budget": {"allow_partial_period": True}}, environ={})
     require_full_period(allowed)
 
 
 def test_every_enabled_type_is_counted_every_window() -> None:
-    base = config_from_mapping({}, environ={})
-    more = config_from_mapping({"releases": {"argmax": {"enabled": True}, "watch_topk": {"enabled": True}}},
+    base = config_from_mapping({"releases": THREE_TYPES}, environ={})
+    more = config_from_mapping({"releases": releases(argmax={"enabled": True}, watch_topk={"enabled": True})},
                                environ={})
-    assert set(plan_for(base).per_window) == {"topk", "sample"}
+    assert set(plan_for(base).per_window) == {"topk", "sample"}  # alerts: charged per instance, not per window
     assert set(plan_for(more).per_window) == {"topk", "sample", "argmax", "watch_topk"}
     assert plan_for(more).windows_fitting(plan_for(more).period_cap) < plan_for(base).windows_fitting(
         plan_for(base).period_cap)
@@ -63,9 +80,9 @@ def test_lifetime_cap_counts_periods() -> None:
 def test_cli_plan_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "plan", "--config", str(ROOT / "config" / "stream-dp.toml")]) == 0
     text = capsys.readouterr().out
-    assert "windows fitting one period: 28 of 24 -- OK" in text
+    assert "windows fitting one period: 67 of 24 -- OK" in text
     path = tmp_path / "short.toml"
-    path.write_text("[releases.alerts]\nmax_instances_per_period = 0\n")
+    path.write_text(THREE_TYPES_TOML.replace("[releases.alerts]\n", "[releases.alerts]\nmax_instances_per_period = 0\n"))
     assert main(["budget", "plan", "--json", "--config", str(path)]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["windows_fitting_period"] == 8 and data["period_covered"] is False
@@ -73,7 +90,8 @@ def test_cli_plan_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_the_release_worker_refuses_to_start_on_a_short_plan(tmp_path: Path) -> None:
     path = tmp_path / "short.toml"
-    path.write_text("[releases.alerts]\nmax_instances_per_period = 0\n[redis]\nurl = \"redis://127.0.0.1:1/0\"\n")
+    path.write_text(THREE_TYPES_TOML.replace("[releases.alerts]\n", "[releases.alerts]\nmax_instances_per_period = 0\n")
+                    + "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     for module in ("workers.release", "workers.ingest"):
         proc = subprocess.run([sys.executable, "-m", module, "--config", str(path)], capture_output=True, text=True,
@@ -112,7 +130,7 @@ def test_the_start_check_composes_no_more_windows_than_a_period_holds(monkeypatc
     examined: list[int] = []
     real = BudgetPlan.events
 
-    def events(self, windows: int, periods: int = 1):  # noqa: ANN001, ANN202
+    def events(self, windows: int, periods: int = 1):
         examined.append(windows)
         return real(self, windows, periods)
 
@@ -123,7 +141,7 @@ def test_the_start_check_composes_no_more_windows_than_a_period_holds(monkeypatc
 
 
 def test_a_bounded_search_is_exact_below_its_bound() -> None:
-    cfg = config_from_mapping({"releases": {"alerts": {"max_instances_per_period": 0}}}, environ={})
+    cfg = config_from_mapping({"releases": releases(alerts={"max_instances_per_period": 0})}, environ={})
     plan = plan_for(cfg)
     assert plan.windows_fitting(plan.period_cap) == 8  # the unbounded answer
     for at_most, expected in ((24, 8), (9, 8), (8, 8), (7, 7), (5, 5), (1, 1), (0, 0)):

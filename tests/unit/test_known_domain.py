@@ -51,7 +51,7 @@ def test_config_names_the_domain_setting_at_fault(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"releases\.topk\.domain_file"):  # when the worker builds it
         TopkBuilder(missing)
     with pytest.raises(ConfigError, match=r"releases\.topk\.discovery_share"):
-        config_from_mapping({"releases": {"topk": {"domain_from_released": True, "discovery_share": 0.0}}},
-                            environ={})
+        config_from_mapping({"releases": {"topk": {"enabled": True, "domain_from_released": True,
+                                                    "discovery_share": 0.0}}}, environ={})
     cfg = config_from_mapping({"releases": {"topk": {"domain": ["x"], "discovery_share": 0.0}}}, environ={})
     assert cfg.releases.topk.has_domain

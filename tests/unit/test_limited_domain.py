@@ -15,7 +15,6 @@ from scipy import stats
 from stream_dp.accounting.events import RangeBoundedEvent
 from stream_dp.mechanisms import LimitedDomainTopk, TopKResult, limited_domain_topk
 from stream_dp.testing.peeling import (
-    BOTTOM,
     as_sequence,
     limited_domain,
     peeling_distribution,

@@ -1,4 +1,5 @@
-"""A regular (non-editable) install finds the default config (and the release schema): wheel package data."""
+"""A regular (non-editable) install finds the default config (and the release schema): wheel package data;
+the wheel is marked typed (py.typed)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def test_wheel_carries_the_default_config_and_an_install_loads_it(tmp_path):
     assert build.returncode == 0, build.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
+        assert "stream_dp/py.typed" in zf.namelist()  # PEP 561: type checkers read the package's annotations
         packaged = zf.read("stream_dp/defaults/stream-dp.toml")
         schema = zf.read("stream_dp/defaults/release.schema.json")
         # the dashboard's page is served from the package (no CDN): it must be in the wheel

@@ -48,5 +48,5 @@ def test_a_non_integer_threshold_is_refused_with_geometric_noise() -> None:
     from stream_dp.config import ConfigError
 
     with pytest.raises(ConfigError, match="releases.alerts.threshold"):
-        config_from_mapping({"releases": {"alerts": {"threshold": 100.5}}}, environ={})
+        config_from_mapping({"releases": {"alerts": {"enabled": True, "threshold": 100.5}}}, environ={})
     config_from_mapping({"releases": {"alerts": {"threshold": 100.5, "noise": "laplace"}}}, environ={})

@@ -102,6 +102,7 @@ def gof_pvalue(observed: Counter, reps: int) -> float:
 REPS = 30_000
 
 
+@pytest.mark.slow  # a statistical audit: chi-square over 2 x 30,000 joint draws
 def test_class_draw_has_exactly_the_per_key_joint_distribution() -> None:
     """Chi-square GOF of the joint outcome of 6 keys (3 count classes, 432 outcomes) against Π π_{w,t}, for
     the class-wise draw and for the existing per-key draw, and a homogeneity test between the two."""
@@ -142,6 +143,7 @@ def _row_of_next_count(classes, table, gen) -> ClassDraw:
     return ClassDraw(d.ranks, d.counts - 1, np.minimum(d.tokens, d.counts - 1).clip(1))
 
 
+@pytest.mark.slow  # a statistical audit: chi-square over 30,000 joint draws
 @pytest.mark.parametrize("broken", [_first_ranks, _one_token_per_class, _row_of_next_count])
 def test_the_joint_distribution_test_rejects_broken_class_draws(broken) -> None:
     observed = joint_by_class(broken, REPS, 1)
@@ -151,6 +153,7 @@ def test_the_joint_distribution_test_rejects_broken_class_draws(broken) -> None:
     assert gof_pvalue(observed, REPS) < 1e-6
 
 
+@pytest.mark.slow  # a statistical audit: token frequencies over many releases
 def test_sample_count_classes_marginals_match_sample_arrays() -> None:
     """End to end (rows, estimates, reading by rank): each key's token frequency over many releases agrees
     with sample_arrays' (PPS, a 40-key window with 6 count classes), and every row carries the key's count's

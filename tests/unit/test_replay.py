@@ -31,7 +31,7 @@ class FakeProducer:
         self.sent: list[tuple[str, bytes, bytes, int | None]] = []
         self.flushed = 0
 
-    def send(self, topic, *, key, value, timestamp_ms=None):  # noqa: ANN001
+    def send(self, topic, *, key, value, timestamp_ms=None):
         self.sent.append((topic, key, value, timestamp_ms))
 
     def flush(self) -> None:
@@ -41,7 +41,7 @@ class FakeProducer:
 MOVIELENS = ColumnMapping(user="userId", key="movieId", time="timestamp")
 
 
-def write(tmp_path, name: str, text: str):  # noqa: ANN001
+def write(tmp_path, name: str, text: str):
     path = tmp_path / name
     if name.endswith(".gz"):
         path.write_bytes(gzip.compress(text.encode()))
@@ -236,7 +236,7 @@ def test_an_error_mid_replay_ends_the_live_display(monkeypatch):
             return True
 
     class Broken(FakeProducer):
-        def send(self, topic, *, key, value, timestamp_ms=None):  # noqa: ANN001
+        def send(self, topic, *, key, value, timestamp_ms=None):
             if self.sent:
                 raise RuntimeError("broker gone")
             return super().send(topic, key=key, value=value, timestamp_ms=timestamp_ms)

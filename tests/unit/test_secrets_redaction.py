@@ -67,7 +67,7 @@ def test_config_check_and_worker_logs_never_show_a_secret(tmp_path: Path, way: s
     check = _run(["-m", "stream_dp.cli", "--log-level", "DEBUG", "config", "check"], config, env)
     assert check.returncode == 0, check.stderr
     assert '"sasl_password": "***"' in check.stdout and '"password": "***"' in check.stdout
-    assert f"redis://app:***@127.0.0.1" in check.stdout
+    assert "redis://app:***@127.0.0.1" in check.stdout
     # the workers start, log at DEBUG, fail the Redis preflight (nothing listens) and exit
     outputs = [check.stdout + check.stderr]
     for args in (["-m", "workers.release", "--log-level", "DEBUG"], ["-m", "workers.ingest", "--log-level", "DEBUG"]):

@@ -186,7 +186,7 @@ def test_the_profile_is_never_below_its_parts(dk, eps):
 
 
 def test_the_sum_pmfs_carry_their_lost_mass_and_sum_to_one():
-    for d, s in enumerate(_sum_pmfs(Fraction(900), 6)):
+    for s in _sum_pmfs(Fraction(900), 6):
         assert s.lost < 1e-20
         assert float(s.pmf.sum()) + s.lost == pytest.approx(1.0, abs=1e-12)
         assert len(s.pmf) == 1 or s.pmf[0] >= 1e-30 and s.pmf[-1] >= 1e-30  # trimmed tails

@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
 from stream_dp.mechanisms import AdaptiveSVT
 from stream_dp.testing.audit import audit_privacy
@@ -67,6 +68,7 @@ def _pinned(out: tuple) -> str:
     return "pinned" if pattern and 0.0 <= out[-1][1] <= 1.0 else "other"
 
 
+@pytest.mark.slow  # a statistical audit: 24,000 runs of the SVT
 def test_no_threshold_noise_is_caught_and_the_real_svt_passes():
     params = dict(epsilon=1.0, theta=0.2)  # ε0 = 0.2, ε1 = 0.8
     x, x_prime = [0, 0, 0, 0], [1, 1, 1, 1]  # four counts at the threshold; a user added to all of them
@@ -78,6 +80,7 @@ def test_no_threshold_noise_is_caught_and_the_real_svt_passes():
     assert broken > 1.0, broken
 
 
+@pytest.mark.slow  # a statistical audit: 110,000 runs of the SVT
 def test_half_scale_middle_noise_is_caught_and_the_real_svt_passes():
     params = dict(epsilon=2.0, theta=0.1)  # ε0 = 0.2, ε1 = 1.8
     x, x_prime = [1, 1, 1], [1, 1, 0]  # only the answered query loses the user

@@ -39,6 +39,7 @@ def _floor(n: int) -> float:
     return CONF - 3.5 * math.sqrt(CONF * (1 - CONF) / n)
 
 
+@pytest.mark.slow  # a statistical audit of coverage: 4,000 runs per count
 @pytest.mark.parametrize("count", [100, 130, 200, 400])
 def test_geometric_published_bound_covers_among_published_answers(count: int) -> None:
     coverage, old, n = _coverage("geometric", count, 4000, seed=count)
@@ -48,6 +49,7 @@ def test_geometric_published_bound_covers_among_published_answers(count: int) ->
         assert old < _floor(n)  # the broken variant (old main's bound) fails the same check
 
 
+@pytest.mark.slow  # a statistical audit of coverage: 2,500 runs per count
 @pytest.mark.parametrize("count", [100, 160])
 def test_laplace_published_bound_covers_among_published_answers(count: int) -> None:
     coverage, old, n = _coverage("laplace", count, 2500, seed=10 + count)

@@ -32,7 +32,7 @@ def test_lemma3_matches_numerical_convolution(a, c):
             return 0.5 * math.exp(rate * x) if x < 0 else 1 - 0.5 * math.exp(-rate * x)
 
         span = 60.0 / min(a, c)  # beyond it the integrand is < e^-60
-        want, _ = integrate.quad(lambda y: lap(y, c) * lap_cdf(t + y), -span, span, limit=400,
+        want, _ = integrate.quad(lambda y, t=t: lap(y, c) * lap_cdf(t + y), -span, span, limit=400,
                                  points=sorted({0.0, -t}), epsabs=1e-13)
         assert tail.cdf(t) == pytest.approx(want, abs=1e-9)
 
@@ -42,7 +42,7 @@ def test_exponential_tail_matches_numerical_convolution(a, c):
     tail = GapTail("exponential", a, c)
     for t in (-2.0 / c, -0.3, 0.0, 1.1, 5.0 / min(a, c)):
         # X = (E* − 1/a) − (E0 − 1/c): P(X ≤ t) = ∫ c e^{−c y} P(E* ≤ t + 1/a + y − 1/c) dy
-        def integrand(y):
+        def integrand(y, t=t):
             x = t + 1 / a + y - 1 / c
             return c * math.exp(-c * y) * (1 - math.exp(-a * x) if x > 0 else 0.0)
 

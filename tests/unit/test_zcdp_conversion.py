@@ -50,7 +50,7 @@ def cks_log_delta(rho: float, eps: float) -> float:
     return float(best.fun)
 
 
-def conversion_violations(conversion) -> list[str]:  # noqa: ANN001
+def conversion_violations(conversion) -> list[str]:
     """Every (ρ, δ) of the grid where ``conversion`` breaks one of the module docstring's checks 1, 2, 4."""
     bad = []
     for rho, delta in GRID:
