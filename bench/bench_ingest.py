@@ -68,10 +68,16 @@ def produce(bootstrap: str, topic: str, *, events: int, users: int, keys: int, z
     from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
+    from stream_dp import topics
+    from stream_dp.config import KafkaConfig
+
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
                                   topic_configs=topic_configs or {})])
     admin.close()
+    # the ingest worker's start check wants its dead-letter topic (the topic contract): made as the service does
+    topics.create(KafkaConfig(bootstrap_servers=bootstrap, events_topic=topic, dead_letter_topic=f"{topic}-dlq"),
+                  ("dead-letter",))
     rng = np.random.default_rng(seed)
     user_ids = rng.integers(0, users, size=events)
     key_ids = np.minimum(rng.zipf(zipf_a, size=events), keys)
@@ -314,7 +320,9 @@ host = "127.0.0.1"
             if done:
                 samples.append((t, done))
             if proc.poll() is not None:
-                raise RuntimeError(f"ingest worker exited with {proc.returncode}; see {workdir / 'ingest.log'}")
+                log.flush()
+                tail = (workdir / "ingest.log").read_text(errors="replace").strip().splitlines()[-3:]
+                raise RuntimeError(f"ingest worker exited with {proc.returncode}: " + " | ".join(tail))
             gap = next_scrape_in(samples, events, sample_interval, gap)
             time.sleep(gap)
         for name, pid in [("worker", proc.pid)] + [("applier", c) for c in _children(proc.pid)]:

@@ -57,7 +57,7 @@ from prometheus_client import CollectorRegistry
 
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import config_from_mapping
-from stream_dp.connections import ensure_topics
+from stream_dp import topics
 from stream_dp.release.producers import release_producer
 from stream_dp.devcluster import wait_until
 from stream_dp.devstack import DevStack
@@ -65,9 +65,11 @@ from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 from stream_dp.processes import freeze_start_up_heap
 from stream_dp.release.metrics import PHASES, ReleaseMetrics
+from stream_dp.release.ledger_guard import LedgerGuard
 from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.windows import Window
 from stream_dp.release.worker import ReleaseWorker
+from stream_dp.state_epochs import EpochMarker
 from stream_dp.testing.windows import set_watermark
 
 from bench.results import emit, start_cpu_load, stop_cpu_load
@@ -269,12 +271,15 @@ def measure(args: argparse.Namespace) -> None:
         print(f"template window: {args.keys} distinct keys, Zipf a={args.a}, top count {args.top:g}, "
               f"{args.shards} shard(s) (loaded in {time.perf_counter() - t:.1f}s)")
 
-        ensure_topics(cfg.kafka, {"releases": 1})
+        topics.create(cfg.kafka, ("releases",))
         publisher = TimedPublisher(release_producer(cfg), "releases")  # release.kafka_client (--kafka-client)
         registry = CollectorRegistry()
         metrics = ReleaseMetrics(registry)
         ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys)
-        worker = ReleaseWorker(cfg, client, ledger, Outbox(ledger, publisher, metrics), metrics,
+        outbox = Outbox(ledger, publisher, metrics)
+        if not args.no_ledger_guard:  # as production (stream_dp.release.service): the epoch read before a publication
+            outbox.guard = LedgerGuard(client, keys, EpochMarker(client, keys.ledger_epoch()).create("bench"))
+        worker = ReleaseWorker(cfg, client, ledger, outbox, metrics,
                                worker_id="bench", rng=args.seed,
                                after_start=None if args.no_gc_freeze else freeze_start_up_heap)
 
@@ -458,7 +463,7 @@ def measure(args: argparse.Namespace) -> None:
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
-        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "keep_windows": args.keep_windows, "gc_freeze": not args.no_gc_freeze, "kafka_client": args.kafka_client,
+        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "keep_windows": args.keep_windows, "gc_freeze": not args.no_gc_freeze, "ledger_guard": not args.no_ledger_guard, "kafka_client": args.kafka_client,
         "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
@@ -492,6 +497,8 @@ def main() -> None:
     p.add_argument("--trace-slowest", default="alerts", choices=("topk", "alerts", "sample"),
                    help="with --trace, also list the steps of the window where this type took longest (default alerts)")
     p.add_argument("--shards", type=int, default=1, help="windows.shards: each window stored in this many shards")
+    p.add_argument("--no-ledger-guard", action="store_true",
+                   help="leave out the ledger epoch read before each publication (an A/B of its cost)")
     p.add_argument("--no-gc-freeze", action="store_true",
                    help="do not freeze the start-up heap after the worker starts (the release process does; for an A/B)")
     p.add_argument("--direct", action="store_true",

@@ -188,7 +188,7 @@ def _write_config(path: Path, plan: Plan, bootstrap: str, redis_url: str) -> Pat
     sections = {
         "kafka": {"bootstrap_servers": bootstrap, "events_topic": "events", "releases_topic": "releases",
                   "dead_letter_topic": "events-dlq", "ingest_group_id": "chaos-ingest", "max_poll_records": 500,
-                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
+                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000, "events_partitions": PARTITIONS},
         "redis": {"url": redis_url, "key_prefix": "chaos"},
         "windows": {"size_seconds": plan.window_seconds, "allowed_lateness_seconds": 1,
                     "idle_partition_timeout_seconds": 10.0, "start": str(T0), "max_event_delay_seconds": 1},
@@ -223,8 +223,9 @@ def schedule(plan: Plan) -> list[tuple[float, str]]:
 
 def run(plan: Plan, workdir: Path, *, log: Callable[[str], None] = print) -> Result:
     from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
 
+    from stream_dp import topics
+    from stream_dp.config import load_config
     from stream_dp.devstack import DevStack
 
     t_start = time.monotonic()
@@ -234,9 +235,7 @@ def run(plan: Plan, workdir: Path, *, log: Callable[[str], None] = print) -> Res
     workers: list[Worker] = []
     try:
         cfg_path = _write_config(workdir / "chaos.toml", plan, stack.bootstrap_servers, stack.redis_url)
-        admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers)
-        admin.create_topics([NewTopic("events", num_partitions=PARTITIONS, replication_factor=1)])
-        admin.close()
+        topics.create(load_config(cfg_path, environ={}).kafka)  # as `stream-dp topics create`: the contract
         events = make_stream(plan)
         producer = KafkaProducer(bootstrap_servers=stack.bootstrap_servers, acks="all", linger_ms=20,
                                  batch_size=256 * 1024)

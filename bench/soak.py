@@ -182,11 +182,13 @@ def plot(path: Path, samples: list[dict[str, Any]], stream_end: float) -> bool:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with DevStack() as stack, tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-        from kafka.admin import KafkaAdminClient, NewTopic
+        from stream_dp import topics
+        from stream_dp.config import KafkaConfig
 
-        admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers)
-        admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])
-        admin.close()
+        # the topic contract, as `stream-dp topics create` makes it for the workers' config below
+        topics.create(KafkaConfig(bootstrap_servers=stack.bootstrap_servers, events_topic=TOPIC,
+                                  dead_letter_topic=f"{TOPIC}-dlq", releases_topic="soak-releases",
+                                  events_partitions=PARTITIONS))
         r = redis.Redis.from_url(stack.redis_url)
         procs: dict[str, subprocess.Popen] = {}
         logs = []

@@ -261,7 +261,7 @@ def _summary(setup: ContinualSetup, rows: Sequence[dict[str, Any]], cfg: Config,
     max_windows = max(sum(1 for r in rows if r["scope"] == s) for s in scopes) if scopes else 0
     recall = Estimate.of(np.array([r["recall_mean"] for r in rows]))
     released = [r for r in rows if r["released_mean"] > 0]
-    per_outcome = configured_topk(t)  # the release worker's calibration of releases.topk (no domain here)
+    per_outcome = configured_topk(t, max_keys_per_user=cfg.contribution.max_keys_per_user)  # the worker's (no domain)
     eps_outcome, delta_bottom = per_outcome.epsilon, per_outcome.delta
     one_outcome = compose(LimitedDomainTopk(k=1, k_bar=t.k_bar, epsilon=eps_outcome, delta=delta_bottom,
                                               max_keys_per_user=1).privacy_map())

@@ -247,14 +247,14 @@ def sdp_histogram_laplace(hist: Histogram, dk: int, eps: float, delta: float, ru
 
 
 def sdp_topk(hist: Histogram, dk: int, eps: float, delta: float, k: int, runs: int, rng: np.random.Generator, *,
-             domain: Domain = False, discovery_share: float = 0.0) -> np.ndarray:
-    """``runs`` calls of ``api.topk`` (k̄ = 2k; with a ``domain``, known-domain top-k with that discovery share):
-    released key ids (runs, k), best first, −1 padded."""
+             domain: Domain = False, discovery_share: float = 0.0, discovery: str = "limited_domain") -> np.ndarray:
+    """``runs`` calls of ``api.topk`` (k̄ = 2k; with a ``domain``, known-domain top-k with that discovery and share
+    -- limited-domain discovery by default, as evaluated): released key ids (runs, k), best first, −1 padded."""
     counts, public = window_counts(hist), domain_keys(hist, domain)
     out = -np.ones((runs, k), dtype=np.int64)
     for r in range(runs):
         items = api.topk(counts=counts, epsilon=eps, delta=delta, max_keys_per_user=dk, k=k, k_bar=2 * k,
-                         domain=public, discovery_share=discovery_share, seed=rng)["items"]
+                         domain=public, discovery=discovery, discovery_share=discovery_share, seed=rng)["items"]
         out[r, :len(items)] = [item["key"] for item in items]
     return out
 

@@ -253,6 +253,15 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
     timings["continual"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    continual_domain_meta = None
+    if continual_available():
+        from eval import continual_domain
+
+        continual_domain_meta = continual_domain.run_and_write(out, scale.name, redis_url, seed=seed,
+                                                               movielens_dir=movielens_dir, peers=peers_available())
+    timings["continual_domain"] = time.perf_counter() - t
+
+    t = time.perf_counter()
     peer_rows = run_peer_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed, peers=peers_available(),
                                     workers=workers)
     analysis.write_csv(out / "peers.csv", peer_rows)
@@ -282,6 +291,7 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
         "datasets": [{"name": s.name, "events": len(s), "users": int(np.unique(s.user).size),
                       "universe": s.universe} for s in streams],
         "movielens_present": any(s.name == "movielens" for s in streams),
+        "continual_domain": continual_domain_meta,
         "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
         "git_commit": commit, "python": platform.python_version(), "numpy": np.__version__,

@@ -176,21 +176,23 @@ def histogram(data: Rows = None, *, counts: Mapping[Hashable, Any] | None = None
 
 def topk(data: Rows = None, *, counts: Mapping[Hashable, Any] | None = None, epsilon: float, delta: float,
          max_keys_per_user: int, k: int = 10, k_bar: int | None = None, domain: Collection[Hashable] | None = None,
-         discovery_share: float = 0.2, seed: Seed = None, window: tuple[int, int] | None = None,
-         columns: tuple[str, str] = ("user", "key")) -> dict[str, Any]:
+         discovery: str = "threshold", discovery_share: float = 0.8, seed: Seed = None,
+         window: tuple[int, int] | None = None, columns: tuple[str, str] = ("user", "key")) -> dict[str, Any]:
     """The ``topk`` release at window budget (ε, δ): up to ``k`` keys, best first.
 
     Without a ``domain``: limited-domain top-k (Durfee & Rogers 2019) over the top ``k_bar`` + 1 counts (default
     k̄ = 10·k, the service's default ratio); it may stop early at ⊥ (``hit_bottom``) and is charged for the
-    outcomes it returned. With a public ``domain`` (a catalogue): full-domain Gumbel top-k over it, plus
-    limited-domain discovery of keys outside it with ``discovery_share`` of ρ (0: the domain holds every key
-    that can occur). Either way k outcomes fit the window budget (the worst case the ledger reserves).
+    outcomes it returned. With a public ``domain`` (a catalogue): full-domain Gumbel top-k over it, plus discovery
+    of keys outside it with ``discovery_share`` of ρ (0: the domain holds every key that can occur) -- ``discovery``
+    ``threshold`` (the service's default: a thresholded discrete-Gaussian histogram of the keys outside the domain)
+    or ``limited_domain`` (limited-domain top-k over them). Either way k outcomes fit the window budget (the worst
+    case the ledger reserves).
 
     >>> r = topk(counts={"a": 900, "b": 800, "c": 3}, epsilon=1.0, delta=1e-6, max_keys_per_user=1, k=2, seed=7)
     >>> [item["key"] for item in r["items"]], r["hit_bottom"]
     (['a', 'b'], False)
     """
-    from stream_dp.mechanisms import KnownDomainTopk, LimitedDomainTopk
+    from stream_dp.mechanisms import LimitedDomainTopk
 
     epsilon, delta = wb.check_window_budget(epsilon, delta)
     dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
@@ -205,15 +207,13 @@ def topk(data: Rows = None, *, counts: Mapping[Hashable, Any] | None = None, eps
         draft = drafts.topk_draft(_window(window), {**common, "epsilon": p.epsilon, "delta": p.delta}, result,
                                   measurement, key=_same)
         return _record(draft, epsilon, delta)
-    q = wb.known_domain_parameters(epsilon, delta, k, discovery_share)
+    q = wb.known_domain_parameters(epsilon, delta, k, discovery_share, discovery=discovery, max_keys_per_user=dk)
     public = list(dict.fromkeys(domain))
     members = set(public)
-    known = KnownDomainTopk(k=k, k_bar=k_bar, track_epsilon=q.track_epsilon, discover_epsilon=q.discover_epsilon,
-                            delta=q.delta, max_keys_per_user=dk)
+    known = q.measurement(k=k, k_bar=k_bar, max_keys_per_user=dk)
     found = known({key: values.get(key, 0) for key in public},
                   {key: c for key, c in values.items() if key not in members}, rng=make_rng(seed))
-    parameters = {**common, "delta": q.delta, "track_epsilon": q.track_epsilon,
-                  "discover_epsilon": q.discover_epsilon, "discovery_share": discovery_share}
+    parameters = {**common, **drafts.known_domain_parameters(q, discovery_share=discovery_share)}
     draft = drafts.known_domain_draft(_window(window), parameters, found, known, domain_size=len(public), key=_same)
     return _record(draft, epsilon, delta)
 
@@ -282,7 +282,8 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
     "sdp_histogram_laplace_partial": ("histogram", {"noise": "laplace", "domain": "<the public keys>"}),
     "sdp_ldt": ("topk", {}),
     "sdp_known_domain": ("topk", {"domain": "<the public keys>", "discovery_share": 0.0}),
-    "sdp_known_domain_partial": ("topk", {"domain": "<the public keys>", "discovery_share": 0.2}),
+    "sdp_known_domain_partial": ("topk", {"domain": "<the public keys>", "discovery": "limited_domain",
+                                          "discovery_share": 0.2}),
 }
 
 

@@ -14,8 +14,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+
 #: What :meth:`BrokerReach.unreachable` says while no broker answers (names the setting to check).
 NO_BROKER = "no connection to any broker of kafka.bootstrap_servers"
+
+#: What a kafka-python client raises when no broker of its bootstrap list answers at start (within its
+#: ``bootstrap_timeout_ms``).
+BOOTSTRAP_ERRORS = (KafkaTimeoutError, KafkaConnectionError)
+
+
+class BrokerUnreachable(ConnectionError):
+    """No broker of ``kafka.bootstrap_servers`` answered when a client started. The message names the setting
+    and the address, so a command prints it as its one line (``stream-dp tail`` and ``replay`` exit with 2)."""
+
+
+def unreachable(bootstrap: str) -> BrokerUnreachable:
+    """The error for a client that could not reach ``bootstrap`` (raise it ``from None``: the client's own
+    error is a timeout that says less).
+
+    >>> str(unreachable("127.0.0.1:1"))
+    'no Kafka broker answers at 127.0.0.1:1 (kafka.bootstrap_servers): is it running, and is the address right?'
+    """
+    return BrokerUnreachable(f"no Kafka broker answers at {bootstrap} (kafka.bootstrap_servers): is it running, "
+                             "and is the address right?")
 
 
 class BrokerReach:

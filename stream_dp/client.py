@@ -44,11 +44,18 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from stream_dp.broker_reach import BrokerReach
+from stream_dp import kafka_sockets
+from stream_dp.broker_reach import BOOTSTRAP_ERRORS, BrokerReach, BrokerUnreachable, unreachable
+from stream_dp.kafka_options import forbid_auto_create
 from stream_dp.config import KafkaConfig
 from stream_dp.wire import join_parts
 
 log = logging.getLogger(__name__)
+
+__all__ = ["BrokerUnreachable", "InvalidReleaseRecord", "ReleaseRecordError", "ReleaseSubscriber",
+           "UnsupportedSchemaVersion", "check_record", "subscribe"]
+
+kafka_sockets.install()  # the subscriber's consumer closes its sockets on kafka-python 3.0's leaking paths
 
 SUPPORTED_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
 SCHEMA_PATH = Path(__file__).resolve().parent / "defaults" / "release.schema.json"
@@ -200,6 +207,9 @@ class ReleaseSubscriber:
     """A reader of the releases topic (see the module docstring); use :func:`subscribe` for a generator.
 
     ``kafka`` is the ``[kafka]`` config (security settings apply) or a ``host:port[,…]`` bootstrap string.
+    No broker answering when it starts raises :class:`~stream_dp.broker_reach.BrokerUnreachable` (the message
+    names ``kafka.bootstrap_servers`` and the address); a broker lost later is reconnected to by itself
+    (:meth:`unreachable` tells an outage from a quiet topic).
     ``poll()`` returns the next batch of checked, first-seen records (maybe empty); in group mode, the
     previous batch is committed first.
     """
@@ -226,11 +236,15 @@ class ReleaseSubscriber:
         self._ends_unknown: set[TopicPartition] = set()  # start="now": partitions whose end is not known yet
         self._now: dict[TopicPartition, int] = {}  # start="now": first offset published after the start
         opts: dict[str, Any] = {
-            **cfg.client_options(), "enable_auto_commit": False, "group_id": group,
+            **cfg.client_options(), "allow_auto_create_topics": False,  # a subscriber never makes the topic
+            "enable_auto_commit": False, "group_id": group,
             "auto_offset_reset": "earliest" if start == "beginning" else "latest",
             "session_timeout_ms": cfg.session_timeout_ms, "heartbeat_interval_ms": cfg.heartbeat_interval_ms,
             **(consumer_options or {})}
-        self.consumer = KafkaConsumer(self.topic, **opts) if group else KafkaConsumer(**opts)
+        try:
+            self.consumer = forbid_auto_create(KafkaConsumer(self.topic, **opts) if group else KafkaConsumer(**opts))
+        except BOOTSTRAP_ERRORS:
+            raise unreachable(cfg.bootstrap_servers) from None
         self._reach = BrokerReach(self.consumer)
 
     # ---- reading ----------------------------------------------------------------------------------
@@ -384,14 +398,17 @@ def subscribe(kafka: KafkaConfig | str, topic: str | None = None, *, start: str 
               group: str | None = None, types: Iterable[str] | None = None,
               on_invalid: Callable[[ReleaseRecordError], None] = report_invalid,
               stop: Callable[[], bool] = lambda: False, idle_timeout: float | None = None,
-              poll_timeout_ms: int = 500) -> Iterator[dict[str, Any]]:
+              poll_timeout_ms: int = 500, consumer_options: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """Yield checked, de-duplicated release records from the releases topic (see the module docstring).
 
     ``types`` keeps only those release types; ``stop`` and ``idle_timeout`` (seconds without a new record)
     end the iteration; closing the generator (or leaving a ``for`` loop) closes the consumer, committing
-    in group mode every record before the last one handed out.
+    in group mode every record before the last one handed out. No broker answering at the start raises
+    :class:`~stream_dp.broker_reach.BrokerUnreachable` (within ``consumer_options["bootstrap_timeout_ms"]``,
+    kafka-python's default 30 s).
     """
-    sub = ReleaseSubscriber(kafka, topic, start=start, group=group, types=types, on_invalid=on_invalid)
+    sub = ReleaseSubscriber(kafka, topic, start=start, group=group, types=types, on_invalid=on_invalid,
+                            consumer_options=consumer_options)
     try:
         yield from sub.records(stop=stop, idle_timeout=idle_timeout, poll_timeout_ms=poll_timeout_ms)
     finally:

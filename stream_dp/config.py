@@ -49,7 +49,7 @@ SECRET_SETTINGS = ("kafka.sasl_password", "redis.password")
 #: ``STREAM_DP_*`` variables of the tools, not settings (the dev stack's binaries and state file, the
 #: workers' log level, the test suite's external services): never read as config overrides.
 TOOL_VARIABLES = frozenset({"STREAM_DP_LOG_LEVEL", "STREAM_DP_TANSU", "STREAM_DP_REDIS_SERVER",
-                            "STREAM_DP_DEVSTACK_STATE"})
+                            "STREAM_DP_DEVSTACK_STATE", "STREAM_DP_KAFKA_LIBS"})
 
 
 class ConfigError(ValueError):
@@ -94,6 +94,9 @@ Count = StrictInt
 Flag = StrictBool
 NOISES = ("laplace", "exponential", "geometric")
 AUTO_REPLICAS = "auto"
+MIN_SESSION_TIMEOUT_MS = 6000  # Apache Kafka's default group.min.session.timeout.ms
+# a topic's retention.ms: -1 keeps records until deleted by hand; else at least a minute
+RetentionMs = Annotated[StrictInt, _rule(lambda v: v == -1 or v >= 60_000, "-1 (unlimited) or >= 60000")]
 
 
 def _check(section: Any, rules: Iterable[tuple[bool, str, str]]) -> None:
@@ -138,12 +141,28 @@ class KafkaConfig:
     ssl_cafile: Str = ""
     ssl_certfile: Str = ""
     ssl_keyfile: Str = ""
-    session_timeout_ms: AtLeastOne = 6000
+    # Apache Kafka refuses a group member whose session timeout is below the broker's
+    # group.min.session.timeout.ms (default 6000): the worker could never join its group
+    session_timeout_ms: Annotated[StrictInt, _rule(
+        lambda v: v >= MIN_SESSION_TIMEOUT_MS,
+        f">= {MIN_SESSION_TIMEOUT_MS} (Apache Kafka's default group.min.session.timeout.ms: a broker refuses "
+        "shorter sessions, so the worker could never join its consumer group)")] = 6000
     heartbeat_interval_ms: AtLeastOne = 1000
     max_poll_records: AtLeastOne = 5000
     # a release record whose JSON is larger goes out as several part messages of at most this size
     release_message_max_bytes: Annotated[StrictInt, _rule(lambda v: 16384 <= v <= 100 << 20,
                                                           ">= 16384 and <= 104857600")] = DEFAULT_MESSAGE_MAX_BYTES
+    # The topic contract (stream_dp/topics.py): what `stream-dp topics create` makes and every worker checks
+    events_partitions: AtLeastOne = 4
+    replication_factor: Annotated[StrictStr | StrictInt, _rule(
+        lambda v: v == AUTO_REPLICAS if isinstance(v, str) else v >= 1,
+        f'"{AUTO_REPLICAS}" (min(3, brokers)) or an integer >= 1')] = AUTO_REPLICAS
+    min_insync_replicas: Annotated[StrictStr | StrictInt, _rule(
+        lambda v: v == AUTO_REPLICAS if isinstance(v, str) else v >= 1,
+        f'"{AUTO_REPLICAS}" (min(2, replication factor)) or an integer >= 1')] = AUTO_REPLICAS
+    events_retention_ms: RetentionMs = -1
+    releases_retention_ms: RetentionMs = -1
+    dead_letter_retention_ms: RetentionMs = 604800000
 
     @model_validator(mode="after")
     def _rules(self) -> KafkaConfig:
@@ -152,6 +171,10 @@ class KafkaConfig:
              "different from kafka.events_topic and kafka.dead_letter_topic"),
             (self.heartbeat_interval_ms < self.session_timeout_ms, "heartbeat_interval_ms",
              f">= 1 and < kafka.session_timeout_ms ({self.session_timeout_ms})"),
+            (not (isinstance(self.min_insync_replicas, int) and isinstance(self.replication_factor, int))
+             or self.min_insync_replicas <= self.replication_factor, "min_insync_replicas",
+             f"<= kafka.replication_factor ({self.replication_factor}): more in-sync replicas than replicas "
+             "refuses every write with NOT_ENOUGH_REPLICAS"),
         ])
         return self
 
@@ -215,6 +238,13 @@ class EventsConfig:
         _check(self, [(len({self.user_field, self.key_field, self.time_field}) == 3, "key_field",
                  "different from events.user_field and events.time_field")])
         return self
+
+
+@section
+class KeysConfig:
+    # Unicode normalisation of keys (user ids are always NFC): "NFC" keeps compatibility look-alikes apart
+    # (fullwidth "ｃａｆé", ligatures, superscripts); "NFKC" folds them into one key (docs/ingest.md, "Keys")
+    normalization: Annotated[Str, _one_of("NFC", "NFKC")] = "NFC"
 
 
 FIRST_START = "first-start"
@@ -388,19 +418,49 @@ def _legacy_probability(value: float | None) -> bool:
     return value is None or _probability(value)
 
 
+#: Release types whose published keys a released domain may learn from (``domain_sources``).
+DOMAIN_SOURCE_TYPES = ("topk", "histogram", "argmax")
+DOMAIN_ORDERS = ("recent", "frequent")
+
+
 @section
-class TopkConfig:
+class LearnedDomainSettings:
+    """A release type's *released domain* (docs/privacy.md §10, :mod:`stream_dp.release.released_domain`): the keys
+    that releases of ``domain_sources`` published in the last ``domain_memory_windows`` windows join the type's
+    public domain -- a function of published records only. Fields shared by every type that takes a domain."""
+
+    domain_from_released: Flag = False  # keys published by domain_sources in earlier windows join the domain
+    domain_sources: tuple[StrictStr, ...] = ()  # release types learned from; [] = this type (alerts: topk)
+    domain_memory_windows: Count = 4  # keys published in this many windows before the current one (then they age out)
+    domain_max_keys: Count = 1000  # at most this many learned keys (the first by domain_order)
+    domain_order: Annotated[Str, _one_of(*DOMAIN_ORDERS)] = "recent"  # recent: latest window first; frequent: most windows first
+
+    @model_validator(mode="after")
+    def _learned_domain_rules(self) -> LearnedDomainSettings:
+        if self.domain_from_released:
+            _check(self, [(self.domain_memory_windows >= 1, "domain_memory_windows", ">= 1"),
+                          (self.domain_max_keys >= 1, "domain_max_keys", ">= 1"),
+                          (all(t in DOMAIN_SOURCE_TYPES for t in self.domain_sources), "domain_sources",
+                           f"release types among {', '.join(DOMAIN_SOURCE_TYPES)}")])
+        return self
+
+
+@section
+class TopkConfig(LearnedDomainSettings):
     enabled: Flag = False
     k: Count = 10
     k_bar: Count = 100
     window_epsilon: Number = 0.8  # window budget: ε of one release (its worst case, k outcomes)
-    window_delta: Number = 2e-7  # window budget: δ of one release (half of it the ⊥ rule's)
+    # window budget: δ of one release (half of it the ⊥ rule's or, with a domain and threshold discovery, the threshold's)
+    window_delta: Number = 2e-7
     domain: tuple[StrictStr, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
     domain_file: Str = ""  # a file of public keys, one per line, added to domain
-    domain_from_released: Flag = False  # keys released by topk in earlier windows join the domain
-    discovery_share: Number = 0.2  # with a domain: share of the zCDP ρ spent discovering keys outside it
+    # with a domain: how keys outside it are found -- threshold (a discrete-Gaussian histogram of the keys outside
+    # the domain, keys above its threshold) or limited_domain (limited-domain top-k, the k̄-based ⊥ rule)
+    discovery: Annotated[Str, _one_of("threshold", "limited_domain")] = "threshold"
+    discovery_share: Number = 0.8  # with a domain: share of the zCDP ρ spent discovering keys outside it (docs/evaluation 2b)
     epsilon: Number | None = None  # deprecated (renamed_settings.py): ε per outcome
-    delta: Number | None = None  # deprecated: δ of the ⊥ rule
+    delta: Number | None = None  # deprecated: δ of the ⊥ rule (with a domain and threshold discovery: of the threshold)
 
     @property
     def has_domain(self) -> bool:
@@ -427,7 +487,7 @@ class TopkConfig:
 
 
 @section
-class AlertsConfig:
+class AlertsConfig(LearnedDomainSettings):
     enabled: Flag = False
     watchlist: tuple[StrictStr, ...] = ()
     include_released_topk: Flag = True
@@ -519,7 +579,10 @@ class WatchTopkConfig:
 
 
 @section
-class HistogramConfig:
+class HistogramConfig(LearnedDomainSettings):
+    # on by default: a domain learned from what earlier windows published costs nothing and wins on small windows
+    # (docs/privacy.md §10; docs/evaluation, experiment 2b)
+    domain_from_released: Flag = True
     enabled: Flag = True
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
@@ -576,6 +639,24 @@ class ReleasesConfig:
         watch what it released)."""
         return [name for name in RELEASE_TYPES if getattr(self, name).enabled]
 
+    def domain_sources(self, name: str) -> tuple[str, ...]:
+        """The release types whose published keys ``releases.<name>``'s released domain learns from
+        (``domain_sources``; empty: the type itself, for alerts: topk)."""
+        own = getattr(self, name).domain_sources
+        return tuple(dict.fromkeys(own)) if own else (("topk",) if name == "alerts" else (name,))
+
+    @model_validator(mode="after")
+    def _sources_enabled(self) -> ReleasesConfig:
+        for name in ("topk", "alerts", "histogram"):
+            section = getattr(self, name)
+            if section.enabled and section.domain_from_released:
+                off = [t for t in self.domain_sources(name) if not getattr(self, t).enabled]
+                if off:
+                    raise _Rule(f"enabled release types (releases.{', releases.'.join(off)} not enabled: "
+                                "it would never publish a key to learn from)",
+                                setting=f"{name}.domain_sources", value=list(self.domain_sources(name)))
+        return self
+
 
 #: Every release type, in release order: one ``[releases.<type>]`` section each (the one list of them).
 RELEASE_TYPES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ReleasesConfig))
@@ -584,7 +665,7 @@ RELEASE_TYPES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Releas
 @section
 class MetricsConfig:
     port: Port = 9108  # 0 disables the /metrics endpoint
-    host: Address = "0.0.0.0"
+    host: Address = "127.0.0.1"  # loopback by default: an operator-only surface; Prometheus elsewhere needs 0.0.0.0
 
 
 @section
@@ -598,6 +679,7 @@ class Config:
     kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
     redis: RedisConfig = dataclasses.field(default_factory=RedisConfig)
     events: EventsConfig = dataclasses.field(default_factory=EventsConfig)
+    keys: KeysConfig = dataclasses.field(default_factory=KeysConfig)
     windows: WindowsConfig = dataclasses.field(default_factory=WindowsConfig)
     contribution: ContributionConfig = dataclasses.field(default_factory=ContributionConfig)
     ingest: IngestConfig = dataclasses.field(default_factory=IngestConfig)

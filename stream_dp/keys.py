@@ -83,6 +83,11 @@ class Keys:
         """Sorted set of window starts seen by ingest (member and score = start)."""
         return f"{self.prefix}:{{ingest}}:windows"
 
+    def ingest_epoch(self) -> str:
+        """String (JSON): the marker that Redis still holds ingest's state, written with its first start
+        (:mod:`stream_dp.state_epochs`); gone with a Redis that lost its data."""
+        return f"{self.prefix}:{{ingest}}:epoch"
+
     def schedule(self) -> str:
         """String (JSON): the public release schedule, ``{"start": ..., "size": ...}``, recorded once."""
         return f"{self.prefix}:{{ingest}}:schedule"
@@ -101,6 +106,11 @@ class Keys:
     def ledger(self, scope: str, part: str) -> str:
         """One part (``totals``, ``log``, ``charges``, ``reservations``…) of a ledger scope."""
         return f"{self.prefix}:{{ledger:{scope}}}:{part}"
+
+    def ledger_epoch(self) -> str:
+        """String (JSON): the marker that Redis still holds the ledger (same slot as the scope index),
+        compared with the releases topic when a release worker starts (:mod:`stream_dp.state_epochs`)."""
+        return f"{self.prefix}:{{ledger}}:epoch"
 
     # --- releases --------------------------------------------------------------------------------
     def release_index(self, part: str) -> str:

@@ -8,7 +8,7 @@ Every long-running entry point (``python -m workers.ingest`` / ``workers.release
 - **the config**, loaded with a readable error naming the setting (and the environment variable that set
   it) or refused with :data:`ExitCode.CONFIG` (:func:`load_config_or_report`);
 - **start checks** a worker must pass before it touches data (:func:`worker_preflight`): the budget plan,
-  the Redis eviction policy and the public release schedule;
+  the Redis eviction policy, the public release schedule and the topic contract (:mod:`stream_dp.topics`);
 - **the signal policy** (:class:`SignalPolicy`): the first SIGTERM/SIGINT asks for a graceful stop (the
   current batch or window finishes), the second exits at once with :data:`ExitCode.SECOND_SIGNAL`;
 - **exit codes** (:class:`ExitCode`, tabled in README.md).
@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import faulthandler
+import io
 import logging
 import os
 import signal
@@ -58,13 +60,21 @@ def configure_logging(level: str | None = None) -> None:
     """Configure the root logger once for this process (later calls only change the level).
 
     ``level`` defaults to ``$STREAM_DP_LOG_LEVEL`` or INFO. kafka-python narrates every connection at INFO,
-    so its logger is held at WARNING or above. URL credentials are masked from here on;
+    so its logger is held at WARNING or above. A fatal signal on a Python thread dumps every thread's stack
+    to stderr (:mod:`faulthandler`). URL credentials are masked from here on;
     a loaded config's secrets once :func:`load_config_or_report` registers them."""
     name = (level or os.environ.get(LOG_LEVEL_VARIABLE) or "INFO").upper()
     root = logging.getLogger()
     if not getattr(root, "_stream_dp_configured", False):
         logging.basicConfig(format=LOG_FORMAT)
         root._stream_dp_configured = True  # type: ignore[attr-defined]
+        # a fatal signal on a Python thread (a crash in a C extension) prints every thread's Python stack to
+        # stderr -- the log -- instead of the process vanishing without a line (not where stderr is no file:
+        # a test capturing it in-process)
+        try:
+            faulthandler.enable()
+        except (io.UnsupportedOperation, AttributeError, ValueError):
+            pass
     root.setLevel(name)
     logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
     redact.install()
@@ -153,6 +163,41 @@ def with_devstack(cfg: Config) -> Config:
     return cfg.replace(kafka=kafka, redis=redis_cfg)
 
 
+def redis_credentials_or_report(cfg: Config) -> bool:
+    """False (after one line naming ``redis.password`` / ``redis.username``) when Redis refuses this process's
+    credentials: retrying cannot heal that. A Redis that does not answer yet is no reason to refuse: the
+    workers retry it with backoff."""
+    import redis
+
+    from stream_dp.connections import redis_client
+
+    try:
+        client = redis_client(cfg.redis)
+    except ValueError:  # no redis.url: redis_preflight_or_report says so
+        return True
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:  # a cluster client reads its slots here
+        return _credentials_accepted(cfg, exc)
+    try:
+        client.ping()
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        return _credentials_accepted(cfg, exc)
+    finally:
+        client.close()
+    return True
+
+
+def _credentials_accepted(cfg: Config, exc: Exception) -> bool:
+    from stream_dp.refusals import redis_refusal
+
+    refusal = redis_refusal(exc)
+    if refusal is not None:
+        log.error("%s", refusal)
+        return False
+    log.warning("Redis at %s does not answer yet (%s); the worker retries until it does", cfg.redis.url,
+                type(exc).__name__)
+    return True
+
+
 def redis_preflight_or_report(cfg: Config) -> bool:
     """Whether a worker may start on ``cfg.redis`` (:func:`~stream_dp.connections.preflight_redis`); logs
     why not (naming the setting) when it may not."""
@@ -204,9 +249,29 @@ def budget_plan_or_report(cfg: Config) -> bool:
     return True
 
 
-def worker_preflight(cfg: Config) -> bool:
-    """The start checks every worker passes before it touches data: budget plan, Redis, release schedule."""
-    return budget_plan_or_report(cfg) and redis_preflight_or_report(cfg) and schedule_or_report(cfg)
+def topics_preflight_or_report(cfg: Config, roles: tuple[str, ...]) -> bool:
+    """Whether the topics of ``roles`` keep the topic contract (:func:`stream_dp.topics.preflight`); logs the
+    one line naming the topic, the config and the fix when one does not."""
+    from stream_dp.topics import TopicContractError, preflight
+
+    try:
+        preflight(cfg.kafka, roles)
+    except (TopicContractError, ValueError) as exc:
+        log.error("%s", exc)
+        return False
+    return True
+
+
+#: The topics each worker reads or writes, checked against the topic contract before it starts.
+WORKER_TOPICS = {"ingest": ("events", "dead-letter"), "release": ("releases",)}
+
+
+def worker_preflight(cfg: Config, role: str | None = None) -> bool:
+    """The start checks every worker passes before it touches data: budget plan, Redis credentials, Redis,
+    release schedule, and the topic contract of the topics ``role`` uses (:data:`WORKER_TOPICS`)."""
+    return (budget_plan_or_report(cfg) and redis_credentials_or_report(cfg) and redis_preflight_or_report(cfg)
+            and schedule_or_report(cfg)
+            and (role not in WORKER_TOPICS or topics_preflight_or_report(cfg, WORKER_TOPICS[role])))
 
 
 def serve_metrics_or_report(cfg: Config, registry: object, *, role: str) -> bool:
@@ -288,8 +353,10 @@ def run_worker(cfg: Config, *, role: str, build: Callable[[object], Running]) ->
     check or the metrics port refused."""
     from prometheus_client import CollectorRegistry
 
+    from stream_dp.refusals import Refusal
+
     redact.install(cfg)  # every log line of this process masks the config's secrets and URL credentials
-    if not worker_preflight(cfg):
+    if not worker_preflight(cfg, role):
         return ExitCode.CONFIG
     registry = CollectorRegistry()
     if not serve_metrics_or_report(cfg, registry, role=role):
@@ -297,23 +364,37 @@ def run_worker(cfg: Config, *, role: str, build: Callable[[object], Running]) ->
     worker = build(registry)
     SignalPolicy(worker.stop, first_message=worker.stopping_message).install()
     try:
-        worker.run()
+        outcome = worker.run()
+    except Refusal as exc:  # waiting cannot heal it: one line naming the setting or the command, exit code 2
+        log.error("%s stopped: %s", role, exc)
+        return ExitCode.CONFIG
     finally:
         worker.close()
-    return ExitCode.OK
+    return outcome if isinstance(outcome, ExitCode) else ExitCode.OK
 
 
-def run_ingest_worker(cfg: Config) -> int:
-    """The ingest worker until a signal: the first one finishes the batch, commits and closes."""
+def run_ingest_worker(cfg: Config, *, accept_state_loss: bool = False) -> int:
+    """The ingest worker until a signal: the first one finishes the batch, commits and closes.
+    ``accept_state_loss``: continue although Redis lost the window state of the committed offsets
+    (:mod:`stream_dp.ingest.state_check`)."""
     from stream_dp.ingest.runners import containers_in_flight
     from stream_dp.ingest.service import build_worker
     from stream_dp.processes import collect_garbage_per_batches
 
+    from stream_dp.ingest.topic_identity import TopicRecreated
+
     def build(registry: object) -> Running:
-        worker = build_worker(cfg, registry)  # type: ignore[arg-type]
+        worker = build_worker(cfg, registry, accept_state_loss=accept_state_loss)  # type: ignore[arg-type]
         collect_garbage_per_batches(containers_in_flight(cfg))  # start-up done: young collections per batches
-        return Running(worker.run, worker.stop,
-                       stopping_message="finishing the current batch, then committing and closing")
+
+        def run() -> ExitCode:
+            try:
+                worker.run()
+            except TopicRecreated:  # logged by the worker in one line; the operator must adopt the new topic
+                return ExitCode.CONFIG
+            return ExitCode.OK
+
+        return Running(run, worker.stop, stopping_message="finishing the current batch, then committing and closing")
 
     return run_worker(cfg, role="ingest", build=build)
 

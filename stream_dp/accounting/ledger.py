@@ -34,10 +34,9 @@ whoever wrote it (also a stored release found again after a crash, whose writer 
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -53,9 +52,12 @@ from stream_dp.accounting.budget import (
     reported_epsilon,
     scope_for,
 )
-from stream_dp.accounting.composition import Spent, compose
+from stream_dp.accounting.composition import Spent
 from stream_dp.accounting import ledger_args
-from stream_dp.accounting.events import DpEvent, event_from_dict
+from stream_dp.accounting.ledger_log import (Cost, HistoryEntry, VerifyReport, as_dict, check_scope, decode,
+                                             history_entry, stored_totals)
+from stream_dp.accounting.period_caps import CapNotices, protocol_cap, stored_cap
+from stream_dp.accounting.events import DpEvent
 from stream_dp.keys import Keys
 from stream_dp.node_batches import Reads, RideAlong, evalsha_item
 from stream_dp.replication import NO_REPLICATION, NotReplicated, ReplicationPolicy, write_then_wait
@@ -63,6 +65,8 @@ from stream_dp.replication import NO_REPLICATION, NotReplicated, ReplicationPoli
 __all__ = [
     "BudgetCap",
     "ChargeResult",
+    "Cost",
+    "HistoryEntry",
     "Ledger",
     "VerifyReport",
     "check_budget_covers",
@@ -70,49 +74,15 @@ __all__ = [
 ]
 
 # The parts of a scope, in the KEYS order every script uses (see lua/common.lua).
-SCOPE_PARTS = ("totals", "log", "charges", "outbox", "unpublished", "reservations", "res_results", "settled")
+SCOPE_PARTS = ("totals", "log", "charges", "outbox", "unpublished", "reservations", "res_results", "settled", "cap")
 EXHAUSTED_REASONS = frozenset({REASON_EPSILON, REASON_DELTA, f"lifetime_{REASON_EPSILON}",
                                f"lifetime_{REASON_DELTA}"})
 
 
-def _script_text(operation: str) -> str:
+def script_text(operation: str) -> str:
     lua = resources.files("stream_dp.accounting") / "lua"
     return (lua / "common.lua").read_text(encoding="utf-8") + "\n" + (lua / f"{operation}.lua").read_text(
         encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class Cost:
-    """The numbers one operation adds to a scope: composed (ρ, δ) and basic (Σε, Σδ) of its events."""
-
-    rho: float = 0.0
-    zd: float = 0.0
-    beps: float = 0.0  # finite part; ``binf`` > 0 means basic ε is infinite (a zCDP event was involved)
-    bd: float = 0.0
-    binf: int = 0
-
-    @classmethod
-    def of(cls, events: Sequence[DpEvent]) -> "Cost":
-        s = compose(events)
-        if s.basic_epsilon == float("inf"):
-            return cls(s.rho, s.zcdp_delta, 0.0, s.basic_delta, 1)
-        return cls(s.rho, s.zcdp_delta, s.basic_epsilon, s.basic_delta, 0)
-
-    @classmethod
-    def from_fields(cls, data: dict[str, Any]) -> "Cost":
-        return cls(float(data["rho"]), float(data["zd"]), float(data["beps"]), float(data["bd"]),
-                   int(data["binf"]))
-
-    def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.rho + other.rho, self.zd + other.zd, self.beps + other.beps, self.bd + other.bd,
-                    self.binf + other.binf)
-
-    def spent(self) -> Spent:
-        return Spent(self.rho, self.zd, float("inf") if self.binf else self.beps, self.bd)
-
-    def fields(self) -> dict[str, float | int]:
-        """The named cost fields of the ledger protocol (:data:`stream_dp.accounting.ledger_args.COST_FIELDS`)."""
-        return {"rho": self.rho, "zd": self.zd, "beps": self.beps, "bd": self.bd, "binf": self.binf}
 
 
 @dataclass(frozen=True)
@@ -129,6 +99,8 @@ class ChargeResult:
     delta_remaining: float
     payload: str | None = None
     scope: str = ""
+    cap: BudgetCap | None = None  # the cap the scope is checked against (stored with its first charge)
+    published_block: dict[str, Any] | None = None  # a charge restored from the topic: the block it was published with
 
     @property
     def exhausted(self) -> bool:
@@ -137,8 +109,13 @@ class ChargeResult:
 
     def budget_block(self, scope: str, cap: BudgetCap | None = None) -> dict[str, Any]:
         """The ``budget`` block of a release record (and of ``stream-dp budget show``): what ``scope`` has
-        spent and has left after this result, plus the caps when ``cap`` is given. The one place its
-        fields are written."""
+        spent and has left after this result, plus the caps: the scope's own (:attr:`cap`, the cap it was
+        first charged under), else ``cap`` when given (a result of a ledger older than stored caps). The one
+        place its fields are written. A charge restored from the releases topic (``stream-dp budget rebuild``)
+        gives the block it was published with, so that its republication is identical."""
+        if self.published_block is not None:
+            return dict(self.published_block)
+        cap = self.cap if self.cap is not None else cap
         block: dict[str, Any] = {
             "scope": scope,
             "epsilon_spent": float(self.epsilon_spent),
@@ -152,78 +129,31 @@ class ChargeResult:
         return block
 
 
-@dataclass(frozen=True)
-class VerifyReport:
-    """verify(): totals recomputed from the event log against the stored totals."""
-
-    scope: str
-    ok: bool
-    problems: tuple[str, ...]
-    from_log: Spent
-    stored: Spent
-    charges: int
-    open_reservations: int
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One entry of a scope's event log."""
-
-    entry_id: str
-    type: str  # charge | reserve | settle | cancel
-    id: str  # release id (charge, settle) or reservation id (reserve, cancel)
-    reservation: str
-    cost: Cost
-    events: tuple[DpEvent, ...]
-    time: float
-    extra: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        spent = self.cost.spent()
-        return {"entry_id": self.entry_id, "type": self.type, "id": self.id, "reservation": self.reservation,
-                "rho": spent.rho, "delta": spent.zcdp_delta, "basic_epsilon": _finite_or_none(spent.basic_epsilon),
-                "events": [e.to_dict() for e in self.events], "time": self.time}
-
-
-def _finite_or_none(value: float) -> float | None:
-    """JSON has no infinity: an unavailable basic-composition ε (zCDP events) is reported as null."""
-    return value if math.isfinite(value) else None
-
-
-def _as_dict(value: Any) -> dict[Any, Any]:
-    """A hash / stream-entry reply as a dict (cluster transactions return some replies unparsed, as flat lists)."""
-    if isinstance(value, dict):
-        return value
-    return dict(zip(value[::2], value[1::2]))
-
-
-def _decode(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 class Ledger:
-    """Budget ledger over ``redis_client`` with the period cap ``cap`` (and optionally a lifetime cap).
+    """Budget ledger over ``redis_client`` with the configured period cap ``cap`` (and optionally a lifetime
+    cap): the cap a scope stores with its first write; a scope already written keeps its stored cap
+    (:mod:`stream_dp.accounting.period_caps`).
 
     Scope names are free strings without braces; :func:`scope_for` makes the period ones.
     """
 
     def __init__(self, redis_client: redis.Redis, cap: BudgetCap, *, keys: Keys = Keys(),
-                 lifetime_cap: BudgetCap | None = None, replication: ReplicationPolicy = NO_REPLICATION) -> None:
+                 lifetime_cap: BudgetCap | None = None, replication: ReplicationPolicy = NO_REPLICATION,
+                 cap_notices: CapNotices | None = None) -> None:
         self.redis = redis_client
         self.cap = cap
         self.lifetime_cap = lifetime_cap
         self.keys = keys
         self.replication = replication
-        self._scripts = {op: redis_client.register_script(_script_text(op))
+        self._scripts = {op: redis_client.register_script(script_text(op))
                          for op in ("charge", "reserve", "settle", "cancel")}
         # Scopes this process knows to be in the scope index durably enough to skip re-adding them before
         # each script (one round trip per operation): after its SADD when no replica is required, else only
         # once confirm() has WAITed on the index's master (a failover may lose an unreplicated SADD, and then
         # the next operation must add the scope again). Scopes are never removed from the index.
         self._indexed: set[str] = set()
+        # "this scope keeps its stored cap" (a config that differs applies from the next period), once per scope
+        self._cap_notices = cap_notices if cap_notices is not None else CapNotices()
 
     @property
     def scripts(self) -> tuple[Any, ...]:
@@ -248,9 +178,8 @@ class Ledger:
 
     def _argv(self, op: str, scope: str, payload: str | None = None, **fields: Any) -> list[str]:
         """The script's ARGV: its named arguments (:mod:`stream_dp.accounting.ledger_args`) and the payload."""
-        cap = self._cap_for(scope)
-        return ledger_args.encode(op, cap={"epsilon": cap.epsilon, "delta": cap.delta,
-                                           "delta_prime": cap.delta_prime},
+        lifetime = None if scope == LIFETIME_SCOPE else self.lifetime_cap
+        return ledger_args.encode(op, cap=protocol_cap(self._cap_for(scope), lifetime),
                                   payload=payload, now=time.time(), **fields)
 
     def _run(self, op: str, scope: str, args: list[str], ride: RideAlong | None = None,
@@ -270,7 +199,7 @@ class Ledger:
     @staticmethod
     def _decode_out(out: Any) -> tuple[bool, dict[str, Any], str | None]:
         duplicate, result, payload = out
-        return bool(int(duplicate)), json.loads(_decode(result)), None if payload is None else _decode(payload)
+        return bool(int(duplicate)), json.loads(decode(result)), None if payload is None else decode(payload)
 
     def _queued(self, op: str, scope: str, args: list[str]) -> Reads:
         """One script of ``op`` as a command to queue on a :class:`RideAlong` (its reply parsed to the
@@ -335,14 +264,17 @@ class Ledger:
                             self._settle_argv(scope, reservation_id, release_id, events, events_json, payload))
 
     def _result(self, scope: str, duplicate: bool, data: dict[str, Any], payload: str | None) -> ChargeResult:
-        cap = self._cap_for(scope)
+        configured = self._cap_for(scope)
+        cap = stored_cap(data.get("cap"), scope) or configured  # no "cap": a first result of an older ledger
+        self._cap_notices.note(scope, cap, configured)
         spent = Cost.from_fields(data).spent()
         eps = reported_epsilon(spent, cap.delta_prime)
         delta = reported_delta(spent, cap.delta_prime)
         return ChargeResult(accepted=bool(data["accepted"]), duplicate=duplicate, reason=str(data["reason"]),
                             spent=spent, epsilon_spent=eps, delta_spent=delta,
                             epsilon_remaining=max(0.0, cap.epsilon - eps),
-                            delta_remaining=max(0.0, cap.delta - delta), payload=payload, scope=scope)
+                            delta_remaining=max(0.0, cap.delta - delta), payload=payload, scope=scope, cap=cap,
+                            published_block=data.get("block"))
 
     @staticmethod
     def _check_id(name: str, value: str) -> None:
@@ -410,7 +342,8 @@ class Ledger:
     def _refused_by_lifetime(self, scope: str, life: ChargeResult) -> ChargeResult:
         period = self.remaining(scope)
         return ChargeResult(False, False, f"lifetime_{life.reason}", period.spent, period.epsilon_spent,
-                            period.delta_spent, period.epsilon_remaining, period.delta_remaining, None, scope)
+                            period.delta_spent, period.epsilon_remaining, period.delta_remaining, None, scope,
+                            period.cap)
 
     # --- public API -------------------------------------------------------------------------------
     def charge(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
@@ -561,14 +494,14 @@ class Ledger:
     def stored(self, scope: str, release_id: str) -> str | None:
         """The payload stored with release ``release_id`` (None if never charged with one)."""
         value = self.redis.hget(self.keys.ledger(scope, "outbox"), release_id)
-        return None if value is None else _decode(value)
+        return None if value is None else decode(value)
 
     def stored_many(self, scope: str, release_ids: Sequence[str]) -> dict[str, str | None]:
         """:meth:`stored` of several release ids of one scope in one round trip (``HMGET``)."""
         if not release_ids:
             return {}
         values = self.redis.hmget(self.keys.ledger(scope, "outbox"), list(release_ids))
-        return {rid: None if v is None else _decode(v) for rid, v in zip(release_ids, values)}
+        return {rid: None if v is None else decode(v) for rid, v in zip(release_ids, values)}
 
     def stored_many_reads(self, scope: str, release_ids: Sequence[str]) -> Reads:
         """The read of :meth:`stored_many`, to send in a batch with others (:func:`~stream_dp.node_batches.run_reads`)."""
@@ -576,7 +509,7 @@ class Ledger:
 
         def parse(replies: list[Any]) -> dict[str, str | None]:
             values = replies[0] if replies else []
-            return {rid: None if v is None else _decode(v) for rid, v in zip(ids, values)}
+            return {rid: None if v is None else decode(v) for rid, v in zip(ids, values)}
 
         return Reads([(outbox, lambda pipe: pipe.hmget(outbox, ids))] if ids else [], parse)
 
@@ -597,24 +530,30 @@ class Ledger:
 
     def unpublished(self, scope: str) -> list[str]:
         """Release ids charged with a payload and not yet marked published, in charge order."""
-        return [_decode(v) for v in self.redis.zrange(self.keys.ledger(scope, "unpublished"), 0, -1)]
+        return [decode(v) for v in self.redis.zrange(self.keys.ledger(scope, "unpublished"), 0, -1)]
 
     def scopes(self) -> list[str]:
         """Every scope that has been charged or reserved in (sorted)."""
-        return sorted(_decode(v) for v in self.redis.smembers(self._index_key()))
+        return sorted(decode(v) for v in self.redis.smembers(self._index_key()))
+
+    def stored_cap(self, scope: str) -> BudgetCap | None:
+        """The cap ``scope`` was first charged under (None: not charged yet, so the configured cap applies)."""
+        return stored_cap(as_dict(self.redis.hgetall(self._scope_keys(scope)[8])), scope)
 
     def remaining(self, scope: str) -> ChargeResult:
-        """The scope's current state as a :class:`ChargeResult` (committed + open reservations)."""
+        """The scope's current state as a :class:`ChargeResult` (committed + open reservations), under its
+        stored cap (the configured one for a scope not charged yet)."""
         keys = self._scope_keys(scope)
         pipe = self.redis.pipeline(transaction=True)
         pipe.hgetall(keys[0])
         pipe.hgetall(keys[5])
-        totals, holds = (_as_dict(reply) for reply in pipe.execute())
-        data = {k: _decode(totals.get(k.encode(), b"0")) for k in ("rho", "zd", "beps", "bd", "binf")}
-        total = Cost.from_fields(data)
-        for rid in sorted(holds, key=_decode):  # the scripts' order: sorted reservation ids
-            total = total + _cost_from_string(_decode(holds[rid]))
-        return self._result(scope, False, {**total.__dict__, "accepted": True, "reason": "ok"}, None)
+        pipe.hgetall(keys[8])
+        totals, holds, cap = (as_dict(reply) for reply in pipe.execute())
+        total = stored_totals(totals)
+        for rid in sorted(holds, key=decode):  # the scripts' order: sorted reservation ids
+            total = total + Cost.from_string(decode(holds[rid]))
+        fields = {**total.__dict__, "accepted": True, "reason": "ok", "cap": cap}
+        return self._result(scope, False, fields, None)
 
     def open_reservations(self, scope: str) -> int:
         """Number of reservations of the scope not yet settled or cancelled."""
@@ -623,13 +562,14 @@ class Ledger:
     def history(self, scope: str, *, count: int | None = None) -> list[HistoryEntry]:
         """The scope's event log, oldest first (``count``: at most that many entries)."""
         entries = self.redis.xrange(self.keys.ledger(scope, "log"), count=count) or []
-        return [_history_entry(entry_id, fields) for entry_id, fields in entries]
+        return [history_entry(entry_id, fields) for entry_id, fields in entries]
 
     def verify(self, scope: str) -> VerifyReport:
         """Recompute the committed totals and the open reservations from the event log; compare.
 
         Sums are recomputed in log order with the same float additions the scripts made, so a consistent
-        ledger matches exactly. Also re-derives each entry's cost from its logged DP events.
+        ledger matches exactly. Also re-derives each entry's cost from its logged DP events, and checks the
+        recomputed spend against the scope's stored cap (:func:`~stream_dp.accounting.period_caps.overspend_problems`).
         """
         keys = self._scope_keys(scope)
         pipe = self.redis.pipeline(transaction=True)  # one consistent snapshot
@@ -639,51 +579,7 @@ class Ledger:
         pipe.hkeys(keys[5])
         pipe.hkeys(keys[3])
         pipe.zrange(keys[4], 0, -1)
-        log, totals, charged, holds, outbox, unpublished = pipe.execute()
-        totals = _as_dict(totals)
-        problems: list[str] = []
-        total = Cost()
-        open_holds: set[str] = set()
-        charged_in_log: list[str] = []
-        for entry_id, fields in log:
-            entry = _history_entry(entry_id, fields)
-            if entry.type in ("charge", "settle", "reserve") and Cost.of(entry.events) != entry.cost:
-                problems.append(f"log entry {entry.entry_id}: logged cost differs from its DP events")
-            if entry.type in ("charge", "settle"):
-                total = total + entry.cost
-                charged_in_log.append(entry.id)
-            if entry.type == "reserve":
-                open_holds.add(entry.id)
-            elif entry.type in ("settle", "cancel") and entry.reservation:
-                open_holds.discard(entry.reservation)
-        stored_fields = {k: _decode(totals.get(k.encode(), b"0")) for k in ("rho", "zd", "beps", "bd", "binf")}
-        stored = Cost.from_fields(stored_fields)
-        if stored != total:
-            problems.append(f"stored totals {stored} differ from the log's {total}")
-        if len(charged_in_log) != len(set(charged_in_log)):
-            problems.append("a release id was charged more than once in the log")
-        if set(charged_in_log) != {_decode(c) for c in charged}:
-            problems.append("release ids in the log differ from the recorded first results")
-        if int(_decode(totals.get(b"n", b"0"))) != len(charged_in_log):
-            problems.append("stored charge count differs from the log")
-        if open_holds != {_decode(h) for h in holds}:
-            problems.append("open reservations differ from the log's reserve/settle/cancel entries")
-        stored_ids = {_decode(r) for r in outbox}
-        if not stored_ids <= set(charged_in_log):
-            problems.append("a stored release has no charge in the log")  # the invariant that matters most
-        if not {_decode(r) for r in unpublished} <= stored_ids:
-            problems.append("an unpublished release id has no stored payload")
-        return VerifyReport(scope, not problems, tuple(problems), total.spent(), stored.spent(),
-                            len(charged_in_log), len(open_holds))
-
-
-def _cost_from_string(value: str) -> Cost:
-    rho, zd, beps, bd, binf = value.split()
-    return Cost(float(rho), float(zd), float(beps), float(bd), int(binf))
-
-
-def _history_entry(entry_id: Any, fields: Any) -> HistoryEntry:
-    f = {_decode(k): _decode(v) for k, v in _as_dict(fields).items()}
-    events = tuple(event_from_dict(d) for d in json.loads(f.get("events", "[]")))
-    return HistoryEntry(entry_id=_decode(entry_id), type=f["type"], id=f["id"], reservation=f.get("reservation", ""),
-                        cost=Cost.from_fields(f), events=events, time=float(f.get("time", "0")))
+        pipe.hgetall(keys[8])
+        log, totals, charged, holds, outbox, unpublished, cap_fields = pipe.execute()
+        return check_scope(scope, log, totals, charged, holds, outbox, unpublished,
+                           stored_cap(as_dict(cap_fields), scope))

@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "stream_dp.cli.dashboard_cmd",
     "stream_dp.cli.budget_cmd",
     "stream_dp.cli.config_cmd",
+    "stream_dp.cli.topics_cmd",
     "stream_dp.cli.devstack_cmd",
 )
 

@@ -17,6 +17,7 @@ import redis
 
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.ledger import ChargeResult, Ledger
+from stream_dp.accounting.period_caps import CapNotices
 from stream_dp.budget_text import delta_text, epsilon_text
 from stream_dp.tables import print_table, table
 from stream_dp.runtime import ExitCode, load_config_or_report
@@ -31,23 +32,36 @@ examples:
   stream-dp budget show 2026-11-29                 # one period (scope)
   stream-dp budget history 2026-11-29 --count 20   # its charges: cost ε, ρ, Σε, δ per release
   stream-dp budget verify                          # stored totals = totals recomputed from the log (exit 1 if not)
+  stream-dp budget verify --against-topic          # ... and the ledger against the releases topic, both ways
+  stream-dp budget rebuild --from-topic            # after Redis lost the ledger: restore it from the topic
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "budget", help="inspect the privacy-budget ledger (scopes, spent/remaining ε and δ, history, verify)",
-        description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user, the event log "
-        "of a scope, or verify that stored totals equal the totals recomputed from the log (exit code 1 if not). "
-        "ε as tail and the dashboard show it: spent is the period's composed ε, a charge's cost its ε on its own.",
+        description="Show the ledger's budget scopes with spent and remaining (ε, δ) per user and their stored "
+        "caps, the event log of a scope, or verify that stored totals equal the totals recomputed from the log "
+        "and fit the stored cap (exit code 1 if not); --against-topic also checks the ledger against the "
+        "releases topic both ways. rebuild --from-topic restores the ledger from the releases topic after Redis "
+        "lost it. ε as tail and the dashboard show it: spent is the period's composed ε, a charge's cost its ε "
+        "on its own.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=("list", "show", "history", "verify", "plan"),
+    p.add_argument("action", choices=("list", "show", "history", "verify", "plan", "rebuild"),
                    help="list: every scope; show/history/verify: one scope (verify without a scope: all); "
-                   "plan: worst-case cost per window and windows per period/lifetime, from the config alone")
+                   "plan: worst-case cost per window and windows per period/lifetime, from the config alone; "
+                   "rebuild --from-topic: restore the ledger from the published records")
     p.add_argument("scope", nargs="?", help="a scope such as 2026-11-29, p1795950000 or lifetime")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--count", type=int, help="history: at most this many entries (oldest first)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--against-topic", action="store_true",
+                   help="verify: also read the releases topic and check it against the ledger both ways")
+    p.add_argument("--from-topic", action="store_true",
+                   help="rebuild: restore each scope's charges (and the released windows) from the releases topic")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even when the ledger lost nothing (rewrites each scope on the topic; stop the "
+                   "release workers first)")
     p.add_argument("--expected-users", type=float, metavar="N",
                    help="plan: also recommend a release type for about N users per window (docs/evaluation)")
     p.set_defaults(func=run, trailing_positional="scope")  # SCOPE may also follow the options
@@ -57,11 +71,15 @@ def _ledger(cfg: Config) -> Ledger:
     from stream_dp import connections
 
     return Ledger(connections.redis_client(cfg.redis), BudgetCap.from_config(cfg.budget),
-                  keys=Keys(cfg.redis.key_prefix), lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
+                  keys=Keys(cfg.redis.key_prefix), lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget),
+                  cap_notices=CapNotices(quiet=True))
 
 
-def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int) -> dict[str, Any]:
-    return {**state.budget_block(state.scope, cap), "rho": state.spent.rho,
+def _state_dict(state: ChargeResult, cap: BudgetCap, open_reservations: int, stored: bool) -> dict[str, Any]:
+    """A scope's row: its budget block under its stored cap (``cap_stored``; a scope not charged yet shows
+    the configured cap, which its first charge will store), δ′ of that cap, ρ, basic ε and open holds."""
+    block = state.budget_block(state.scope, cap)
+    return {**block, "delta_prime": (state.cap or cap).delta_prime, "cap_stored": stored, "rho": state.spent.rho,
             "basic_epsilon": state.spent.basic_epsilon if math.isfinite(state.spent.basic_epsilon) else None,
             "open_reservations": open_reservations}
 
@@ -71,12 +89,16 @@ def _cap(ledger: Ledger, scope: str) -> BudgetCap:
 
 
 def _print_states(rows: list[dict[str, Any]], out: TextIO) -> None:
-    """Spent / left / cap per scope, in the precision tail, the demo and the dashboard use (budget_text)."""
-    columns = ("scope", "ε spent", "ε left", "ε cap", "δ spent", "δ left", "holds")
+    """Spent / left / cap per scope (the scope's stored cap, ``(config)`` before its first charge), in the
+    precision tail, the demo and the dashboard use (budget_text)."""
+    columns = ("scope", "ε spent", "ε left", "ε cap", "δ spent", "δ left", "δ cap", "holds")
     print_table(table(columns, [(r["scope"], epsilon_text(r["epsilon_spent"]), epsilon_text(r["epsilon_remaining"]),
-                                 epsilon_text(r["epsilon_cap"]), delta_text(r["delta_spent"]),
-                                 delta_text(r["delta_remaining"]), r["open_reservations"]) for r in rows],
+                                 epsilon_text(r["epsilon_cap"]) + ("" if r["cap_stored"] else " (config)"),
+                                 delta_text(r["delta_spent"]), delta_text(r["delta_remaining"]),
+                                 delta_text(r["delta_cap"]), r["open_reservations"]) for r in rows],
                       numeric=columns[1:]), out)
+    if any(not r["cap_stored"] for r in rows):
+        print("(config): not charged yet -- the configured cap, stored with the scope's first charge", file=out)
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
@@ -89,9 +111,16 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     if args.action in ("show", "history") and not args.scope:
         print(f"budget {args.action} needs a scope (see: stream-dp budget list)", file=sys.stderr)
         return 2
+    if args.action == "rebuild" and not args.from_topic:
+        print("budget rebuild needs --from-topic (the releases topic is what it rebuilds from)", file=sys.stderr)
+        return 2
     try:
         ledger = _ledger(cfg)
-        return _act(args, ledger, out)
+        if args.action == "rebuild":
+            from stream_dp.cli.budget_topic import rebuild_from_topic
+
+            return 0 if rebuild_from_topic(cfg, ledger, out, force=args.force) else 1
+        return _act(args, ledger, out, cfg)
     except (ValueError, redis.RedisError) as exc:
         print(f"cannot read the ledger: {exc}", file=sys.stderr)
         return 1
@@ -106,12 +135,13 @@ def _plan(cfg: Config, args: argparse.Namespace, out: TextIO) -> int:
     return 0 if summary["period_covered"] or summary["allow_partial_period"] else 1
 
 
-def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
+def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO, cfg: Config) -> int:
     if args.action in ("list", "show"):
         scopes = ledger.scopes() if args.action == "list" else [args.scope]
         rows = []
         for scope in scopes:
-            rows.append(_state_dict(ledger.remaining(scope), _cap(ledger, scope), ledger.open_reservations(scope)))
+            rows.append(_state_dict(ledger.remaining(scope), _cap(ledger, scope), ledger.open_reservations(scope),
+                                    ledger.stored_cap(scope) is not None))
         if args.json:
             print(json.dumps(rows, indent=2), file=out)
         else:
@@ -137,13 +167,27 @@ def _act(args: argparse.Namespace, ledger: Ledger, out: TextIO) -> int:
         return 0
     scopes = [args.scope] if args.scope else ledger.scopes()
     reports = [ledger.verify(scope) for scope in scopes]
+    topic = None
+    if args.against_topic:
+        from stream_dp.cli.budget_topic import audit_topic
+
+        topic = audit_topic(cfg, ledger)
     if args.json:
-        print(json.dumps([{"scope": r.scope, "ok": r.ok, "problems": list(r.problems), "charges": r.charges,
-                           "open_reservations": r.open_reservations} for r in reports], indent=2), file=out)
+        rows = [{"scope": r.scope, "ok": r.ok, "problems": list(r.problems), "charges": r.charges,
+                 "open_reservations": r.open_reservations,
+                 "cap": r.cap.to_dict() if r.cap is not None else None} for r in reports]
+        print(json.dumps(rows if topic is None else {"scopes": rows, "topic": topic.to_dict()}, indent=2),
+              file=out)
     else:
         for r in reports:
             status = "OK" if r.ok else "MISMATCH"
-            print(f"{r.scope}: {status} ({r.charges} charges, {r.open_reservations} open reservations)", file=out)
+            cap = f"stored cap ε {r.cap.epsilon:g}, δ {r.cap.delta:g}" if r.cap is not None else "no stored cap"
+            print(f"{r.scope}: {status} ({r.charges} charges, {r.open_reservations} open reservations, {cap})",
+                  file=out)
             for problem in r.problems:
                 print(f"  - {problem}", file=out)
-    return 0 if all(r.ok for r in reports) else 1
+        if topic is not None:
+            print(topic.summary(), file=out)
+            for problem in topic.problems:
+                print(f"  - {problem}", file=out)
+    return 0 if (topic is None or topic.ok) and all(r.ok for r in reports) else 1

@@ -34,20 +34,17 @@ def run(args: argparse.Namespace) -> int:
 
     # kafka-python logs its own reconnects; the feed reports broker trouble itself (log and /healthz)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    # load_config, not runtime.load_config_or_report: the dashboard is a subscriber and never looks for
-    # a dev stack's Redis
-    from stream_dp.config import ConfigError, load_config
+    # like every command: an empty kafka.bootstrap_servers is taken from a running `stream-dp devstack`
+    # (the dashboard is a subscriber: it reads the releases topic only, never Redis)
     from stream_dp.dashboard.server import PortTaken, bind, serve
-    from stream_dp.runtime import ExitCode
+    from stream_dp.runtime import ExitCode, load_config_or_report
 
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    cfg = load_config_or_report(args.config)
+    if cfg is None:
         return ExitCode.CONFIG
     if not cfg.kafka.bootstrap_servers:
-        print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS",
-              file=sys.stderr)
+        print("config error: kafka.bootstrap_servers is empty; set it or STREAM_DP_KAFKA__BOOTSTRAP_SERVERS, or "
+              "start `stream-dp devstack up`", file=sys.stderr)
         return ExitCode.CONFIG
     try:
         sock = bind(cfg.dashboard.host, cfg.dashboard.port)

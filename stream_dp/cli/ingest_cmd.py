@@ -26,10 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ingest worker's options (shared with ``python -m workers.ingest``)."""
     add_config_option(parser)
+    parser.add_argument("--accept-state-loss", action="store_true",
+                        help="start although Redis lost the window state the consumer group's committed offsets "
+                        "stand for: continue from those offsets (windows not yet released lose the events counted "
+                        "before the loss); run `stream-dp budget rebuild --from-topic` first")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
         return ExitCode.CONFIG
-    return run_ingest_worker(cfg)
+    return run_ingest_worker(cfg, accept_state_loss=args.accept_state_loss)

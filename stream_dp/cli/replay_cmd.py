@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
 import signal
 import sys
 import threading
@@ -59,8 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--speedup", type=float, help="play event time this many times faster than real time")
     p.add_argument("--limit", type=int, help="stop after this many events")
     p.add_argument("--topic", help="target topic (default: kafka.events_topic)")
-    p.add_argument("--partitions", type=int, default=4,
-                   help="partitions if the topic must be created (default: %(default)s)")
+    p.add_argument("--partitions", type=int, default=None,
+                   help="partitions if the topic must be created (default: kafka.events_partitions); it is "
+                   "created with the topic contract's configs (`stream-dp topics create`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     gen = p.add_argument_group("generated stream (--generate)")
     gen.add_argument("--seed", type=int, default=7, help="generator seed (default: %(default)s)")
@@ -93,7 +96,10 @@ def mapping_from_args(args: argparse.Namespace, fields_user: str, fields_key: st
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream_dp import connections, demo_data
+    from confluent_kafka import KafkaException
+
+    from stream_dp import connections, demo_data, topics
+    from stream_dp.broker_reach import BOOTSTRAP_ERRORS, unreachable
 
     cfg = load_config_or_report(args.config)
     if cfg is None:
@@ -130,12 +136,21 @@ def run(args: argparse.Namespace) -> int:
             source.close()
         return 1
 
+    # kafka-python logs every failed connection attempt; replay reports what they amount to itself
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
     topic = args.topic or cfg.kafka.events_topic
     producer = None
     try:
-        connections.ensure_topics(cfg.kafka, {topic: args.partitions})
+        events_cfg = cfg.kafka if args.partitions is None else dataclasses.replace(
+            cfg.kafka, events_partitions=args.partitions)
+        names = {"events": topic}
+        topics.create(events_cfg, ("events",), names=names)
+        report = topics.check(events_cfg, ("events",), names=names)  # e.g. a finite retention would delete history
+        if report.breaches:
+            print(f"replay error: {report.breaches[0].line()}", file=sys.stderr)
+            return ExitCode.CONFIG
         producer = connections.kafka_producer(cfg.kafka)
         events: Iterable[Event | None] = (mapping.event(row) for row in rows)
         if args.sort_by_time:
@@ -143,11 +158,19 @@ def run(args: argparse.Namespace) -> int:
             fraction = None
             total = len(events) if args.limit is None else min(len(events), args.limit)
         progress = Progress(total=total, enabled=not args.no_progress)
+        ahead_ms = report.timestamp_after_max_ms.get(topic)
         stats = replay(events, producer, topic, f, pacer=pacer, progress=progress, fraction=fraction,
-                       limit=args.limit, should_stop=stop.is_set)
-    except ReplayError as exc:
+                       limit=args.limit, should_stop=stop.is_set,
+                       max_ahead_s=ahead_ms / 1000 if ahead_ms is not None else None)
+    except (ReplayError, topics.TopicContractError) as exc:
         print(f"replay error: {exc}", file=sys.stderr)
         return 1
+    except KafkaException as exc:  # the topic contract's admin client: no broker answered (one line, exit 2)
+        print(f"replay: {unreachable(cfg.kafka.bootstrap_servers)} ({exc.args[0].str()})", file=sys.stderr)
+        return ExitCode.CONFIG
+    except BOOTSTRAP_ERRORS:  # the producer found no broker: one line, not a traceback
+        print(f"replay: {unreachable(cfg.kafka.bootstrap_servers)}", file=sys.stderr)
+        return ExitCode.CONFIG
     finally:
         if producer is not None:
             producer.close()

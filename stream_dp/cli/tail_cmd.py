@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from stream_dp.broker_reach import BrokerUnreachable
 from stream_dp.client import ReleaseRecordError, ReleaseSubscriber, UnsupportedSchemaVersion, release_types
 from stream_dp.runtime import ExitCode, load_config_or_report
 from stream_dp.tail import format_release
 
+#: How long tail waits for a first broker to answer before it says none does (exit code 2).
+BOOTSTRAP_TIMEOUT_MS = 10_000
 EXAMPLES = """\
 examples:
   stream-dp tail                                   # every release on the topic, then new ones, until Ctrl-C
@@ -34,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "published twice (a worker restarted between publishing and marking it) is printed once. Records "
         "are checked against the release schema (stream_dp.client): a malformed one is reported on stderr "
         "and skipped, one of an unknown schema_version stops tail with an error. Each record shows its cost "
-        "(ε of this release on its own) and its budget period after it (ε spent, composed; left; cap).",
+        "(ε of this release on its own) and its budget period after it (ε spent, composed; left; cap). No broker "
+        "answering at the start: one line naming kafka.bootstrap_servers, exit code 2; a broker lost later: a "
+        "line, and tail keeps reconnecting.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml)")
     p.add_argument("--topic", help="releases topic (default: kafka.releases_topic)")
@@ -96,8 +101,14 @@ def run(args: argparse.Namespace) -> int:
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    follower = ReleaseSubscriber(cfg.kafka, args.topic or cfg.kafka.releases_topic,
-                                 start="now" if args.new_only else "beginning", on_invalid=_report)
+    try:
+        follower = ReleaseSubscriber(cfg.kafka, args.topic or cfg.kafka.releases_topic,
+                                     start="now" if args.new_only else "beginning", on_invalid=_report,
+                                     consumer_options={"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS})
+    except BrokerUnreachable as exc:  # at start: one line; a broker lost later is retried (follow's notices)
+        signal.signal(signal.SIGINT, previous)
+        print(f"tail: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
     try:
         follow(follower, sys.stdout, types=args.types, count=args.count, idle_timeout=args.idle_timeout,
                as_json=args.json, color=color, should_stop=stop.is_set, delta_prime=cfg.budget.delta_prime)

@@ -6,8 +6,10 @@ Every view is computed from published records only, so it shows nothing the rele
 - :meth:`ReleaseBoard.trending` -- the latest ranking of each ranked type (``topk``, ``histogram``,
   ``watch_topk``, ``argmax``, and any type whose items carry an ``interval``) with each key's rank change
   against the previous released window of that type, whether it was ever released before, its released
-  count or estimate, its rank in each of the last N windows, and the rising keys
-  (:mod:`~stream_dp.dashboard.trends`: post-processing of released rankings only);
+  count or estimate, its rank in each of the last N windows, the rising keys
+  (:mod:`~stream_dp.dashboard.trends`: post-processing of released rankings only) and -- for a release with
+  a public domain -- whether each key was tracked (a key of the window's domain, e.g. learned from earlier
+  releases: ``source = "domain"``) or newly discovered, with the record's ``domain`` block;
 - :meth:`ReleaseBoard.budget` -- per budget period (the records' ``budget.scope``), newest first: spent and
   remaining ε and δ after the latest charge, and the burn-down (each release's cost and the ε left after
   it, in charge order; :mod:`~stream_dp.dashboard.periods`);

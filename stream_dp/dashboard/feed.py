@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream_dp.backoff import Backoff
+from stream_dp.broker_reach import BrokerUnreachable
 from stream_dp.client import ReleaseRecordError, ReleaseSubscriber
 from stream_dp.config import KafkaConfig
 from stream_dp.dashboard.board import ReleaseBoard
@@ -132,7 +133,8 @@ class Feed:
                             self.listeners.publish(record)
             except Exception as exc:  # noqa: BLE001 - broker down, bad credentials ...: say so, retry
                 self.connected = False
-                self.error = f"{type(exc).__name__}: {exc}"
+                # no broker at the start: the client's error names kafka.bootstrap_servers and the address
+                self.error = str(exc) if isinstance(exc, BrokerUnreachable) else f"{type(exc).__name__}: {exc}"
                 delay = backoff.next_delay()
                 log.warning("dashboard feed: %s; retrying in %.1fs", self.error, delay)
                 self._stop.wait(delay)

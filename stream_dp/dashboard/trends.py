@@ -9,7 +9,9 @@ ranking says nothing about where an unreleased key stood, only that it was not c
   *released* window of that type (``previous_rank``, ``change``, ``new``: never released before), its
   released value (a histogram's noisy ``count``, or an ``estimate``) and its interval, and ``history``: its
   rank in each of the last ``windows`` windows of that type (oldest first, ``None`` where it was not
-  released, or the window was not);
+  released, or the window was not); for a release with a public domain (its record's ``domain`` block, passed
+  on as ``domain``) each key is ``tracked`` (its item's ``source`` is ``"domain"``: a key of the window's
+  domain, e.g. learned from earlier releases) or not (``"discovered"``: found outside it);
 - ``rising`` -- the keys that climbed most within the top :data:`RISING_HORIZON` ranks since the previous
   released window: ``climb`` = the previous rank minus the current one, where a key that was not in the
   previous ranking's top :data:`RISING_HORIZON` (absent, or ranked lower) enters from just below it (that is
@@ -118,13 +120,15 @@ def ranking(history: Sequence[Mapping[str, Any]], *, windows: int = DEFAULT_HIST
         out = {**item, "previous_rank": prev_rank, "change": None if prev_rank is None else prev_rank - item["rank"],
                "new": item["key"] not in ever, "value": value_of(item),
                "history": [r.get(item["key"]) for r in ranks]}
+        if item.get("source") in ("domain", "discovered"):  # a release with a public domain says which
+            out["tracked"] = item["source"] == "domain"
         interval = interval_of(item)
         if interval is not None:
             out["interval"] = interval
         items.append(out)
     return {"type": latest["type"], "release_id": latest["release_id"], "window": latest["window"],
             "status": latest["status"], "hit_bottom": latest.get("hit_bottom"),
-            "mechanism": latest.get("mechanism"), "items": items,
+            "mechanism": latest.get("mechanism"), "items": items, "domain": latest.get("domain"),
             "compared_with": earlier[0]["window"] if earlier else None, "windows_before": len(earlier),
             "history_windows": [{**r["window"], "status": r["status"]} for r in shown],
             "rising": rising(items, previous, len(before)) if earlier else []}

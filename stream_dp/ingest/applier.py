@@ -83,6 +83,7 @@ class BatchRequest:
     known: frozenset[int]
     forget: frozenset[int] = frozenset()
     caught_up: frozenset[int] = frozenset()
+    epoch_required: bool = False  # the worker checked ingest's epoch at start: a marker gone since is a loss
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class BatchApplier:
     def __init__(self, cfg: Config, redis_client: redis.Redis) -> None:
         self.window_size = cfg.windows.size_seconds
         self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
-        self.decoder = EventDecoder(cfg.events)
+        self.decoder = EventDecoder(cfg.events, cfg.keys)
         self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards), window_size=self.window_size,
                                  unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user,
                                  cache_max_users=cfg.ingest.bounding_cache_max_users,
@@ -186,7 +187,8 @@ class BatchApplier:
                 out.late += r.late
                 out.replanned += r.replanned
         marks = {p: (self.clock.watermark(p), p in req.busy, p in req.caught_up) for p in req.owned}
-        state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout)
+        state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout,
+                                             require_epoch=req.epoch_required)
         self._closed_through = state.closing_through
         if state.closing_through is not None:
             self.store.forget_windows(closed_through=state.closing_through)

@@ -19,10 +19,13 @@ Validation rules:
   bidirectional marks, the BOM, soft hyphens, line/paragraph separators) -- ``user_control_chars`` /
   ``key_control_chars``: such keys would reach terminals (``stream-dp tail``) and let visually identical
   keys or users differ. Valid ones are normalised to Unicode **NFC** (so a precomposed and a decomposed
-  "é" are one key, and one user); the byte limits apply to the raw and to the normalised text. Beyond that, the
-  service cannot know that two ids are one person: mapping each person to one user id is the
-  operator's responsibility (docs/privacy.md §6). Pure-ASCII printable fields (the common case) take a
-  fast path: they contain no such characters and are already NFC;
+  "é" are one key, and one user) -- keys to ``keys.normalization`` ("NFC", or "NFKC", which also folds
+  compatibility look-alikes such as fullwidth "ｃａｆé" into "café"); the byte limits apply to the raw and to
+  the normalised text. Beyond that, the service cannot know that two ids are one person: mapping each person
+  to one user id is the operator's responsibility (docs/privacy.md §6). Pure-ASCII printable fields (the
+  common case) take a fast path: they contain no such characters and are already NFC and NFKC;
+- a key must have a base character: one made only of combining marks and spaces (nothing a reader can
+  see as a key: "\u0301\u0301", "   ") is rejected as ``key_no_base_char``;
 - the event time, when present, must be a finite number of epoch seconds in ``[0, 1e11)`` (``bad_time``);
   when absent (or null) the Kafka record timestamp is used (``bad_time`` if that is missing too).
 
@@ -40,11 +43,11 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import orjson
 
-from stream_dp.config import EventsConfig
+from stream_dp.config import EventsConfig, KeysConfig
 
 #: Every reason the decoder rejects a record for.
 DECODE_REASONS: tuple[str, ...] = (
@@ -60,12 +63,15 @@ DECODE_REASONS: tuple[str, ...] = (
     "key_too_long",
     "user_control_chars",
     "key_control_chars",
+    "key_no_base_char",
     "bad_time",
     "record_too_large",
 )
 
 #: Unicode categories rejected in user ids and keys: controls, invisible format characters, separators.
 FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+#: Categories that are no base character on their own: combining marks and spaces. A key needs one other.
+NOT_BASE_CATEGORIES = frozenset({"Mn", "Mc", "Me", "Zs"})
 
 #: Reasons the applier rejects a decoded record for, checking it against the Kafka record timestamp (the
 #: trusted clock, :mod:`stream_dp.ingest.windowing`).
@@ -113,8 +119,9 @@ _fast_loads = orjson.loads  # bytes in, strict RFC 8259 + UTF-8: whatever it ref
 class EventDecoder:
     """Turns record values into events; configured by the ``[events]`` section."""
 
-    def __init__(self, cfg: EventsConfig | None = None) -> None:
+    def __init__(self, cfg: EventsConfig | None = None, keys: KeysConfig | None = None) -> None:
         cfg = cfg or EventsConfig()
+        self.key_form: Literal["NFC", "NFKC"] = "NFKC" if (keys or KeysConfig()).normalization == "NFKC" else "NFC"
         self.user_field = cfg.user_field
         self.key_field = cfg.key_field
         self.time_field = cfg.time_field
@@ -141,7 +148,7 @@ class EventDecoder:
                 or not user.isprintable() or not key.isprintable()):
             return None
         if not (user.isascii() and len(user) <= self.max_user_bytes) or not (
-                key.isascii() and len(key) <= self.max_key_bytes):
+                key.isascii() and len(key) <= self.max_key_bytes) or key.isspace():
             return None
         if ts is None:
             if type(timestamp_ms) is not int or timestamp_ms < 0:
@@ -177,9 +184,11 @@ class EventDecoder:
         if type(user) is not str:
             reason = ("missing_user", "bad_user", "user_too_long", "user_control_chars")[cast(int, user)]
         else:
-            key = self._text(obj.get(self.key_field), self.max_key_bytes)
+            key = self._text(obj.get(self.key_field), self.max_key_bytes, self.key_form)
             if type(key) is not str:
                 reason = ("missing_key", "bad_key", "key_too_long", "key_control_chars")[cast(int, key)]
+            elif not _has_base_character(key):
+                reason = "key_no_base_char"
             else:
                 ts = self._time(obj.get(self.time_field), timestamp_ms)
                 if ts is None:
@@ -189,9 +198,9 @@ class EventDecoder:
         return Rejection(reason, partition, offset)
 
     @staticmethod
-    def _text(raw: Any, max_bytes: int) -> str | int:
-        """The NFC-normalised string, or 0 (missing), 1 (not a usable string), 2 (too long), 3 (control or
-        invisible format characters)."""
+    def _text(raw: Any, max_bytes: int, form: Literal["NFC", "NFKC"] = "NFC") -> str | int:
+        """The string normalised to ``form`` (NFC or NFKC), or 0 (missing), 1 (not a usable string), 2 (too
+        long), 3 (control or invisible format characters)."""
         if raw is None or raw == "":
             return 0
         if type(raw) is not str or "\x00" in raw:
@@ -199,14 +208,14 @@ class EventDecoder:
         if len(raw) > max_bytes // 4 and len(raw.encode("utf-8", "surrogatepass")) > max_bytes:
             return 2
         if raw.isascii() and raw.isprintable():
-            return raw  # fast path: no controls, already NFC
+            return raw  # fast path: no controls, already NFC and NFKC
         if not raw.isprintable():
             if _has_surrogate(raw):
                 return 1  # lone surrogates (JSON "\\ud800") cannot be stored as UTF-8
             if any(unicodedata.category(ch) in FORBIDDEN_CATEGORIES for ch in raw):
                 return 3
-        if not unicodedata.is_normalized("NFC", raw):
-            raw = unicodedata.normalize("NFC", raw)
+        if not unicodedata.is_normalized(form, raw):
+            raw = unicodedata.normalize(form, raw)
             if len(raw.encode("utf-8")) > max_bytes:
                 return 2
         return raw
@@ -226,6 +235,17 @@ class EventDecoder:
         if not (0.0 <= ts < MAX_EVENT_TIME) or math.isnan(ts):
             return None
         return ts
+
+
+def _has_base_character(text: str) -> bool:
+    """Whether ``text`` has a character other than combining marks and spaces (:data:`NOT_BASE_CATEGORIES`).
+
+    >>> _has_base_character("cafe\u0301"), _has_base_character("\u0301\u20dd"), _has_base_character("  ")
+    (True, False, False)
+    """
+    if text.isascii():
+        return not text.isspace()
+    return any(unicodedata.category(ch) not in NOT_BASE_CATEGORIES for ch in text)
 
 
 def _has_surrogate(text: str) -> bool:

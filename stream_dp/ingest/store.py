@@ -518,12 +518,14 @@ class WindowStore:
     # --- watermarks ------------------------------------------------------------------------------
     def advance_watermark(self, owned: dict[int, tuple[float | None, bool] | tuple[float | None, bool, bool]], *,
                           known_partitions: Iterable[int] = (), idle_timeout: float,
-                          now: float | None = None) -> WatermarkState:
+                          now: float | None = None, require_epoch: bool = False) -> WatermarkState:
         """Record owned partitions' (watermark, busy[, caught_up]) and install the next global watermark
         (all phases). ``caught_up`` (default True): the owner's position has reached the high-water mark.
 
         ``known_partitions``: every partition of the topic (a partition no owner reports caught up holds
-        the global back). ``now`` overrides the Redis clock (tests).
+        the global back). ``now`` overrides the Redis clock (tests). ``require_epoch``: refuse (a
+        ``ResponseError`` starting ``INGEST_STATE_LOST``) when ingest's epoch marker is gone
+        (:mod:`stream_dp.ingest.state_check`).
         """
         known = sorted(set(known_partitions))
         args: list[object] = ["" if now is None else repr(float(now)), repr(float(idle_timeout)),
@@ -532,7 +534,8 @@ class WindowStore:
             wm, busy = report[0], report[1]
             caught_up = report[2] if len(report) > 2 else True  # type: ignore[misc]
             args += [p, "" if wm is None else repr(float(wm)), 1 if busy else 0, 1 if caught_up else 0]
-        out = self._advance(keys=[self.keys.watermarks(), self.keys.windows_index()], args=args)
+        keys = [self.keys.watermarks(), self.keys.windows_index()]
+        out = self._advance(keys=[*keys, self.keys.ingest_epoch()] if require_epoch else keys, args=args)
         target, current, open_count = _text(out[0]), _text(out[1]), int(out[2])
         to_close = tuple(int(s) for s in out[3:])
         if target and target != current:

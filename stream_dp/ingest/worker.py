@@ -48,31 +48,16 @@ from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, Ba
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
 from stream_dp.ingest.consumers import BrokersUnreachable, records_of
 from stream_dp.ingest.runners import ThreadRunner
-from stream_dp.ingest.dead_letters import DeadLetterUnavailable, DeadLetterWriter, Rejected
+from stream_dp.ingest.dead_letters import DeadLetterWriter, Rejected
+from stream_dp.ingest.failures import describe_failure, is_transient
+from stream_dp.ingest.late_notice import LateNotice
 from stream_dp.ingest.metrics import IngestMetrics
+from stream_dp.ingest.state_check import lost_while_running, until_done
 from stream_dp.ingest.store import WatermarkState
+from stream_dp.ingest.topic_identity import TopicRecreated, TopicWatch
+from stream_dp.refusals import Refusal
 
 log = logging.getLogger(__name__)
-
-
-def is_transient(exc: BaseException) -> str | None:
-    """The dependency a retriable error came from (``"redis"`` / ``"kafka"``), or None if not retriable."""
-    if isinstance(exc, ApplyFailed):  # Redis is the applier's: its errors arrive as failed outcomes
-        return exc.dependency
-    if isinstance(exc, KafkaError):
-        return "kafka"
-    return None
-
-
-def describe_failure(dependency: str, exc: BaseException) -> str:
-    """What failed, naming the real cause: Redis, the broker, or the dead-letter topic (not a bad record:
-    records that cannot be dead-lettered as is are written in bounded form, never retried)."""
-    if isinstance(exc, ApplyFailed):
-        return f"redis unavailable ({exc})" if dependency == "redis" else f"applier failed ({exc})"
-    if isinstance(exc, DeadLetterUnavailable):
-        return str(exc)
-    return f"Kafka broker unavailable ({type(exc).__name__}: {exc})" if dependency == "kafka" else \
-        f"{dependency} failed ({type(exc).__name__}: {exc})"
 
 
 class Runner(Protocol):
@@ -106,7 +91,8 @@ class IngestWorker:
 
     def __init__(self, cfg: Config, *, consumer: Any, producer: Any, metrics: IngestMetrics,
                  redis_client: redis.Redis | None = None, runner: Runner | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, topic_guard: Callable[[], object] | None = None,
+                 before_start: Callable[[], object] | None = None) -> None:
         if runner is None:
             if redis_client is None:
                 raise ValueError("IngestWorker needs a runner or a redis_client")
@@ -124,6 +110,7 @@ class IngestWorker:
                                              max_request_bytes=cfg.ingest.dead_letter_max_request_bytes,
                                              timeout_seconds=cfg.ingest.dead_letter_timeout_seconds)
         self.commits = OffsetCommits(consumer, self.topic, metrics, self.dead_letters)
+        self.late = LateNotice(cfg.windows)  # a rate-limited line for events dropped as late
         self._progressed = False  # a batch outcome came back applied since the last failure
         self._kafka_down = False  # the consumer reported the brokers unreachable (:meth:`_brokers_unreachable`)
         self._stop = threading.Event()
@@ -133,6 +120,11 @@ class IngestWorker:
         self._inflight: deque[_Batch] = deque()  # submitted to the applier, oldest first (at most 2)
         self._failed_batch: _Batch | None = None  # being drained when an error struck (to rewind)
         self.batches = 0
+        self.topic_watch = TopicWatch(topic_guard, clock)  # is the events topic the one the offsets belong to?
+        # start steps that need Redis and the broker (the ingest epoch check, stream_dp.ingest.state_check):
+        # retried with backoff until both answer; once done, every watermark advance checks the epoch too
+        self.before_start = before_start
+        self._epoch_checked = False
 
     # --- control ---------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -147,8 +139,16 @@ class IngestWorker:
                  self.cfg.contribution.unit, self.cfg.contribution.max_keys_per_user)
         reason = "stop requested"
         try:
+            self._start()
             while not self._stop.is_set():
                 self.step()
+        except TopicRecreated as exc:  # an operator's matter: one line, no traceback, nothing committed
+            reason = "events topic recreated"
+            log.error("%s", exc)
+            raise
+        except Refusal as exc:  # lost state, refused credentials: logged in one line by the runtime (exit 2)
+            reason = f"refused: {type(exc).__name__}"
+            raise
         except BaseException as exc:
             reason = f"unexpected error {type(exc).__name__}"
             log.exception("ingest loop ended by an unexpected error; offsets of unapplied records stay uncommitted")
@@ -157,12 +157,18 @@ class IngestWorker:
             self._shutdown(reason)
         return reason
 
+    def _start(self) -> None:
+        """``before_start`` until it is done or a stop is requested (:func:`~stream_dp.ingest.state_check.until_done`)."""
+        if self.before_start is not None and not self._epoch_checked:
+            self._epoch_checked = until_done(self.before_start, self.cfg, self.backoff, self._stop)
+
     def _shutdown(self, reason: str) -> None:
         try:
             self._drain_all()
         except Exception as exc:  # noqa: BLE001 - the unfinished batch is replayed on the next start
             log.warning("last batch not applied (%s: %s); it will be replayed", type(exc).__name__, exc)
-        self.commits.commit_pending()
+        if self.topic_watch.recreated is None:  # never commit the old topic's offsets onto the new topic's
+            self.commits.commit_pending()
         for name, close in (("applier", self.runner.close),
                             ("consumer", lambda: self.consumer.close(autocommit=False)),
                             ("producer", lambda: self.producer.close(timeout=5))):
@@ -183,11 +189,13 @@ class IngestWorker:
         of a burst is finished -- metrics, dead letters, offsets committed -- as soon as the applier is done
         with it, not after a poll that waited ``ingest.poll_timeout_ms`` for records that did not come."""
         timeout_ms = 0 if self._inflight else self.cfg.ingest.poll_timeout_ms
+        self.topic_watch.tick()
         try:
             records = self.consumer.poll(timeout_ms=timeout_ms)
         except KafkaError as exc:
             self._failed("kafka", exc, [])
             return
+        self.topic_watch.raise_if_recreated()
         if not records and self._brokers_unreachable():
             return
         lags = self.commits.lags()  # once per step: the request's watermark inputs and the lag metric
@@ -285,6 +293,7 @@ class IngestWorker:
                 offsets, stamps, values = self.records.columns(recs)
                 parts.append(PartitionRecords(tp.partition, offsets, stamps, values))
                 first[tp], last[tp] = offsets[0], offsets[-1]
+        self.topic_watch.polled(first, last)
         b = _Batch(t0=t0, request=self._request(parts, {p.partition for p in parts}, lags), records=records,
                    n=sum(len(p.offsets) for p in parts), first_offsets=first, last_offsets=last)
         self.metrics.consumed.inc(b.n)
@@ -302,6 +311,7 @@ class IngestWorker:
         caught_up = {tp.partition for tp, lag in lags.items() if lag == 0}
         forget, self._revoked = frozenset(self._revoked), set()
         return BatchRequest(parts, owned=frozenset(owned), busy=frozenset((busy | lagging) & owned),
+                            epoch_required=self._epoch_checked,
                             known=frozenset(self._known_partitions), forget=forget,
                             caught_up=frozenset(caught_up & owned))
 
@@ -322,6 +332,9 @@ class IngestWorker:
         self._failed_batch = b
         out = self.runner.result()
         if out.failure is not None:
+            lost = lost_while_running(self.cfg, out.failure.message)
+            if lost is not None:
+                raise lost
             raise ApplyFailed(out.failure)
         m = self.metrics
         m.dependency_up.labels(dependency="redis").set(1)
@@ -344,6 +357,7 @@ class IngestWorker:
         for _p, _i, reason in out.rejects:
             m.rejected.labels(reason=reason).inc()
         m.late.inc(out.late)
+        self.late.add(out.late)
         m.shard_fill.set(out.fill)
         m.clock_ticks.inc(out.ticks)
         self.batches += 1
@@ -393,6 +407,7 @@ class IngestWorker:
         self._revoked |= {tp.partition for tp in revoked if tp.topic == self.topic}
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.topic_watch.assigned()
         self.metrics.rebalances.labels(change="assigned").inc()
         self.metrics.partitions.set(len(assigned))
         log.info("partitions assigned: %s", sorted(tp.partition for tp in assigned))

@@ -91,13 +91,26 @@ def _text(value: bytes | str) -> str:
 
 
 class Watchlist:
-    """Config keys ∪ keys released by ``topk`` in earlier windows (``Keys.release_index("watchlist")``)."""
+    """Config keys ∪ keys released by ``topk`` in earlier windows (``Keys.release_index("watchlist")``) -- or,
+    with ``releases.alerts.domain_from_released``, config keys ∪ the alerts' released domain
+    (:mod:`stream_dp.release.released_domain`: the keys ``domain_sources`` published in the last
+    ``domain_memory_windows`` windows), which is read under the window's claim (:meth:`learned_for`)."""
 
     def __init__(self, client: redis.Redis, *, keys: Keys, config: AlertsConfig) -> None:
         self.r = client
         self.name = keys.release_index("watchlist")
         self.config_keys = tuple(dict.fromkeys(config.watchlist))
         self.include_released = config.include_released_topk
+        self.learns = config.domain_from_released
+        # set by the release worker when the watchlist is learned: the window's domain and record block
+        self.learn: Any = None
+
+    def learned_for(self, window: Window) -> tuple[list[str], dict[str, Any]]:
+        """The learned watchlist of ``window`` and the alerts record's ``domain`` block (under its claim: every
+        earlier window is published)."""
+        if self.learn is None:
+            raise RuntimeError("a learned watchlist is read by the release worker's ReleasedDomainReader")
+        return self.learn(window, list(self.config_keys))
 
     def add_released(self, window: Window, released_keys: list[str], *, ride: RideAlong | None = None) -> None:
         """Record keys a stored top-k release of ``window`` released (first release wins the position).
@@ -111,12 +124,17 @@ class Watchlist:
             ride.write((self.name, lambda pipe: pipe.zadd(self.name, mapping, nx=True)))
 
     def for_window(self, window: Window) -> list[str]:
-        """The watchlist of ``window``: config keys, then keys released by top-k in windows before it."""
+        """The watchlist of ``window``: config keys, then keys released by top-k in windows before it (or learned)."""
+        if self.learns:
+            return self.learned_for(window)[0]
         reads = self.for_window_reads(window)
         return reads.parse(run_batched(self.r, reads.items) if reads.items else [])
 
     def for_window_reads(self, window: Window) -> Reads:
-        """The read of :meth:`for_window` (none without released keys), to batch with others (:func:`run_reads`)."""
+        """The read of :meth:`for_window` (none without released keys), to batch with others (:func:`run_reads`).
+        A learned watchlist parses to None: it is read under the window's claim (:meth:`learned_for`)."""
+        if self.learns:
+            return Reads([], lambda replies: None)
         items = []
         if self.include_released:
             items.append((self.name, lambda pipe: pipe.zrangebyscore(self.name, "-inf", f"({window.start}",
@@ -277,11 +295,13 @@ class AlertsRun:
     """
 
     def __init__(self, cfg: AlertsConfig, window: Window, scope: str, current: InstanceState | None,
-                 watchlist: list[str], rng: Any = None, measurement: Any = None) -> None:
+                 watchlist: list[str], rng: Any = None, measurement: Any = None,
+                 domain: dict[str, Any] | None = None) -> None:
         from stream_dp.mechanisms import AdaptiveSVT
         from stream_dp.release.builders import alerts_measurement
 
         self.cfg = cfg
+        self.domain = domain  # the record's ``domain`` block when the watchlist is learned from earlier releases
         # the instance's measurement: opens instances, says what to reserve and what a window realized
         self.measurement = measurement if measurement is not None else alerts_measurement(cfg)
         self.window = window
@@ -355,7 +375,7 @@ class AlertsRun:
         # the realized cost of the window: the opened instance's map (its answers spent ≤ ε), else nothing new
         events = self.measurement.realized(svt) if self.opens and svt is not None else ()
         draft = RecordDraft(self.window, "alerts", MECHANISM, parameters(self.cfg), items=items, hit_bottom=None,
-                            events=events, info=info)
+                            events=events, info=info, domain=self.domain)
         return draft, self._state_after()
 
     def exhausted(self, reason: str) -> tuple[RecordDraft, InstanceState | None]:

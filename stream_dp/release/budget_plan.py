@@ -100,7 +100,7 @@ class BudgetPlan:
         from the config, whether a public domain is configured, ``epsilon_w`` (default: the ε one window's
         heavy-hitter release costs) and ``expected_users`` per window (default: no recommendation, because the
         evaluated cells differ most by the number of users)."""
-        from stream_dp.release.release_choice import recommend
+        from stream_dp.release.release_choice import continual_advice, recommend
 
         if self.choice is None or expected_users is None:
             return None
@@ -109,7 +109,9 @@ class BudgetPlan:
         rec = recommend(max_keys_per_user=self.choice["max_keys_per_user"], k=self.choice["k"], epsilon_w=eps,
                         known_domain=self.choice["known_domain"], complete_domain=self.choice["complete_domain"],
                         expected_users=expected_users)
-        return {"inputs": {**self.choice, "epsilon_w": eps, "expected_users": expected_users}, **rec.to_dict()}
+        continual = continual_advice(expected_users=expected_users, epsilon_w=eps)
+        return {"inputs": {**self.choice, "epsilon_w": eps, "expected_users": expected_users}, **rec.to_dict(),
+                "continual": continual.to_dict() if continual is not None else None}
 
     def summary(self, *, expected_users: float | None = None, epsilon_w: float | None = None) -> dict[str, Any]:
         """Everything ``stream-dp budget plan`` prints, as JSON-ready data."""
@@ -251,7 +253,22 @@ def render(summary: dict[str, Any]) -> str:
                   f"  from the evaluation's nearest cell ({c['dataset']}: {c['users']} users, Δ = {c['delta_keys']}, "
                   f"ε_w = {c['epsilon_w']:g}, k = {c['k']}): recall@{c['k']} {rec['recall']:.2f}{peer} "
                   "(docs/evaluation; README \"Choosing a release type\")"]
+        lines += _continual_lines(rec.get("continual"))
     return "\n".join(lines)
+
+
+def _continual_lines(advice: dict[str, Any] | None) -> list[str]:
+    """The planner's released-domain advice (docs/evaluation, experiment 2b), when the evaluation has it."""
+    if not advice:
+        return []
+    c = advice["cell"]
+    where = f"the continual cell nearest ({c['cell']}: ~{c['users']} users per window, ε_w = {c['epsilon_w']:g})"
+    if advice["turn_on"]:
+        return [f"continual: set releases.histogram.domain_from_released = true (the default) -- in {where} a released "
+                f"domain reaches recall {advice['released']:.2f} against {advice['single']:.2f} for the best single "
+                "window (docs/privacy.md §10: it costs nothing)"]
+    return [f"continual: a released domain (releases.histogram.domain_from_released) gained nothing beyond the "
+            f"intervals in {where}: {advice['released']:.2f} against {advice['single']:.2f} for the best single window"]
 
 
 def _domain_words(inputs: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ tested), not an ``isinstance`` chain; :func:`release_measurements` gives every e
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.node_batches import Reads
 from stream_dp.release import drafts, window_budget
 from stream_dp.release.records import RecordDraft
+from stream_dp.release.released_domain import Domained, DomainRule, PublicDomain
 from stream_dp.release.windows import Window, WindowReader
 
 
@@ -60,9 +62,10 @@ class TopkBuilder:
     """Limited-domain top-k (DR19 Algorithm 1): reads the top k̄+1 counts, returns ≤ k keys and ⊥ flag.
 
     With a known domain (``releases.topk.domain``, ``domain_file``, ``domain_from_released``): discover-then-
-    track (:mod:`stream_dp.mechanisms.known_domain`) -- full-domain Gumbel top-k over the public domain plus
-    the keys limited-domain top-k discovers outside it with ``discovery_share`` of ρ; each item says its
-    ``source``."""
+    track (:mod:`stream_dp.mechanisms.known_domain`) -- full-domain Gumbel top-k over the window's public domain
+    (static keys, and keys earlier windows published: :mod:`stream_dp.release.released_domain`) plus the keys
+    discovered outside it with ``discovery_share`` of ρ (``discovery``: the threshold histogram, or limited-domain
+    top-k); each item says its ``source``, the record's ``domain`` block what the domain was."""
 
     cfg: Config
     type: str = "topk"
@@ -73,52 +76,49 @@ class TopkBuilder:
         if t.has_domain:
             self.mechanism = "known_domain_topk"
         self.static_domain: list[str] = list(dict.fromkeys(list(t.domain) + _read_domain_file(t.domain_file)))
+        self.public_domain = PublicDomain(self.static_domain, DomainRule.of(self.cfg, "topk"))
+
+    def calibrated(self) -> window_budget.TopkParameters | window_budget.KnownDomainParameters:
+        """The mechanism's parameters from the window budget (or the deprecated keys): cached by window_budget."""
+        return window_budget.configured_topk(self.cfg.releases.topk,
+                                             max_keys_per_user=self.cfg.contribution.max_keys_per_user)
 
     def split(self) -> tuple[float, float | None]:
         """(ε per tracked peel, ε per discovery outcome or None) with a domain."""
-        p = window_budget.configured_topk(self.cfg.releases.topk)
+        p = self.calibrated()
         assert isinstance(p, window_budget.KnownDomainParameters)
         return p.track_epsilon, p.discover_epsilon
 
+    def discovery_calibration(self) -> Any:
+        """Threshold discovery's σ², τ and ρ_d from the window budget (None: no threshold discovery)."""
+        p = self.calibrated()
+        return p.discovery_calibration if isinstance(p, window_budget.KnownDomainParameters) else None
+
     def parameters(self) -> dict[str, Any]:
         t = self.cfg.releases.topk
-        calibrated = window_budget.configured_topk(t)
+        calibrated = self.calibrated()
         p: dict[str, Any] = {"k": t.k, "k_bar": t.k_bar, **_window_budget(t, window_budget.LEGACY_TOPK),
                              "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
         if isinstance(calibrated, window_budget.KnownDomainParameters):
-            p.update({"delta": calibrated.delta, "track_epsilon": calibrated.track_epsilon,
-                      "discover_epsilon": calibrated.discover_epsilon, "discovery_share": t.discovery_share,
-                      "domain_size_static": len(self.static_domain),
-                      "domain_from_released": t.domain_from_released})
+            p.update(drafts.known_domain_parameters(calibrated, discovery_share=t.discovery_share))
+            p.update({"domain_size_static": len(self.static_domain), "domain_from_released": t.domain_from_released})
         else:
             p.update({"epsilon": calibrated.epsilon, "delta": calibrated.delta})
         return p
 
     @cached_property
     def measurement(self) -> Measurement[Any]:
-        from stream_dp.mechanisms import KnownDomainTopk, LimitedDomainTopk
+        from stream_dp.mechanisms import LimitedDomainTopk
 
         t = self.cfg.releases.topk
         max_keys = self.cfg.contribution.max_keys_per_user
-        p = window_budget.configured_topk(t)
+        p = self.calibrated()
         if isinstance(p, window_budget.KnownDomainParameters):
-            return KnownDomainTopk(k=t.k, k_bar=t.k_bar, track_epsilon=p.track_epsilon,
-                                   discover_epsilon=p.discover_epsilon, delta=p.delta, max_keys_per_user=max_keys)
+            return p.measurement(k=t.k, k_bar=t.k_bar, max_keys_per_user=max_keys)
         return LimitedDomainTopk(k=t.k, k_bar=t.k_bar, epsilon=p.epsilon, delta=p.delta, max_keys_per_user=max_keys)
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
-
-    def domain_for(self, reader: WindowReader, window: Window) -> list[str]:
-        """The public domain of ``window``: config keys, file keys, then keys top-k released before it."""
-        keys = list(self.static_domain)
-        if self.cfg.releases.topk.domain_from_released:
-            from stream_dp.keys import Keys
-
-            index = Keys(self.cfg.redis.key_prefix).release_index("watchlist")
-            earlier = reader.r.zrangebyscore(index, "-inf", f"({window.start}", withscores=True)
-            keys.extend(k.decode() for _, k in sorted((score, k) for k, score in earlier))
-        return list(dict.fromkeys(keys))
 
     def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
         t = self.cfg.releases.topk
@@ -128,18 +128,22 @@ class TopkBuilder:
         t = self.cfg.releases.topk
         if not t.has_domain:
             return reader.top_counts(window, t.k_bar + 1)
-        domain = self.domain_for(reader, window)
-        # the top k̄+1 keys outside the domain are among the top k̄+1+|domain| keys
-        outside = reader.top_counts(window, t.k_bar + 1 + len(domain)) if self.split()[1] is not None else {}
-        return reader.counts_of(window, domain), outside
+        domain, block = self.public_domain.for_window(window)
+        if self.split()[1] is None:
+            outside: dict[str, float] = {}
+        elif t.discovery == "threshold":  # the histogram of the keys outside the domain: every key present
+            outside = reader.all_counts(window).as_dict()
+        else:  # the top k̄+1 keys outside the domain are among the top k̄+1+|domain| keys
+            outside = reader.top_counts(window, t.k_bar + 1 + len(domain))
+        return Domained((reader.counts_of(window, domain), outside), domain, block)
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         p = self.parameters()
         m = self.measurement
         if self.cfg.releases.topk.has_domain:
-            domain_counts, outside = data
+            domain_counts, outside = data.data
             known = m(domain_counts, outside, rng=rng)
-            return drafts.known_domain_draft(window, p, known, m, domain_size=len(domain_counts))
+            return drafts.known_domain_draft(window, p, known, m, domain_size=len(domain_counts), domain=data.block)
         return drafts.topk_draft(window, p, m(data, rng=rng), m)
 
 
@@ -346,10 +350,15 @@ class HistogramBuilder:
 
     @cached_property
     def measurement(self) -> Measurement[Any]:
-        """The histogram at the configured calibration (computed once per builder); the domain is given per call."""
+        """The histogram at the configured calibration (computed once per builder), without a domain."""
         h = self.cfg.releases.histogram
         return drafts.histogram_measurement(self.calibration(), noise=h.noise, weighting=h.weighting,
                                             max_keys=h.max_keys, confidence=h.confidence)
+
+    def measurement_for(self, domain: list[str]) -> Any:
+        """The release over ``domain``: the cached measurement with that domain (the cost does not depend on the
+        domain: docs/privacy.md §8)."""
+        return dataclasses.replace(self.measurement, domain=tuple(domain))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -357,7 +366,10 @@ class HistogramBuilder:
     def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
         return None  # the whole window, in chunks
 
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Domained:
+        """The window's counts (or per-user scores) with its public domain (static keys, then the keys earlier
+        windows published, :mod:`stream_dp.release.released_domain`)."""
+        domain, block = self.public_domain.for_window(window)
         if self.cfg.releases.histogram.weighting == "per_user":  # the scores, from the counted (user, key) pairs
             from collections import Counter
 
@@ -365,9 +377,9 @@ class HistogramBuilder:
 
             # two passes over the logs: each user's number of keys, then the scores (no pair is held)
             keys_per_user = Counter(user for user, _ in reader.bounding_pairs(window))
-            return weighted_scores(reader.bounding_pairs(window), keys_per_user=keys_per_user,
-                                   max_keys_per_user=self.cfg.contribution.max_keys_per_user)
-        return reader.all_counts(window).as_dict()
+            return Domained(weighted_scores(reader.bounding_pairs(window), keys_per_user=keys_per_user,
+                                            max_keys_per_user=self.cfg.contribution.max_keys_per_user), domain, block)
+        return Domained(reader.all_counts(window).as_dict(), domain, block)
 
     def __post_init__(self) -> None:
         h = self.cfg.releases.histogram
@@ -382,12 +394,14 @@ class HistogramBuilder:
                 raise ConfigError('releases.histogram.weighting must be "uniform" with contribution.unit = "event" '
                                   f"(no user is recorded to weigh by), got {h.weighting!r}")
             self.mechanism = "weighted_histogram"
+        self.public_domain = PublicDomain(self.domain, DomainRule.of(self.cfg, "histogram"))
 
-    def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
-        m = self.measurement
-        res = m(data, rng=rng, domain=tuple(self.domain))
-        return drafts.histogram_draft(window, self.mechanism, self.parameters(), res, m,
-                                      has_domain=bool(self.domain), confidence=self.cfg.releases.histogram.confidence)
+    def run(self, window: Window, data: Domained, rng: Any) -> RecordDraft:
+        m = self.measurement_for(data.domain)
+        res = m(data.data, rng=rng)
+        return drafts.histogram_draft(window, self.mechanism, {**self.parameters(), "domain_size": len(data.domain)},
+                                      res, m, has_domain=self.public_domain.configured,
+                                      confidence=self.cfg.releases.histogram.confidence, domain=data.block)
 
 
 def _window_budget(section: Any, legacy_defaults: tuple[float, float]) -> dict[str, Any]:

@@ -26,14 +26,30 @@ def topk_draft(window: Window, parameters: dict[str, Any], result: Any, measurem
                        events=measurement.realized(result), info={"outcomes": int(result.outcomes)})
 
 
+def known_domain_parameters(calibrated: Any, *, discovery_share: float) -> dict[str, Any]:
+    """Known-domain top-k's mechanism parameters (a :class:`~stream_dp.release.window_budget.KnownDomainParameters`):
+    ε per tracked peel, the discovery and its share, and the discovery's own -- threshold: σ², τ and ρ_d;
+    limited domain: ε per outcome -- with its δ (the threshold's or the ⊥ rule's)."""
+    p: dict[str, Any] = {"delta": calibrated.delta, "track_epsilon": calibrated.track_epsilon,
+                         "discovery": calibrated.discovery, "discovery_share": discovery_share}
+    cal = calibrated.discovery_calibration
+    if cal is not None:
+        p.update({"discovery_sigma2": str(cal.sigma2), "discovery_threshold": cal.threshold,
+                  "discovery_rho": cal.rho})
+    elif calibrated.discover_epsilon is not None:
+        p["discover_epsilon"] = calibrated.discover_epsilon
+    return p
+
+
 def known_domain_draft(window: Window, parameters: dict[str, Any], result: Any, measurement: Any, *,
-                       domain_size: int, key: KeyText = str) -> RecordDraft:
-    """Known-domain top-k: ranked keys with their ``source`` (domain or discovered) and the keys discovered."""
+                       domain_size: int, key: KeyText = str, domain: dict[str, Any] | None = None) -> RecordDraft:
+    """Known-domain top-k: ranked keys with their ``source`` (domain or discovered) and the keys discovered;
+    ``domain``: the record's block saying what the window's public domain was (the release worker's)."""
     items = [{"key": key(k), "rank": i + 1, "source": source}
              for i, (k, source) in enumerate(zip(result.keys, result.sources))]
     return RecordDraft(window, "topk", "known_domain_topk", {**parameters, "domain_size": domain_size}, items=items,
                        hit_bottom=bool(result.hit_bottom), events=measurement.realized(result),
-                       info={"discovered": [key(k) for k in result.discovered]})
+                       info={"discovered": [key(k) for k in result.discovered]}, domain=domain)
 
 
 def histogram_measurement(calibration: Any, *, noise: str, weighting: str, max_keys: int, confidence: float) -> Any:
@@ -59,8 +75,10 @@ def histogram_parameters(cal: Any, *, noise: str, weighting: str, max_keys: int,
 
 
 def histogram_draft(window: Window, mechanism: str, parameters: dict[str, Any], result: Any, measurement: Any, *,
-                    has_domain: bool, confidence: float, key: KeyText = str) -> RecordDraft:
-    """Histogram: ranked keys with noisy (weighted) counts and intervals; ``source`` when a domain is public."""
+                    has_domain: bool, confidence: float, key: KeyText = str,
+                    domain: dict[str, Any] | None = None) -> RecordDraft:
+    """Histogram: ranked keys with noisy (weighted) counts and intervals; ``source`` when a domain is public;
+    ``domain``: the record's block saying what the window's public domain was (the release worker's)."""
     unit = measurement.calibration.unit
     rows = rows_in_count_units(result, unit)  # weighted scores -> weighted counts (post-processing); U = 1: as is
     items = [{"key": key(k), "rank": i + 1, "count": count, "ci_low": low, "ci_high": high,
@@ -69,7 +87,7 @@ def histogram_draft(window: Window, mechanism: str, parameters: dict[str, Any], 
     return RecordDraft(window, "histogram", mechanism, parameters, items=items, events=measurement.realized(result),
                        info={"above_threshold": result.above_threshold, "capped": result.capped,
                              "ci_half_width": result.ci_half_width / unit if unit > 1 else result.ci_half_width,
-                             "confidence": confidence})
+                             "confidence": confidence}, domain=domain)
 
 
 def sample_draft(window: Window, parameters: dict[str, Any], result: Any, measurement: Any, *,

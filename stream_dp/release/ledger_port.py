@@ -57,7 +57,9 @@ class ChargeOutcome(Protocol):
 
 @runtime_checkable
 class ReleaseLedger(Protocol):
-    """The ledger operations the release side uses, and its caps (``lifetime_cap`` None: no lifetime cap)."""
+    """The ledger operations the release side uses, and its configured caps (``lifetime_cap`` None: no
+    lifetime cap). A scope stores the cap of its first charge and keeps it: a result's ``budget_block`` states
+    the scope's stored cap (the configured one is only the fallback for results that carry none)."""
 
     cap: BudgetCap
     lifetime_cap: BudgetCap | None

@@ -119,6 +119,7 @@ class Committed:
     envelope: Envelope
     result: ChargeOutcome
     fresh: bool
+    epoch: Pending | None = None  # the ledger epoch as read right behind this commit (same round trip), if it was
 
 
 class Outbox:
@@ -130,6 +131,33 @@ class Outbox:
         self.publisher = publisher
         self.metrics = metrics
         self.crashpoints = crashpoints  # tests inject one that kills the process at a step
+        # the ledger epoch check before each publication (stream_dp.release.ledger_guard; set at start)
+        self.guard: Any = None
+
+    def check_ledger(self, batch: Sequence[Committed] = ()) -> None:
+        """Raise :class:`~stream_dp.state_epochs.StateLost` when Redis no longer holds the ledger this worker
+        started under (no-op without a guard): from the epoch read behind the batch's last commit when it was
+        (:meth:`_read_epoch_after`), else with a round trip of its own."""
+        if self.guard is None:
+            return
+        read = [c.epoch for c in batch if c.epoch is not None and c.epoch.done]
+        if read:
+            self.guard.verdict(read[-1].value)
+        else:
+            self.guard.check()
+
+    def epoch_reads(self) -> Reads | None:
+        """The epoch's read for the worker's poll (parses to None, or raises
+        :class:`~stream_dp.state_epochs.StateLost`); None without a guard."""
+        return None if self.guard is None else self.guard.reads()
+
+    def _read_epoch_after(self, ride: RideAlong | None) -> Pending | None:
+        """Queue the epoch's read right behind the commit about to use ``ride`` (after its script, in its round
+        trip): the publication that follows checks it instead of reading it again. Not with a lifetime cap,
+        whose commit sends the ride-along ahead of its scripts (the read would come before the commit)."""
+        if self.guard is None or ride is None or getattr(self.ledger, "lifetime_cap", None) is not None:
+            return None
+        return ride.read(self.guard.marker.reads())
 
     # --- step 1 ----------------------------------------------------------------------------------
     def stored(self, scope: str, rid: str) -> Committed | None:
@@ -180,15 +208,17 @@ class Outbox:
                ride: RideAlong | None = None) -> Committed:
         """Charge the actual events against the reservation ``rid`` and store ``envelope`` atomically."""
         with self.metrics.phase("ledger"):
+            epoch = self._read_epoch_after(ride)
             result = self.ledger.settle(scope, rid, rid, list(events), payload=envelope.dumps(), ride=ride)
-        return self._committed(scope, rid, envelope, result)
+        return self._committed(scope, rid, envelope, result, epoch)
 
     def charge(self, scope: str, rid: str, envelope: Envelope, events: tuple, *,
                ride: RideAlong | None = None) -> Committed:
         """Charge ``events`` (possibly none: a status record) and store ``envelope`` atomically."""
         with self.metrics.phase("ledger"):
+            epoch = self._read_epoch_after(ride)
             result = self.ledger.charge(scope, rid, list(events), payload=envelope.dumps(), ride=ride)
-        return self._committed(scope, rid, envelope, result)
+        return self._committed(scope, rid, envelope, result, epoch)
 
     # --- the same steps, queued to travel after another release's step (one round trip fewer) -----------
     def reserve_later(self, scope: str, rid: str, events: tuple, ride: RideAlong) -> Pending | None:
@@ -227,16 +257,17 @@ class Outbox:
         """The release a :meth:`commit_later` committed (its round trip has returned)."""
         return self._committed(scope, rid, envelope, pending.value)
 
-    def _committed(self, scope: str, rid: str, envelope: Envelope, result: ChargeOutcome) -> Committed:
+    def _committed(self, scope: str, rid: str, envelope: Envelope, result: ChargeOutcome,
+                   epoch: Pending | None = None) -> Committed:
         if result.duplicate:
             stored = Envelope.loads(result.payload) if result.payload is not None else None
             if stored is None:
                 raise RuntimeError(f"ledger reports release {rid} as charged but holds no stored record")
-            return Committed(scope, rid, stored, result, fresh=False)
+            return Committed(scope, rid, stored, result, fresh=False, epoch=epoch)
         if not result.accepted:
             raise RuntimeError(f"ledger refused to commit release {rid} ({result.reason}) after its reservation")
         self.crashpoints.reached("after_commit")
-        return Committed(scope, rid, envelope, result, fresh=True)
+        return Committed(scope, rid, envelope, result, fresh=True, epoch=epoch)
 
     def _first_result(self, scope: str, rid: str, env: Envelope) -> ChargeOutcome:
         # The ledger is idempotent per release id: re-charging the stored events is a no-op that returns
@@ -264,6 +295,7 @@ class Outbox:
         turns into a republication of the identical records (as a crash before the mark always did)."""
         records = [with_budget(c.envelope.record, c.result.budget_block(c.scope, self.ledger.cap)) for c in batch]
         with self.metrics.phase("ledger"):
+            self.check_ledger(batch)  # published ⇒ charged in the ledger the topic was published from (not a wiped one)
             for c in batch:  # published ⇒ charge replicated
                 self.ledger.confirm(c.scope, c.release_id, events=events_of(c.envelope.record))
         with self.metrics.phase("kafka"):

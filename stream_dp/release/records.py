@@ -125,6 +125,7 @@ class RecordDraft:
     events: tuple[DpEvent, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
     status: str = STATUS_RELEASED
+    domain: dict[str, Any] | None = None  # the public domain used (stream_dp.release.released_domain.domain_block)
 
     @property
     def release_id(self) -> str:
@@ -145,6 +146,8 @@ class RecordDraft:
         }
         if self.info:
             rec["info"] = dict(self.info)
+        if self.domain is not None:
+            rec["domain"] = dict(self.domain)
         return rec
 
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from stream_dp.release.continual_choice_table import CONTINUAL_CELLS
 from stream_dp.release.release_choice_table import EVALUATED_CELLS
 
 # evaluation method -> (release type, what to configure)
@@ -44,7 +45,7 @@ METHODS: dict[str, tuple[str, str]] = {
                                       'releases.histogram.noise = "laplace" with releases.histogram.domain / '
                                       'domain_file (keys outside it need the threshold)'),
     "sdp_known_domain_partial": ("topk over the domain, with discovery",
-                                 "releases.topk.domain / domain_file with discovery_share = 0.2 (LDT discovers "
+                                 "releases.topk.domain / domain_file with discovery = \"limited_domain\", discovery_share = 0.2 (LDT discovers "
                                  "keys outside the domain)"),
 }
 
@@ -91,3 +92,34 @@ def recommend(*, max_keys_per_user: int, k: int, epsilon_w: float, known_domain:
     where = {key: cell[key] for key in ("dataset", "users", "delta_keys", "epsilon_w", "k", "known_domain", "domain")}
     return Recommendation(release_type, configure, cell["best_method"], where, cell["best_recall"],
                           cell["best_peer"], cell["best_peer_recall"])
+
+
+@dataclass(frozen=True)
+class ContinualAdvice:
+    """Whether to learn the domain from earlier releases (``releases.histogram.domain_from_released``), read from the
+    evaluation's nearest continual cell (docs/evaluation, experiment 2b)."""
+
+    turn_on: bool  # the released domain won there beyond both intervals
+    cell: dict[str, Any]  # cell, users (per window), epsilon_w
+    released: float  # recall@k of the histogram with a released domain there
+    single: float  # recall@k of the best single-window release there
+    single_method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn_on": self.turn_on, "cell": dict(self.cell), "released": self.released, "single": self.single,
+                "single_method": self.single_method}
+
+
+def continual_advice(*, expected_users: float, epsilon_w: float) -> ContinualAdvice | None:
+    """The released-domain advice of the continual cell nearest in log scale on users per window, then ε_w (None
+    before experiment 2b was run).
+
+    >>> a = continual_advice(expected_users=1000, epsilon_w=1.0)
+    >>> a is None or a.cell["epsilon_w"] == 1.0
+    True
+    """
+    if not CONTINUAL_CELLS:
+        return None
+    cell = min(CONTINUAL_CELLS, key=lambda c: (_log_gap(c["users"], expected_users), _log_gap(c["epsilon_w"], epsilon_w)))
+    return ContinualAdvice(bool(cell["wins"]), {k: cell[k] for k in ("cell", "users", "epsilon_w")}, cell["released"],
+                           cell["best_single_recall"], cell["best_single"])

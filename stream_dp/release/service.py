@@ -15,13 +15,15 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry
 
 from stream_dp.config import Config
-from stream_dp.connections import ensure_topics, redis_client
+from stream_dp.connections import redis_client
 from stream_dp.keys import Keys
 from stream_dp.replication import ReplicationPolicy
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
+from stream_dp.release.ledger_guard import TAIL_MESSAGES, LedgerGuard, start_check
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.producers import release_producer
+from stream_dp.release.topic_reader import read_releases
 from stream_dp.release.worker import ReleaseWorker
 
 log = logging.getLogger(__name__)
@@ -55,15 +57,23 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     metrics = ReleaseMetrics(registry)
     client = redis_client(cfg.redis)
     keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
-    replication = ReplicationPolicy.from_config(cfg.redis, client)  # "auto" resolved once, at start
-    log.info("ledger charges are confirmed on %d replica(s) before a release is published "
-             "(redis.min_replicas_acked = %s)", replication.replicas, cfg.redis.min_replicas_acked)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
-                    lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget), replication=replication)
-    ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
+                    lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
     publisher = Publisher(release_producer(cfg), cfg.kafka.releases_topic,
                           max_message_bytes=cfg.kafka.release_message_max_bytes)
     outbox = Outbox(ledger, publisher, metrics, crashpoints=crashpoints)
+
+    def before_start() -> None:
+        """The start steps that need Redis and the broker, run by the worker's first pass (so its loop retries
+        them, with backoff, until both answer): the replication policy ("auto" resolved once) and the ledger
+        compared with the releases topic's last records (:mod:`stream_dp.release.ledger_guard`)."""
+        ledger.replication = ReplicationPolicy.from_config(cfg.redis, client)
+        log.info("ledger charges are confirmed on %d replica(s) before a release is published "
+                 "(redis.min_replicas_acked = %s)", ledger.replication.replicas, cfg.redis.min_replicas_acked)
+        epoch = start_check(client, keys, read_releases(cfg.kafka, last=TAIL_MESSAGES))
+        outbox.guard = LedgerGuard(client, keys, epoch)
+        log.info("ledger epoch %s (%s): the ledger holds the releases topic's last records", epoch.id, epoch.origin)
+
     worker = ReleaseWorker(cfg, client, ledger, outbox, metrics, worker_id=worker_id or default_worker_id(),
-                           rng=rng, after_start=after_start)
+                           rng=rng, after_start=after_start, before_start=before_start)
     return Service(worker, publisher, client, registry)

@@ -15,8 +15,10 @@ Each type gets the largest noise parameter whose guarantee is ≤ ε_w (every gu
 
 * ``topk`` (limited-domain top-k, DR19): judged by its worst case -- k ε-range-bounded outcomes, what the ledger
   reserves before the call -- with the ⊥ rule's δ_⊥ = δ_w/2 (:func:`topk_parameters`);
-* ``topk`` over a public domain: k tracked peels (ε_t) and, with discovery share s > 0, k limited-domain
-  discovery outcomes (ε_d, δ_⊥ = δ_w/2), ε_d² = s·ε², ε_t² = (1 − s)·ε² (:func:`known_domain_parameters`);
+* ``topk`` over a public domain: k tracked peels (ε_t) and, with discovery share s > 0, the discovery step --
+  ``threshold``: one discrete-Gaussian histogram of the keys outside the domain, (ρ_d = s·kε²/8, δ_τ = δ_w/2)
+  (σ², τ by :func:`~stream_dp.mechanisms.known_domain.threshold_discovery_calibration`); ``limited_domain``: k
+  discovery outcomes (ε_d, δ_⊥ = δ_w/2) -- with ε_d² = s·ε², ε_t² = (1 − s)·ε² (:func:`known_domain_parameters`);
 * ``histogram`` (:func:`histogram_calibration`): discrete Gaussian, ``zcdp`` calibration -- ρ from ε_w at
   δ′ = δ_w/2, τ for δ_τ = δ_w/2; ``exact`` -- σ and τ by the thresholded histogram's exact privacy profile at
   (ε_w, δ_w); discrete Laplace -- b = Δ/ε_w, τ for δ_w (one (ε, δ) event); ``per_user`` weighting -- as ``zcdp``;
@@ -113,45 +115,78 @@ def topk_parameters(epsilon_w: float, delta_w: float, k: int) -> TopkParameters:
 
 @dataclass(frozen=True)
 class KnownDomainParameters:
-    """Known-domain top-k at a window budget: ε per tracked peel, ε per discovery outcome (None: no discovery) and
-    the discovery's ⊥ δ (unused without discovery)."""
+    """Known-domain top-k at a window budget: ε per tracked peel; ``discover_epsilon`` None: no discovery, else the
+    share's ε per outcome (ε_d, used as such by ``limited_domain`` discovery); ``delta``: the discovery's δ (the ⊥
+    rule's, or the threshold's δ_τ; unused without discovery); ``discovery_calibration``: threshold discovery's σ²,
+    τ and ρ_d (None otherwise)."""
 
     track_epsilon: float
     discover_epsilon: float | None
     delta: float
+    discovery: str = "limited_domain"
+    discovery_calibration: Any = None  # HistogramCalibration with threshold discovery
+
+    def measurement(self, *, k: int, k_bar: int, max_keys_per_user: int) -> Any:
+        """The :class:`~stream_dp.mechanisms.known_domain.KnownDomainTopk` of these parameters (its
+        ``privacy_map()`` is what the ledger reserves)."""
+        from stream_dp.mechanisms.known_domain import KnownDomainTopk
+
+        return KnownDomainTopk(k=k, k_bar=k_bar, track_epsilon=self.track_epsilon,
+                               discover_epsilon=self.discover_epsilon, delta=self.delta,
+                               max_keys_per_user=max_keys_per_user, discovery=self.discovery,
+                               discovery_calibration=self.discovery_calibration)
 
 
-def known_domain_events(epsilon: float, k: int, discovery_share: float, delta: float) -> tuple[DpEvent, ...]:
+def known_domain_at(epsilon: float, k: int, discovery_share: float, delta: float, *,
+                    discovery: str = "limited_domain", max_keys_per_user: int = 1) -> KnownDomainParameters:
+    """Known-domain top-k at per-outcome ε split by ``discovery_share`` (:func:`~stream_dp.mechanisms.known_domain.
+    domain_split`; threshold discovery's calibration from the share of kε²/8) with the discovery's δ."""
+    from stream_dp.mechanisms.known_domain import DISCOVERIES, domain_split, threshold_discovery_calibration
+
+    if discovery not in DISCOVERIES:
+        raise ValueError(f"discovery must be one of {', '.join(DISCOVERIES)}, got {discovery!r}")
+    track, discover = domain_split(epsilon=epsilon, discovery_share=discovery_share)
+    calibration = None
+    if discovery == "threshold" and discover is not None:
+        calibration = threshold_discovery_calibration(k=k, epsilon=epsilon, discovery_share=discovery_share,
+                                                      delta=delta, max_keys_per_user=max_keys_per_user)
+    return KnownDomainParameters(track, discover, delta, discovery, calibration)
+
+
+def known_domain_events(epsilon: float, k: int, discovery_share: float, delta: float, *,
+                        discovery: str = "limited_domain", max_keys_per_user: int = 1) -> tuple[DpEvent, ...]:
     """The worst case of known-domain top-k at per-outcome ε split by ``discovery_share`` (what the ledger reserves:
     :meth:`~stream_dp.mechanisms.known_domain.KnownDomainTopk.privacy_map`)."""
-    from stream_dp.mechanisms.known_domain import KnownDomainTopk, domain_split
-
-    track, discover = domain_split(epsilon=epsilon, discovery_share=discovery_share)
-    return KnownDomainTopk(k=k, k_bar=k, track_epsilon=track, discover_epsilon=discover, delta=delta,
-                           max_keys_per_user=1).privacy_map()
+    p = known_domain_at(epsilon, k, discovery_share, delta, discovery=discovery, max_keys_per_user=max_keys_per_user)
+    return p.measurement(k=k, k_bar=k, max_keys_per_user=max_keys_per_user).privacy_map()
 
 
 @functools.lru_cache(maxsize=1024)
-def known_domain_parameters(epsilon_w: float, delta_w: float, k: int, discovery_share: float = 0.0
-                            ) -> KnownDomainParameters:
-    """Known-domain top-k at (ε_w, δ_w): with discovery, δ_⊥ = δ_w/2 and the rest to the conversion; without, all of
-    δ_w to the conversion (the tracked peels have no δ).
+def known_domain_parameters(epsilon_w: float, delta_w: float, k: int, discovery_share: float = 0.0, *,
+                            discovery: str = "limited_domain", max_keys_per_user: int = 1) -> KnownDomainParameters:
+    """Known-domain top-k at (ε_w, δ_w): with discovery, its δ (the ⊥ rule's or the threshold's) = δ_w/2 and the
+    rest to the conversion; without, all of δ_w to the conversion (the tracked peels have no δ). Threshold
+    discovery's τ depends on ``max_keys_per_user`` (Δ); its σ² is rounded up to the 1/1000 grid, so its ρ_d only
+    shrinks and the search stays on the map the ledger reserves.
 
     >>> p = known_domain_parameters(1.0, 1e-6, 10)
     >>> round(p.track_epsilon, 2), p.discover_epsilon
     (0.14, None)
+    >>> q = known_domain_parameters(1.0, 1e-6, 10, 0.8, discovery="threshold", max_keys_per_user=5)
+    >>> q.discovery_calibration.threshold_delta, window_epsilon(q.measurement(k=10, k_bar=10,
+    ...     max_keys_per_user=5).privacy_map(), 1e-6) <= 1.0
+    (5e-07, True)
     """
-    from stream_dp.mechanisms.known_domain import domain_split
-
     epsilon_w, delta_w = check_window_budget(epsilon_w, delta_w)
     k = check_positive_int(k, "k")
+    dk = check_positive_int(max_keys_per_user, "max_keys_per_user")
     if not 0 <= discovery_share < 1:
         raise ValueError(f"discovery_share must be in [0, 1), got {discovery_share!r}")
     delta = delta_w / 2
-    epsilon = largest_parameter(lambda e: window_epsilon(known_domain_events(e, k, discovery_share, delta), delta_w),
-                                epsilon_w)
-    track, discover = domain_split(epsilon=epsilon, discovery_share=discovery_share)
-    return KnownDomainParameters(track, discover, delta)
+    epsilon = largest_parameter(
+        lambda e: window_epsilon(known_domain_events(e, k, discovery_share, delta, discovery=discovery,
+                                                     max_keys_per_user=dk), delta_w), epsilon_w)
+    return known_domain_at(epsilon, k, discovery_share, delta, discovery=discovery, max_keys_per_user=dk)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -209,17 +244,16 @@ def legacy_values(section: Any, defaults: tuple[float, float]) -> tuple[float, f
             section.delta if section.delta is not None else defaults[1])
 
 
-def configured_topk(t: Any) -> TopkParameters | KnownDomainParameters:
+def configured_topk(t: Any, *, max_keys_per_user: int) -> TopkParameters | KnownDomainParameters:
     """``[releases.topk]``'s mechanism parameters: from its window budget, or (deprecated keys) ε per outcome and
-    the ⊥ rule's δ as given."""
-    from stream_dp.mechanisms.known_domain import domain_split
-
+    the ⊥ rule's (threshold discovery: the threshold's) δ as given."""
     legacy = legacy_values(t, LEGACY_TOPK)
     if t.has_domain:
         if legacy is not None:
-            track, discover = domain_split(epsilon=legacy[0], discovery_share=t.discovery_share)
-            return KnownDomainParameters(track, discover, legacy[1])
-        return known_domain_parameters(t.window_epsilon, t.window_delta, t.k, t.discovery_share)
+            return known_domain_at(legacy[0], t.k, t.discovery_share, legacy[1], discovery=t.discovery,
+                                   max_keys_per_user=max_keys_per_user)
+        return known_domain_parameters(t.window_epsilon, t.window_delta, t.k, t.discovery_share,
+                                       discovery=t.discovery, max_keys_per_user=max_keys_per_user)
     if legacy is not None:
         return TopkParameters(*legacy)
     return topk_parameters(t.window_epsilon, t.window_delta, t.k)

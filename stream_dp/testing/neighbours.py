@@ -149,12 +149,14 @@ def _batches(events: Sequence[StreamEvent], size: int) -> Iterable[list[tuple[in
 
 def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, rng: Any = None,
                    partitions: int = 1, batch_size: int = 4,
-                   reader_factory: Callable[[Any, Any], Any] | None = None) -> View:
+                   reader_factory: Callable[[Any, Any], Any] | None = None,
+                   worker_hook: Callable[[Any], None] | None = None) -> View:
     """Ingest ``events`` with the production applier and release every due window with the production
     release worker, under a fresh key prefix on ``client``; the records a subscriber would read.
 
     ``reader_factory(worker, client)`` replaces the release worker's window reader (to show that a broken
-    schedule is caught); production never passes it.
+    schedule is caught); ``worker_hook(worker)`` changes the worker before it runs (to show that a broken
+    released domain is caught); production never passes either.
     """
     from prometheus_client import CollectorRegistry
 
@@ -193,6 +195,8 @@ def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, r
                            worker_id="harness", rng=rng)
     if reader_factory is not None:
         worker.reader = reader_factory(worker, client)
+    if worker_hook is not None:
+        worker_hook(worker)
     for _ in range(10_000):
         if worker.run_once() is None:
             break
@@ -289,3 +293,13 @@ def scenarios(*, size: int, t0: int, max_keys: int, skew: float) -> list[Scenari
                        + crowd(1, others, ["x"])), "u", horizon=at(3, 0)),
     ]
     return out
+
+
+def released_domain_scenario(*, size: int, t0: int, crowd: int) -> Scenario:
+    """u is the (``crowd`` + 1)-th user of key ``z`` in window 0 and ``z`` has no user after it: with ``crowd`` + 1
+    at a release's threshold, u's presence decides whether window 0 publishes ``z``, and so -- with a released
+    domain (docs/privacy.md §10) -- whether the later windows track it. Window 1 has other users on another key."""
+    w0 = [StreamEvent(t0 + 1 + i * 0.01, f"o{i}", "z") for i in range(crowd)] + [StreamEvent(t0 + 30, "u", "z")]
+    w1 = [StreamEvent(t0 + size + 1 + i * 0.01, f"p{i}", "y") for i in range(3)]
+    return Scenario("u decides whether window 0 publishes a key the next windows track", tuple(w0 + w1), "u",
+                    horizon=t0 + 3 * size)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topic_helpers import contract_topics
 from ingest_helpers import (config_mapping, create_topic, ground_truth, produce, stop_worker, window_store,
                             write_toml)
 from ingest_helpers import start_worker as start_ingest
@@ -26,7 +27,7 @@ from stream_dp.processes import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 60
-T0 = 1_800_000_000  # a multiple of SIZE
+from event_times import T0  # noqa: E402 - near the present (Kafka 4 refuses future times)
 # per window: hot keys and their distinct users; the ranking changes between windows
 HOT = [
     {"Crimson River": 70, "Mira's Winter": 55, "The Burning Empire": 45},
@@ -59,7 +60,7 @@ def pipeline_config(tmp_path: Path, bootstrap: str, redis_url: str, topic_name, 
     """A config for both workers and the dashboard; returns (path, events topic, releases topic)."""
     events_topic, releases_topic = topic_name("events"), topic_name("releases")
     create_topic(bootstrap, events_topic, 2)
-    create_topic(bootstrap, releases_topic, 1)
+    contract_topics(bootstrap, releases=releases_topic)
     data = config_mapping(bootstrap, redis_url, events_topic, group=topic_name("g"), size=SIZE, max_keys=3,
                           lateness=0, idle=1.0, prefix=prefix, budget={"epsilon": 20.0, "delta": 1e-4})
     data["kafka"]["releases_topic"] = releases_topic

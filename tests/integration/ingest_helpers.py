@@ -12,11 +12,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaProducer
+
 from prometheus_client import CollectorRegistry
-from kafka.admin import KafkaAdminClient, NewTopic
 
 from bounding_oracle import bounded_counts
+from topic_helpers import CheckedProducer, contract_topics
 from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the ingest tests
 from stream_dp.processes import die_with_parent
 from stream_dp.ingest.store import WindowStore
@@ -27,18 +27,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
+    """The events topic ``topic`` and its dead-letter topic ``<topic>-dlq`` (:func:`config_mapping`'s names),
+    made with the topic contract as ``stream-dp topics create`` makes them."""
+    contract_topics(bootstrap, events=topic, partitions=partitions, dead_letter=f"{topic}-dlq")
 
 
-def make_events(seed: int, n: int, *, users: int, keys: int, windows: int, size: int, t0: int = 1_800_000_000,
+def make_events(seed: int, n: int, *, users: int, keys: int, windows: int, size: int, t0: int | None = None,
                 ) -> list[dict[str, Any]]:
     """Events over ``windows`` windows in event-time order (with jitter), Zipf-ish keys, random users."""
     rnd = random.Random(seed)
     out = []
+    t0 = T0 if t0 is None else t0
     span = windows * size
     for i in range(n):
         ts = t0 + span * i / n + rnd.uniform(-size / 10, size / 10)
@@ -59,7 +58,7 @@ def produce(bootstrap: str, topic: str, events: list[Any], *, raw: bool = False,
             record_time: float | None = None) -> None:
     """Produce keyed by user (one partition per user), in list order, record time = event time (raw
     values: ``record_time`` seconds, or the producer's clock)."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
     for ev in events:
         if raw:
             producer.send(topic, key=b"raw", value=ev,
@@ -79,8 +78,8 @@ def ground_truth(events: list[dict[str, Any]], *, size: int, max_keys: int, unit
                           max_keys_per_user=max_keys, unit=unit)
 
 
-#: The public schedule start of the ingest tests: their streams start at (or after) T0.
-T0 = 1_800_000_000
+#: The public schedule start of the ingest tests: their streams start at (or after) T0 (near the present).
+from event_times import T0  # noqa: E402
 
 
 def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, size: int, max_keys: int,
@@ -88,7 +87,8 @@ def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, si
                    ) -> dict[str, Any]:
     data: dict[str, Any] = {
         "kafka": {"bootstrap_servers": bootstrap, "events_topic": topic, "dead_letter_topic": f"{topic}-dlq",
-                  "ingest_group_id": group, "max_poll_records": 2000},
+                  "ingest_group_id": group, "max_poll_records": 2000,
+                  "events_partitions": 1},  # the contract's minimum; each test makes the partitions it needs
         "redis": {"url": redis_url, "key_prefix": prefix},
         "windows": {"size_seconds": size, "allowed_lateness_seconds": lateness,
                     "idle_partition_timeout_seconds": idle, "start": str(T0 // size * size),
@@ -115,12 +115,12 @@ def write_toml(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def start_worker(config_file: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def start_worker(config_file: Path, log_path: Path, *options: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("STREAM_DP_LOG_LEVEL", None)
     logf = open(log_path, "ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(config_file)],
+        return subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(config_file), *options],
                                 cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT,
                                 preexec_fn=die_with_parent)
     finally:

@@ -50,8 +50,20 @@ def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
     return path
 
 
+def releases_topic_of(config: Path) -> None:
+    """Make the releases topic of ``config`` as ``stream-dp topics create`` does (the worker checks it at start
+    and no longer makes it), unless it exists."""
+    from stream_dp import topics
+    from stream_dp.config import load_config
+
+    kafka = load_config(config, environ={}).kafka
+    if kafka.bootstrap_servers:
+        topics.create(kafka, ("releases",))
+
+
 def start_worker(config: Path, *, worker_id: str, log_path: Path, crash_at: str | None = None,
                  extra_env: dict[str, str] | None = None, claim_ttl: float = 2.0) -> subprocess.Popen[bytes]:
+    releases_topic_of(config)
     # STREAM_DP_* variables are config overrides: pass none of the test runner's on to the worker
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAM_DP_", "STREAMDP_"))}
     env["PYTHONPATH"] = str(REPO)

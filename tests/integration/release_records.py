@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
+
+
+from topic_helpers import CheckedProducer, contract_topics
 
 DAY = 86400
 T0 = 1_793_577_600  # 2026-11-02 00:00 UTC
@@ -45,13 +45,7 @@ def record(window: int, rtype: str = "topk", *, keys: tuple[str, ...] = ("a", "b
 
 def releases_topic(bootstrap: str, topic: str) -> str:
     """Create ``topic`` with one partition (the worker's releases topic has one), if it does not exist."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    except TopicAlreadyExistsError:
-        pass
-    finally:
-        admin.close()
+    contract_topics(bootstrap, releases=topic)
     return topic
 
 
@@ -59,7 +53,7 @@ def produce(bootstrap: str, topic: str, values: list[dict[str, Any] | bytes]) ->
     """Publish records (dicts, keyed by release id) or raw message values, in order, and wait for acks,
     to a one-partition topic (created if needed), so the order read is the order published."""
     releases_topic(bootstrap, topic)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all")
     try:
         for value in values:
             if isinstance(value, dict):

@@ -9,8 +9,9 @@ from collections import Counter
 
 import pytest
 import redis
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka import KafkaConsumer
+
+from topic_helpers import CheckedProducer, contract_topics
 
 pytestmark = pytest.mark.integration
 
@@ -20,14 +21,12 @@ PARTITIONS = 4
 
 def test_produce_consume_group_counts_into_redis(bootstrap_servers, redis_url, topic_name):
     topic = topic_name("events")
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
-    admin.close()
+    contract_topics(bootstrap_servers, events=topic, partitions=PARTITIONS)
 
     rnd = random.Random(20261129)
     keys = [f"item-{i}" for i in range(50)]
     expected: Counter[str] = Counter()
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5)
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5)
     for i in range(N_EVENTS):
         user = f"user-{rnd.randrange(500)}"
         key = rnd.choice(keys)

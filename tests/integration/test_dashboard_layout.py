@@ -53,8 +53,9 @@ LONG_KEY = ("Kingdom of the Broken Forest (1975) — the restored director's cut
 def busiest_window(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One more day, as full as the page gets: the month's latest records copied to the next window with
     every list longer than a card shows -- 30 histogram keys (the month's keys, the long one first, in an
-    order that makes keys climb), all watched keys above the threshold, 20 sampled keys. Layout input only:
-    schema-valid records, not a release any worker made."""
+    order that makes keys climb) over a public domain partly learned from earlier releases (a ``domain``
+    block; each key tagged tracked or discovered, the long one discovered), all watched keys above the
+    threshold, 20 sampled keys. Layout input only: schema-valid records, not a release any worker made."""
     latest = {r["type"]: r for r in records}
     keys = list(dict.fromkeys([LONG_KEY] + [i["key"] for r in records for i in r["items"] if "key" in i]))[:30]
     out = []
@@ -66,7 +67,12 @@ def busiest_window(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         new["created_at"] = datetime.fromtimestamp(end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         if rtype == "histogram":
             new["items"] = [{"key": k, "rank": n + 1, "count": 2000 - 60 * n, "ci_low": 1978 - 60 * n,
-                             "ci_high": 2022 - 60 * n} for n, k in enumerate(keys)]
+                             "ci_high": 2022 - 60 * n, "source": "discovered" if n % 3 == 0 else "domain"}
+                            for n, k in enumerate(keys)]
+            day = end - start
+            new["domain"] = {"size": 1412, "static": 12, "from_released": {
+                "types": ["histogram", "topk"], "memory_windows": 4, "windows": [start - 4 * day, start - day],
+                "order": "recent", "max_keys": 1000, "candidates": 1431, "keys": 1000, "digest": "0" * 32}}
         elif rtype == "topk":
             new["items"] = [{"key": k, "rank": n + 1} for n, k in enumerate(keys[:10])]
             new["hit_bottom"] = False
@@ -77,6 +83,18 @@ def busiest_window(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             new["items"] = [{"key": k, "token": 10.0, "estimate": 900.0 - 30 * n} for n, k in enumerate(keys[:20])]
         out.append(new)
     return out
+
+
+def catalogue_window(busy: list[dict[str, Any]]) -> dict[str, Any]:
+    """The busiest window's histogram one day later over a configured catalogue alone, as the demo releases
+    it: every key tracked (``source = "domain"``), the ``domain`` block ``{"size": 3000, "static": 3000}``."""
+    rec = json.loads(json.dumps(next(r for r in busy if r["type"] == "histogram")))
+    start, end = rec["window"]["end"], 2 * rec["window"]["end"] - rec["window"]["start"]
+    rec["window"], rec["release_id"] = {"start": start, "end": end}, f"{start}-{end}.histogram"
+    rec["created_at"] = datetime.fromtimestamp(end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rec["items"] = [{**item, "source": "domain"} for item in rec["items"]]
+    rec["domain"] = {"size": 3000, "static": 3000}
+    return rec
 
 
 def month_records() -> list[dict[str, Any]]:
@@ -125,6 +143,12 @@ def measure(chromium: HeadlessChromium, url: str, records: int, shots: Path | No
         probe["wall"] = chromium.evaluate("document.body.classList.contains('wall')")
         probe["key_font_px"] = chromium.evaluate(
             "parseFloat(getComputedStyle(document.querySelector('#ranking tr.ranked td.key')).fontSize)")
+        probe["tags"] = chromium.evaluate(
+            "[...document.querySelectorAll('#ranking td.source .tag')].filter(e => e.offsetParent !== null)"
+            ".map(e => e.textContent).sort().filter((t, i, all) => all.indexOf(t) === i)")
+        probe["domain_line"] = chromium.evaluate(
+            "(() => { const p = document.getElementById('domain-line');"
+            " return p && p.offsetParent !== null ? p.textContent : null; })()")
         probe["explanations_shown"] = chromium.evaluate(
             "[...document.querySelectorAll('.explain')].filter(e => e.offsetParent !== null).length")
         probe["long_key"] = chromium.evaluate(
@@ -151,9 +175,14 @@ def report(title: str, figures: dict[tuple[int, int], dict[str, Any]]) -> None:
             print(f"    {o['card']}: {o['element']} by {o['px']} px")
 
 
-def check(label: str, figures: dict[tuple[int, int], dict[str, Any]]) -> None:
+def check(label: str, figures: dict[tuple[int, int], dict[str, Any]], *, tagged: bool = False) -> None:
     for (w, h), f in figures.items():
         where = f"{label}, {w}x{h}"
+        if tagged:  # a release over a public domain: every shown key tagged, the domain's line shown (wall too)
+            assert f["tags"] == ["discovered", "tracked"], (where, f["tags"])
+            assert f["domain_line"] and f["domain_line"].startswith("domain 1,412 keys"), (where, f["domain_line"])
+        else:
+            assert f["tags"] == [] and f["domain_line"] is None, (where, f["tags"], f["domain_line"])
         assert not f["outside"], f"{where}: elements outside their card: {f['outside'][:10]}"
         assert not f["clipped"], f"{where}: elements cut off by their chart: {f['clipped'][:10]}"
         assert f["horizontal_scroll_px"] == 0, f"{where}: the page scrolls sideways"
@@ -180,11 +209,21 @@ def test_no_element_leaves_its_card_at_three_screen_sizes(tmp_path, dashboard, c
     busiest = measure(chromium, url, len(records) + len(busy), None, tmp_path)
     report("a window as full as the page gets", busiest)
     check("month", month)
-    check("busiest", busiest)
+    check("busiest", busiest, tagged=True)
     cards = chromium.evaluate("[...document.querySelectorAll('.card')].filter(c => c.offsetParent !== null)"
                               ".map(c => c.id)")
     assert set(cards) == ({"trending-card", "rising-card", "budget-card", "timeline-card"}
                           | ({"alerts-card", "estimates-card"} if every_type else set())), cards
+
+    # a catalogue's ranking, every key tracked: no column of identical tags, the domain's line says so
+    publish([catalogue_window(busy)])
+    total = len(records) + len(busy) + 1
+    load(chromium, url, (1920, 1080), total)
+    probe = chromium.evaluate(PROBE)
+    assert not probe["outside"] and not probe["clipped"] and probe["vertical_scroll_px"] == 0, probe
+    assert chromium.evaluate("document.querySelectorAll('#ranking td.source').length") == 0
+    assert chromium.evaluate("document.getElementById('domain-line').textContent") == (
+        "domain 3,000 keys · from the config · every key shown tracked")
 
     # the page writes ε and δ as tail, the demo and `budget show` do (stream_dp.budget_text)
     values = [0, 0.004, 0.643, 3.1689222080528, 10, None, 2e-07, 9.800000000000001e-06, 1e-05]
@@ -192,7 +231,6 @@ def test_no_element_leaves_its_card_at_three_screen_sizes(tmp_path, dashboard, c
     assert page == [[epsilon_text(x), delta_text(x)] for x in values]
 
     # the URL parameter chooses the mode at any size
-    total = len(records) + len(busy)
     load(chromium, url + "?wall=1", (1280, 800), total)
     assert chromium.evaluate("document.body.classList.contains('wall')")
     load(chromium, url + "?wall=0", (2560, 1440), total)

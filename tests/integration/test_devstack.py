@@ -91,6 +91,23 @@ def test_restart_keeps_port_and_redis_data_with_persistence(tmp_path):
         client.close()
 
 
+def test_a_restart_returns_only_once_redis_has_loaded_its_aof(tmp_path):
+    """``LOADING`` after a restart with persistence: the restart returns when Redis serves, so the first command
+    after it does not meet BusyLoadingError (what CI met once in the test above)."""
+    with DevStack(kafka=False, workdir=tmp_path, redis_persistence=True) as stack:
+        client = redis.Redis.from_url(stack.redis_url)
+        client.execute_command("DEBUG", "POPULATE", 600_000, "k", 64)  # enough to take a while to load
+        client.bgrewriteaof()
+        wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0
+                 and client.info("persistence")["aof_rewrite_scheduled"] == 0, timeout=60, what="the AOF rewrite")
+        client.close()
+        stack.redis.kill()
+        stack.redis.start()
+        client = redis.Redis.from_url(stack.redis_url)
+        assert client.dbsize() == 600_000  # no BusyLoadingError: start() waited for PONG
+        client.close()
+
+
 def test_cli_up_status_down(tmp_path):
     env = {**os.environ, "STREAM_DP_DEVSTACK_STATE": str(tmp_path / "state.json")}
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -144,6 +161,17 @@ def test_cli_dead_redis_is_reported_at_once_restarted_on_its_port_and_picked_up(
         listed = run("budget", "list", "--config", str(config), "--json")
         assert listed.returncode == 0, listed.stderr
         assert "using the running dev stack" in listed.stderr and info["redis_url"] in listed.stderr
+        # the dashboard too (it used to ignore the dev stack): it says which broker it reads
+        dash = subprocess.Popen([sys.executable, "-m", "stream_dp.cli", "dashboard", "--config", str(config)],
+                                env={**env, "STREAM_DP_DASHBOARD__PORT": "0"}, cwd=root, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        try:
+            first = dash.stdout.readline()
+            assert first.startswith("dashboard  http://") and f"at {info['bootstrap_servers']};" in first, first
+        finally:
+            dash.send_signal(signal.SIGINT)
+            dash.wait(timeout=30)
+            dash.stdout.close()
     finally:
         down = run("devstack", "down")
     assert down.returncode == 0, down.stderr

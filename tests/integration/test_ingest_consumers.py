@@ -12,7 +12,7 @@ import json
 import time
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
 from prometheus_client import CollectorRegistry
 
@@ -24,24 +24,26 @@ from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.consumers import (ConfluentConsumer, KafkaPythonRecords, confluent_settings, ingest_consumer,
                                         records_of)
 
+from topic_helpers import CheckedProducer
+from event_times import T0
 from ingest_helpers import create_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
 RECORDS = [  # (key, value, timestamp ms or None: the producer's clock)
-    (b"user-1", b'{"user": "user-1", "key": "a", "ts": 1800000000.5}', 1_800_000_000_500),
-    (None, b'{"user": "user-2", "key": "b"}', 1_800_000_001_000),
-    (b"user-3", None, 1_800_000_002_000),  # a tombstone: a null value
+    (b"user-1", b'{"user": "user-1", "key": "a", "ts": %d.5}' % T0, T0 * 1000 + 500),
+    (None, b'{"user": "user-2", "key": "b"}', T0 * 1000 + 1000),
+    (b"user-3", None, T0 * 1000 + 2000),  # a tombstone: a null value
     (b"user-4", b"\xff\xfe not json", 0),
     (b"user-5", b"{}", None),
 ]
 
 
 def _produce(bootstrap: str, topic: str) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all")
     for key, value, ts in RECORDS:
         producer.send(topic, key=key, value=value, partition=0, timestamp_ms=ts)
-    producer.send(topic, key=b"other", value=b"{}", partition=1, timestamp_ms=1_800_000_003_000)
+    producer.send(topic, key=b"other", value=b"{}", partition=1, timestamp_ms=T0 * 1000 + 3000)
     producer.flush()
     producer.close()
 
@@ -118,7 +120,7 @@ def test_confluent_poll_returns_what_is_fetched_without_waiting_to_fill_a_batch(
     cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
     ck = ConfluentConsumer(confluent_settings(cfg, group_id=topic_name("ck")), max_poll_records=1000)
     ck.subscribe([topic])
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks="all")
     try:
         producer.send(topic, value=b"{}", partition=0)
         producer.flush()
@@ -179,7 +181,7 @@ def test_confluent_prefetch_is_bounded_by_the_setting(bootstrap_servers, topic_n
     topic = topic_name("backlog")
     create_topic(bootstrap_servers, topic, 1)
     backlog = 8192
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=20, batch_size=256 * 1024)
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=20, batch_size=256 * 1024)
     for i in range(backlog):
         producer.send(topic, value=b'{"user": "u%05d", "key": "k", "pad": "%s"}' % (i, b"x" * (RECORD_BYTES - 40)))
     producer.flush()
@@ -197,7 +199,7 @@ def test_a_full_bounded_prefetch_queue_does_not_starve_the_loop(bootstrap_server
     200 ms polls per refill, ~40 over this backlog)."""
     topic, n = topic_name("refill"), 30_000
     create_topic(bootstrap_servers, topic, 1)
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5, batch_size=256 * 1024)
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5, batch_size=256 * 1024)
     for _ in range(n):
         producer.send(topic, value=b"x" * 500, partition=0)
     producer.flush()

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from topic_helpers import CheckedProducer
+from event_times import T0
 from ingest_helpers import (config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
                             start_worker, stop_worker, wait_for, write_toml)
 from stream_dp.ingest.consumers import KAFKA_CLIENTS
@@ -79,7 +81,7 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
                                                                    topic_name, tmp_path, client):
     n = 120_000  # enough that ten runs of the (fast) worker end before the replay does
     topic, group, events, cfg_file = _setup(bootstrap_servers, redis_url, topic_name, tmp_path, n=n, seed=5,
-                                            client=client, kafka={"max_poll_records": 100, "session_timeout_ms": 2000,
+                                            client=client, kafka={"max_poll_records": 100, "session_timeout_ms": 6000,
                                                    "heartbeat_interval_ms": 400})
     store = WindowStore(redis_client, keys=Keys("sdp"), window_size=SIZE, max_keys_per_user=MAX_KEYS)
     rnd = random.Random(99)
@@ -336,7 +338,6 @@ def test_a_broker_outage_does_not_close_the_windows_of_partitions_that_are_behin
     down, the global watermark must stay at the slow partitions' (kafka-python, without its outage report:
     it jumps to partition 0's)."""
     import redis
-    from kafka import KafkaProducer
 
     from stream_dp.processes import free_port
 
@@ -345,8 +346,8 @@ def test_a_broker_outage_does_not_close_the_windows_of_partitions_that_are_behin
     bootstrap, redis_url = own_stack.bootstrap_servers, own_stack.redis_url
     topic = topic_name("events")
     create_topic(bootstrap, topic, PARTITIONS)
-    t0 = 1_800_000_000 // SIZE * SIZE
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    t0 = T0 // SIZE * SIZE
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all")
     sent = 0
     for p in range(PARTITIONS):
         last = t0 + (4 if p == 0 else 1) * SIZE - 1  # partition 0 reaches window 3, the others window 0

@@ -9,7 +9,7 @@ import hashlib
 import json
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 from prometheus_client import CollectorRegistry
 
 from stream_dp.config import config_from_mapping
@@ -20,18 +20,19 @@ from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 
+from topic_helpers import CheckedProducer, contract_topics
 from ingest_helpers import Running, config_mapping, create_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
 SIZE = 600
-T0 = 1_800_000_000
+from event_times import T0  # noqa: E402 - near the present (Kafka 4 refuses future times)
 NEAR_MIB = 1_048_450  # under Kafka's default message.max.bytes (1048588): the broker admits it
-FIVE_MB = 5_000_000  # over it: rejected as record_too_large before any parsing
+FIVE_MB = 5_000_000  # over events.max_record_bytes: dead-lettered as record_too_large before any parsing
 
 
 def _produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 * 1024 * 1024)
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 * 1024 * 1024)
     for v in values:
         # stamped like the trusted collector would: the record time of the good events' window
         producer.send(topic, key=b"poison", value=v, timestamp_ms=(T0 + 1) * 1000).get(timeout=30)
@@ -51,7 +52,10 @@ def _dead_letters(bootstrap: str, topic: str) -> list:
 def test_near_mib_and_5mb_records_are_dead_lettered_once_in_bounded_form(bootstrap_servers, redis_client,
                                                                          redis_url, topic_name, client):
     topic = topic_name("events")
-    create_topic(bootstrap_servers, topic, 1)
+    # a deployment whose events topic admits larger records than ingest takes (events.max_record_bytes):
+    # Apache Kafka refuses a 5 MB record on a topic of its default max.message.bytes (Tansu has no limit)
+    contract_topics(bootstrap_servers, events=topic, dead_letter=f"{topic}-dlq",
+                    events_configs={"max.message.bytes": str(8 * 1024 * 1024)})
     near = b"{" + b"x" * (NEAR_MIB - 1)  # not JSON: bad_json, and its dead letter exceeds 1 MiB with headers
     huge = b"{" + b"y" * (FIVE_MB - 1)
     small_bad = b"{not json"
@@ -139,7 +143,7 @@ def test_a_full_window_shard_dead_letters_the_rest_counts_them_and_moves_on(boot
     create_topic(bootstrap_servers, topic, 1)
     first = [{"user": f"user-{i:03d}", "key": f"k{i % 3}", "ts": T0 + 1} for i in range(200)]
     later = [{"user": "late-comer", "key": "k9", "ts": T0 + SIZE + 1}]
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks="all")
     for ev in first + later:
         producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode(), timestamp_ms=int(ev["ts"] * 1000))
     producer.flush()

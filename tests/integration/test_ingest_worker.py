@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
 from stream_dp.config import config_from_mapping
 from stream_dp.ingest.consumers import KAFKA_CLIENTS
 
+from topic_helpers import CheckedProducer
+from event_times import T0
 from ingest_helpers import (Running, config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
                             wait_for, window_store)
 
@@ -70,8 +72,8 @@ def test_the_last_batch_of_a_burst_is_finished_without_waiting_for_the_poll_time
     10 s leave a loaded machine -- other test workers -- ample time for the work itself)."""
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 1)
-    good = [json.dumps({"user": f"u{i}", "key": "k", "ts": 1_800_000_000}).encode() for i in range(3)]
-    produce(bootstrap_servers, topic, [*good, b"{not json"], raw=True, record_time=1_800_000_000)
+    good = [json.dumps({"user": f"u{i}", "key": "k", "ts": T0}).encode() for i in range(3)]
+    produce(bootstrap_servers, topic, [*good, b"{not json"], raw=True, record_time=T0)
     group = topic_name("g")
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=group, size=SIZE,
                                              max_keys=MAX_KEYS, ingest={"kafka_client": client,
@@ -82,7 +84,7 @@ def test_the_last_batch_of_a_burst_is_finished_without_waiting_for_the_poll_time
                  and _committed(bootstrap_servers, group, topic, 1) == 4, timeout=10,
                  what="the batch finished well within the poll timeout")
     assert run.error is None
-    assert window_store(redis_client, cfg).counts(1_800_000_000 // SIZE * SIZE) == {"k": 3}
+    assert window_store(redis_client, cfg).counts(T0 // SIZE * SIZE) == {"k": 3}
 
 
 @both_clients
@@ -90,12 +92,12 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
                                                                    topic_name, client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 1)
-    good = {"user": "u", "key": "k", "ts": 1_800_000_000}
+    good = {"user": "u", "key": "k", "ts": T0}
     bad = [b"\xff\xfe", b"{not json", b"[1,2]", json.dumps({"key": "k"}).encode(),
            json.dumps({"user": "u", "key": "k" * 300}).encode(), json.dumps({"user": "u", "key": "k", "ts": "x"}).encode(),
            b"[" * 100_000,
-           json.dumps({"user": "liar", "key": "k", "ts": 1_800_000_000 + 365 * 86400}).encode()]  # a year ahead
-    produce(bootstrap_servers, topic, [json.dumps(good).encode(), *bad], raw=True, record_time=1_800_000_000)
+           json.dumps({"user": "liar", "key": "k", "ts": T0 + 365 * 86400}).encode()]  # a year ahead
+    produce(bootstrap_servers, topic, [json.dumps(good).encode(), *bad], raw=True, record_time=T0)
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
                                              max_keys=MAX_KEYS, ingest={"kafka_client": client}), environ={})
     with Running(cfg) as run:
@@ -112,7 +114,7 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_reason(bootstrap_ser
     assert set(got) == set(bad)
     assert got[b"{not json"]["reason"] == b"bad_json"
     assert got[b"\xff\xfe"]["source_offset"] == b"1"
-    assert window_store(redis_client, cfg).counts(1_800_000_000 // SIZE * SIZE) == {"k": 1}
+    assert window_store(redis_client, cfg).counts(T0 // SIZE * SIZE) == {"k": 1}
 
 
 @both_clients
@@ -120,7 +122,7 @@ def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers,
                                                               client):
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 2)
-    t0 = 1_800_000_000 // SIZE * SIZE
+    t0 = T0 // SIZE * SIZE
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
                                              max_keys=MAX_KEYS, lateness=30, idle=2.0,
                                              ingest={"kafka_client": client}), environ={})
@@ -141,7 +143,7 @@ def test_watermark_closes_windows_and_late_events_are_dropped(bootstrap_servers,
 
 
 def _send(bootstrap: str, topic: str, partition: int, events: list[dict]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all")
     for ev in events:
         producer.send(topic, key=ev["user"].encode(), value=json.dumps(ev).encode(), partition=partition,
                       timestamp_ms=int(ev["ts"] * 1000))
@@ -157,7 +159,7 @@ def test_an_owned_partition_that_receives_nothing_does_not_hold_the_watermark_ba
     committed offset after a restart), so it turns idle and the global watermark follows partition 0."""
     topic = topic_name("events")
     create_topic(bootstrap_servers, topic, 2)
-    t0 = 1_800_000_000 // SIZE * SIZE
+    t0 = T0 // SIZE * SIZE
     cfg = config_from_mapping(config_mapping(bootstrap_servers, redis_url, topic, group=topic_name("g"), size=SIZE,
                                              max_keys=MAX_KEYS, lateness=30, idle=2.0,
                                              ingest={"kafka_client": client}), environ={})

@@ -46,7 +46,7 @@ def test_python_encoder_and_lua_decoder_agree_on_every_field(redis_client: redis
         events = json.dumps([{"kind": "pure_dp", "epsilon": v[7]}])
         argv = ledger_args.encode("settle", cap=cap, payload=payload, reservation_id=f"r/{i}",
                                   release_id=f"0-60.topk{i}", cost=cost, events=events, now=v[8])
-        seen = json.loads(echo(keys=[f"k{j}" for j in range(8)], args=argv))
+        seen = json.loads(echo(keys=[f"k{j}" for j in range(9)], args=argv))
         assert [float(x) for x in seen["cost"][:4]] == [v[0], v[1], v[2], v[3]]
         assert int(seen["cost"][4]) == i % 3
         assert [float(x) for x in seen["cap"]] == [v[4], v[5], v[6]]
@@ -60,9 +60,9 @@ def test_a_script_refuses_another_protocol_version(redis_client: redis.Redis) ->
     echo = redis_client.register_script(ECHO)
     (header,) = ledger_args.encode("cancel", cap={"epsilon": 1, "delta": 1e-5, "delta_prime": 1e-7},
                                    reservation_id="r", now=1)
-    old = json.dumps({**json.loads(header), "v": 2})
-    with pytest.raises(redis.ResponseError, match="version 2 sent, these scripts read version 1"):
-        echo(keys=[f"k{j}" for j in range(8)], args=[old])
+    old = json.dumps({**json.loads(header), "v": 1})
+    with pytest.raises(redis.ResponseError, match="version 1 sent, these scripts read version 2"):
+        echo(keys=[f"k{j}" for j in range(9)], args=[old])
 
 
 def test_the_encoder_names_a_missing_or_unknown_field() -> None:

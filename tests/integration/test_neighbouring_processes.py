@@ -9,18 +9,20 @@ import subprocess
 import sys
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 
+from topic_helpers import CheckedProducer, contract_topics
 from ingest_helpers import REPO, create_topic, stop_worker, wait_for
 from release_processes import write_config
 from stream_dp.config import load_config
 from stream_dp.processes import die_with_parent
-from stream_dp.testing.neighbours import Scenario, produce_stream, scenarios, subscriber_view
+from stream_dp.testing.neighbours import (Scenario, produce_stream, released_domain_scenario, scenarios,
+                                          subscriber_view)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SIZE = 60
-T0 = 1_800_000_000
+from event_times import T0  # noqa: E402 - near the present (Kafka 4 refuses future times)
 TYPES = ("topk", "alerts", "sample")
 PICKED = [s for s in scenarios(size=SIZE, t0=T0, max_keys=3, skew=5)
           if s.name.startswith(("u alone", "u with a far-future", "u spread"))]
@@ -37,13 +39,15 @@ def _cli(command: str, config, log_path):
         log.close()
 
 
-def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name):
+def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name,
+         releases: dict | None = None, types: tuple[str, ...] = TYPES):
     events_topic, releases_topic = topic_name(f"{name}-events"), topic_name(f"{name}-releases")
     create_topic(bootstrap, events_topic, scenario.partitions)
-    create_topic(bootstrap, releases_topic, 1)  # as the release worker creates it: one partition, one order
+    contract_topics(bootstrap, releases=releases_topic)  # as `stream-dp topics create` makes it: one partition
     config = write_config(tmp_path / f"{name}.toml", {
         "kafka": {"bootstrap_servers": bootstrap, "events_topic": events_topic, "releases_topic": releases_topic,
-                  "dead_letter_topic": f"{events_topic}-dlq", "ingest_group_id": topic_name(f"{name}-g")},
+                  "dead_letter_topic": f"{events_topic}-dlq", "ingest_group_id": topic_name(f"{name}-g"),
+                  "events_partitions": scenario.partitions},
         "redis": {"url": redis_url, "key_prefix": topic_name(f"{name}-p")},
         "windows": {"size_seconds": SIZE, "start": str(T0), "allowed_lateness_seconds": 0,
                     "max_event_delay_seconds": 0, "idle_partition_timeout_seconds": 600},
@@ -53,14 +57,15 @@ def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: st
         "releases.alerts": {"enabled": True, "watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
         "releases.sample": {"enabled": True},
         "releases.histogram": {"enabled": False},
+        **(releases or {}),
         "ingest": {"poll_timeout_ms": 200},
         "metrics": {"port": 0},
     })
     cfg = load_config(config, environ={})
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all")
     produce_stream(scenario.stream(with_user=with_user), cfg, producer, events_topic)
     producer.close()
-    due = int((scenario.horizon - T0) // SIZE) * len(TYPES)
+    due = int((scenario.horizon - T0) // SIZE) * len(types)
     ingest = _cli("ingest", config, tmp_path / f"{name}-ingest.log")
     release = _cli("release", config, tmp_path / f"{name}-release.log")
     consumer = KafkaConsumer(releases_topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
@@ -87,3 +92,25 @@ def test_structure_identical_through_real_workers(tmp_path, scenario, bootstrap_
     assert d.structure().differences(d_prime.structure()) == [], (d.structure().rows, d_prime.structure().rows)
     windows = sorted({r[0] for r in d.structure().rows})
     assert windows == [T0 + i * SIZE for i in range(int((scenario.horizon - T0) // SIZE))]
+
+
+def test_released_domains_keep_the_structure_identical_through_real_workers(tmp_path, bootstrap_servers, redis_url,
+                                                                            topic_name):
+    """u is the user who tips key "z" over window 0's thresholds, so she decides whether the next windows' released
+    domains (histogram, top-k, the alerts watchlist: docs/privacy.md §10) track it: the structure a subscriber reads
+    is still identical, and every record states the domain it used."""
+    scenario = released_domain_scenario(size=SIZE, t0=T0, crowd=10)
+    releases = {"releases.histogram": {"enabled": True, "epsilon": 1.0, "delta": 1e-2, "calibration": "exact",
+                                       "domain_from_released": True, "domain_memory_windows": 1},
+                "releases.topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6,
+                                  "domain_from_released": True, "domain_memory_windows": 1},
+                "releases.alerts": {"enabled": True, "watchlist": ["x"], "threshold": 2.0, "k": 3, "epsilon": 1.0,
+                                    "domain_from_released": True, "domain_memory_windows": 1},
+                "releases.sample": {"enabled": False},
+                "budget": {"epsilon": 1e6, "delta": 0.5, "allow_partial_period": True}}  # δ 1e-2 a window
+    types = ("topk", "alerts", "histogram")
+    d = _run(tmp_path, "d", scenario, True, bootstrap_servers, redis_url, topic_name, releases, types)
+    d_prime = _run(tmp_path, "d-prime", scenario, False, bootstrap_servers, redis_url, topic_name, releases, types)
+    assert d.structure().differences(d_prime.structure()) == [], (d.structure().rows, d_prime.structure().rows)
+    for view in (d, d_prime):
+        assert all("from_released" in r["domain"] for r in view.records if r["status"] == "released")

@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 
 from stream_dp.client import ReleaseSubscriber
 from stream_dp.config import config_from_mapping
 from stream_dp.keys import Keys
 from stream_dp.wire import message_parts
 from stream_dp.release.records import validate_record
+from stream_dp import topics
 from stream_dp.release.service import build_worker
 from stream_dp.testing.windows import set_watermark, write_window
+
+from topic_helpers import CheckedProducer
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +68,7 @@ def test_a_sample_larger_than_one_message_goes_out_in_parts_and_later_windows_fo
         bootstrap_servers, redis_url, redis_client, topic_name):
     topic = topic_name("releases")
     cfg = _cfg(bootstrap_servers, redis_url, topic)
+    topics.create(cfg.kafka, ("releases",))  # as `stream-dp topics create` makes it
     keys = Keys("parts")
     # window 0: 3000 keys, all far above the sample's threshold (~70 B per item: ~200 KB of items)
     write_window(redis_client, keys, 0, SIZE, {f"key-{j:05d}": 500.0 + j for j in range(3000)})
@@ -97,6 +101,7 @@ def test_sent_whole_the_record_is_refused_by_the_producer(bootstrap_servers, red
     producer's) fails the sample on every pass, and the next window is never released."""
     topic = topic_name("releases")
     cfg = _cfg(bootstrap_servers, redis_url, topic)
+    topics.create(cfg.kafka, ("releases",))  # as `stream-dp topics create` makes it
     keys = Keys("parts")
     write_window(redis_client, keys, 0, SIZE, {f"key-{j:05d}": 500.0 + j for j in range(3000)})
     write_window(redis_client, keys, SIZE, SIZE, {"a": 900.0})
@@ -113,7 +118,7 @@ def test_sent_whole_the_record_is_refused_by_the_producer(bootstrap_servers, red
 
 
 def _publish_raw(bootstrap: str, topic: str, messages: list[tuple[str, bytes]]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap, acks="all")
     try:
         for key, value in messages:
             producer.send(topic, key=key.encode(), value=value)
@@ -133,11 +138,9 @@ def test_a_subscriber_joins_interrupted_and_repeated_parts_and_a_group_resumes_b
     """On the topic: parts 0-1 of release A (the publisher was interrupted), release B, then A again (its
     republication), part by part. A subscriber yields B, then A once, whole. A consumer group that stops
     after the republication's first part resumes at that part, not after it (else A would never be whole)."""
-    from stream_dp.connections import ensure_topics
-
     topic = topic_name("releases")
-    ensure_topics(config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka,
-                  {topic: 1})
+    topics.create(config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers, "releases_topic": topic}},
+                                      environ={}).kafka, ("releases",))
     a, b = _record(0, 1000), _record(1, 3)
     parts_a = message_parts(a, LIMIT)
     assert len(parts_a) >= 3

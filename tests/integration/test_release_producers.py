@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from stream_dp.config import config_from_mapping
 from stream_dp.processes import free_port  # nothing listens there: an unreachable broker
-from stream_dp.connections import confluent_client_settings, ensure_topics
+from stream_dp import topics
+from stream_dp.connections import confluent_client_settings
 from stream_dp.release.outbox import Publisher
 from stream_dp.release.producers import ConfluentProducer, release_producer
 from stream_dp.release.records import encode
@@ -36,7 +37,7 @@ def _cfg(bootstrap: str, client: str, topic: str = "releases"):
 @pytest.mark.parametrize("client", CLIENTS)
 def test_each_client_publishes_records_in_order_keyed_by_release_id(bootstrap_servers, topic_name, client):
     cfg = _cfg(bootstrap_servers, client, topic_name("releases"))
-    ensure_topics(cfg.kafka, {cfg.kafka.releases_topic: 1})
+    topics.create(cfg.kafka, ("releases",))
     producer = release_producer(cfg)
     assert isinstance(producer, ConfluentProducer) == (client == "confluent")
     publisher = Publisher(producer, cfg.kafka.releases_topic, timeout=20)
@@ -79,7 +80,10 @@ def test_the_worker_counts_a_failed_publish_as_the_kafka_dependency(redis_url, t
         "releases": {"topk": {"enabled": True}, "histogram": {"enabled": False}},  # the top-k release checked below
         "metrics": {"port": 0},
     }, environ={})
-    monkeypatch.setattr(service, "ensure_topics", lambda *a, **k: None)  # no broker: no topic to create
+    # no broker: no releases topic to compare the ledger with at start (stream_dp.release.ledger_guard)
+    from stream_dp.release.topic_reader import TopicContents
+
+    monkeypatch.setattr(service, "read_releases", lambda kafka, **k: TopicContents(kafka.releases_topic))
     registry = CollectorRegistry()
     svc = service.build_worker(cfg, registry=registry, worker_id="w1", rng=1)
     # a delivery timeout below the publisher's: librdkafka reports the record failed (ProduceFailed, a class of

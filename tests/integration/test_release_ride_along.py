@@ -355,13 +355,13 @@ class ObservedDelivery:
 
 
 def observed_worker(client: redis.Redis, bootstrap: str, topic: str, **observe: Any) -> tuple[ReleaseWorker, ObservedProducer, Ledger]:
-    from stream_dp.connections import ensure_topics
+    from stream_dp import topics
     from stream_dp.release.outbox import Publisher
     from stream_dp.release.producers import release_producer
 
     cfg = make_cfg()
     cfg = dataclasses.replace(cfg, kafka=dataclasses.replace(cfg.kafka, bootstrap_servers=bootstrap, releases_topic=topic))
-    ensure_topics(cfg.kafka, {topic: 1})
+    topics.create(cfg.kafka, ("releases",))
     keys = Keys(cfg.redis.key_prefix)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys)
     producer = ObservedProducer(release_producer(cfg), client, ledger, keys, **observe)

@@ -511,8 +511,10 @@ def test_worker_refuses_to_start_when_one_release_can_never_fit_the_period_cap(r
 
 
 def test_histogram_releases_noisy_counts_above_the_threshold_and_settles_its_reserved_cost(redis_client) -> None:
+    # each window alone (no released domain: window 1 would track window 0's keys, tests/integration/test_released_domain.py)
     cfg = make_cfg(topk={"enabled": False},
-                   histogram={"enabled": True, "epsilon": 2.0, "delta": 1e-7, "max_keys": 3, "confidence": 0.9})
+                   histogram={"enabled": True, "epsilon": 2.0, "delta": 1e-7, "max_keys": 3, "confidence": 0.9,
+                              "domain_from_released": False})
     keys = Keys("t")
     counts = {**{f"hot{j}": float(5000 + 1000 * j) for j in range(5)}, "rare": 1.0, "small": 2.0}
     write_window(redis_client, keys, 0, SIZE, counts)
@@ -607,7 +609,7 @@ def test_topk_with_a_known_domain_tracks_it_and_discovers_keys_outside_it(redis_
     domain_file.write_text("d3\n\nd4\n")
     cfg = make_cfg(topk={"k": 3, "k_bar": 5, "epsilon": 1000.0, "delta": 1e-6, "domain": ["d1", "d2"],
                          "domain_file": str(domain_file), "domain_from_released": True,
-                         "discovery_share": 0.2})
+                         "discovery_share": 0.2, "discovery": "limited_domain"})
     keys = Keys("t")
     write_window(redis_client, keys, 0, SIZE, {"d1": 5000.0, "d3": 3000.0, "new": 9000.0, "noise": 2.0})
     write_window(redis_client, keys, SIZE, SIZE, {"d1": 10.0, "new": 7000.0, "d4": 4000.0})

@@ -12,10 +12,11 @@ import threading
 import time
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 
 from stream_dp.broker_reach import NO_BROKER
 from stream_dp.demo_data import generate_ratings, write_csv
+from topic_helpers import CheckedProducer, contract_topics
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -91,6 +92,7 @@ def test_replay_generated_stream_with_a_limit_and_bad_columns(tmp_path, bootstra
 
 def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
     topic = topic_name("releases")
+    contract_topics(bootstrap_servers, releases=topic)
     records = [
         TOPK_RECORD,
         {"release_id": "1793577600-1793581200.sample", "schema_version": 1, "type": "sample", "status": "released",
@@ -100,7 +102,7 @@ def test_tail_prints_each_release_once(bootstrap_servers, topic_name):
          "budget": {"scope": "2026-11-02", "epsilon_spent": 0.7, "delta_spent": 1.1e-6,
                     "epsilon_remaining": 9.3, "delta_remaining": 8.9e-6}},
     ]  # tail checks records against the release schema, so these follow it
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks="all")
     for rec in records + records[:1]:  # the topk release is published twice (a restart)
         producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
     producer.send(topic, key=b"junk", value=b"not json")
@@ -130,8 +132,9 @@ def test_tail_stops_at_a_record_of_an_unknown_schema_version(bootstrap_servers, 
 def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, topic_name):
     """A poll during an outage returns nothing, as on a quiet topic: tail says which one it is, on stderr."""
     topic = topic_name("releases")
+    contract_topics(own_stack.bootstrap_servers, releases=topic)
     rec = TOPK_RECORD
-    producer = KafkaProducer(bootstrap_servers=own_stack.bootstrap_servers, acks="all")
+    producer = CheckedProducer(bootstrap_servers=own_stack.bootstrap_servers, acks="all")
     producer.send(topic, key=rec["release_id"].encode(), value=json.dumps(rec).encode())
     producer.flush()
     producer.close()
@@ -170,3 +173,26 @@ def test_tail_says_when_no_broker_answers_and_when_one_does_again(own_stack, top
     assert code == 0, lines
     # only tail's own two lines: not kafka-python's log of every failed reconnect
     assert lines["err"] == [f"tail: {NO_BROKER}; retrying", "tail: reading the topic again"]
+
+
+def test_replay_counts_the_sends_a_broker_refuses_as_errors(tmp_path, bootstrap_servers, broker_kind, topic_name):
+    """Apache Kafka 4 refuses a record stamped more than an hour ahead of its clock
+    (log.message.timestamp.after.max.ms): replay must say how many were refused and exit 1, not succeed."""
+    if broker_kind == "tansu":
+        pytest.skip("Tansu accepts any record timestamp; Apache Kafka 4's refusal is what is tested")
+    now = int(time.time())
+    path = tmp_path / "events.csv"
+    # the refused records share users (so partitions, so batches) with valid ones: Kafka refuses a batch with
+    # an invalid record whole, and replay sends its valid records again
+    rows = [f"u{i % 10},k,{now - 60}" for i in range(30)] + [f"u{i % 10},k,{now + 3 * 3600}" for i in range(20)]
+    rows = [row for pair in zip(rows[:20], rows[30:]) for row in pair] + rows[20:30]
+    path.write_text("user,key,ts\n" + "\n".join(rows) + "\n")
+    topic = topic_name("events")
+    res = cli("replay", str(path), "--topic", topic, "--no-progress",
+              env={"STREAM_DP_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers})
+    assert res.returncode == 1, res.stderr
+    # replay reads the topic's limit and does not send them: sent, they would fail their whole batch (and
+    # kafka-python's idempotent producer every pending send with it)
+    assert "20 failed to send (first: ReplayError: event time" in res.stderr, res.stderr
+    assert "more than 3600 s ahead of now, which the topic refuses (message.timestamp.after.max.ms)" in res.stderr
+    assert len(consume_all(bootstrap_servers, topic, 30, deadline_s=20)) == 30  # the others are in the topic

@@ -68,17 +68,22 @@ def test_the_histogram_is_the_release_workers(config) -> None:
     assert [e for e in record["cost"]["events"]] == [e.to_dict() for e in builder.measurement.privacy_map()]
 
 
-@pytest.mark.parametrize("domain", [False, True])
+@pytest.mark.parametrize("domain", [None, "threshold", "limited_domain"])
 def test_topk_is_the_release_workers(domain) -> None:
-    extra = {"domain": ["1", "2", "3"], "discovery_share": 0.2} if domain else {}
+    """Same window budget, same calibration and parameters as the release worker's top-k: limited domain, and over
+    a public domain with either discovery (threshold discovery's σ², τ and ρ_d from the same window budget)."""
+    extra = {"domain": ["1", "2", "3"], "discovery": domain, "discovery_share": 0.2} if domain else {}
     cfg = config_from_mapping({"releases": {"topk": {"window_epsilon": 1.5, "window_delta": 1e-6, "k": 5,
                                                      "k_bar": 50, **extra}}}, environ={})
     builder = TopkBuilder(cfg)
     record = api.topk(ROWS, epsilon=1.5, delta=1e-6, max_keys_per_user=5, k=5, k_bar=50, seed=1, **extra)
     mine = record["mechanism"]["parameters"]
     theirs = builder.parameters()
-    for name in ("epsilon", "delta", "track_epsilon", "discover_epsilon", "window_epsilon", "window_delta", "k"):
+    for name in ("epsilon", "delta", "track_epsilon", "discover_epsilon", "window_epsilon", "window_delta", "k",
+                 "discovery", "discovery_share", "discovery_sigma2", "discovery_threshold", "discovery_rho"):
         assert mine.get(name) == theirs.get(name), name
+    if domain == "threshold":
+        assert "discovery_threshold" in mine and "discover_epsilon" not in mine
     assert record["mechanism"]["name"] == builder.mechanism
     # pay what you get: the events are the outcomes returned, never more than what the worker reserves
     reserved = builder.measurement.privacy_map()

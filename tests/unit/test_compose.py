@@ -29,14 +29,14 @@ WORKERS = ("ingest", "release")
 
 
 def test_the_stack_has_every_component():
-    assert set(SERVICES) == {"kafka", "kafka-init", "redis", "ingest", "release", "replay", "tail",
+    assert set(SERVICES) == {"kafka", "topics", "redis", "ingest", "release", "replay", "tail",
                              "prometheus", "grafana"}
     images = {name: svc.get("image", "") for name, svc in SERVICES.items()}
-    assert images["kafka"].startswith("apache/kafka:") and images["kafka-init"] == images["kafka"]
+    assert images["kafka"].startswith("apache/kafka:4.1.")  # Apache Kafka 4.1, as the dev stack runs
     assert images["redis"].startswith("redis:")
     assert images["prometheus"].startswith("prom/prometheus:")
     assert images["grafana"].startswith("grafana/grafana:")
-    for name in (*WORKERS, "replay", "tail"):
+    for name in (*WORKERS, "replay", "tail", "topics"):
         assert SERVICES[name]["build"] == "." and images[name] == "stream-dp:local"
     for name, image in images.items():
         assert ":latest" not in image and (not image or ":" in image), f"{name} pins its image tag"
@@ -54,12 +54,15 @@ def test_kafka_runs_kraft_single_node_without_zookeeper():
     assert SERVICES["ingest"]["environment"]["STREAM_DP_KAFKA__BOOTSTRAP_SERVERS"] == "kafka:9092"
 
 
-def test_topics_are_created_with_partitions_for_scale_out():
-    script = "\n".join(SERVICES["kafka-init"]["command"])
-    cfg = load_config(None, environ={})
-    for topic in (cfg.kafka.events_topic, cfg.kafka.releases_topic, cfg.kafka.dead_letter_topic):
-        assert re.search(rf"\b{re.escape(topic)}:\d+", script), topic
-    assert re.search(rf"\b{cfg.kafka.events_topic}:([2-9]|\d\d)", script), "events needs several partitions"
+def test_topics_are_made_by_the_topic_contract_and_never_by_the_broker():
+    """``stream-dp topics create`` on the workers' config makes the three topics (kafka.events_partitions
+    partitions for scale-out, unlimited events retention ...); the broker makes none on a client's request."""
+    topics = SERVICES["topics"]
+    assert topics["command"] == ["stream-dp", "topics", "create", "--config", "/etc/stream-dp/stream-dp.toml"]
+    assert topics["environment"] == SERVICES["ingest"]["environment"]  # the same broker, the same settings
+    assert topics["volumes"] == SERVICES["ingest"]["volumes"] and topics["restart"] == "no"
+    assert load_config(None, environ={}).kafka.events_partitions >= 2, "events needs several partitions"
+    assert SERVICES["kafka"]["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
 
 
 def test_healthchecks_and_depends_on_conditions():
@@ -76,9 +79,9 @@ def test_healthchecks_and_depends_on_conditions():
         assert SERVICES[name]["healthcheck"]["test"], name
     for name in (*WORKERS, "replay"):
         deps = SERVICES[name]["depends_on"]
-        assert deps["kafka-init"]["condition"] == "service_completed_successfully"
+        assert deps["topics"]["condition"] == "service_completed_successfully"
         assert deps["redis"]["condition"] == "service_healthy"
-    assert SERVICES["kafka-init"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert SERVICES["topics"]["depends_on"]["kafka"]["condition"] == "service_healthy"
     assert SERVICES["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
     assert SERVICES["replay"]["restart"] == "no"
 
@@ -219,6 +222,8 @@ def test_compose_environment_is_a_valid_config():
     cfg = config_from_mapping({}, environ={k: str(v) for k, v in env.items()})
     assert cfg.redis.url == "redis://redis:6379/0" and cfg.redis.password  # auth: the required variable
     assert cfg.metrics.port == 9108
+    # the default binds loopback; Prometheus scrapes over the compose network, so compose binds every address
+    assert load_config(None, environ={}).metrics.host == "127.0.0.1" and cfg.metrics.host == "0.0.0.0"
 
 
 def test_prometheus_scrapes_every_worker_on_its_metrics_port():

@@ -51,12 +51,21 @@ STRING_VALUES = {
     "releases.watch_topk.noise": "exponential",
     "windows.start": "2026-11-03T00:00:00Z",
     "ingest.kafka_client": "kafka-python",
+    "keys.normalization": "NFKC",
     "release.kafka_client": "kafka-python",
+    "releases.topk.discovery": "limited_domain",
+    "releases.topk.domain_order": "frequent",
+    "releases.alerts.domain_order": "frequent",
+    "releases.histogram.domain_order": "frequent",
 }
 
 
 # Settings of a union type (e.g. "auto" or an integer): environment text and the value it sets.
-UNION_VALUES = {"redis.min_replicas_acked": ("2", 2)}
+UNION_VALUES = {"redis.min_replicas_acked": ("2", 2), "kafka.replication_factor": ("3", 3),
+                "kafka.min_insync_replicas": ("2", 2),
+                # retention.ms: -1 (unlimited, the default) or at least a minute
+                "kafka.events_retention_ms": ("86400000", 86_400_000),
+                "kafka.releases_retention_ms": ("86400000", 86_400_000)}
 
 
 def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
@@ -73,6 +82,8 @@ def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
     if typ is str:
         value = STRING_VALUES.get(dotted, f"{dotted.rsplit('.', 1)[-1]}-12345")
         return value, value
+    if dotted.endswith(".domain_sources"):  # enabled release types (the histogram, on by default, learns its domain)
+        return '["histogram"]', ("histogram",)
     return '["movie-1", "movie 2"]', ("movie-1", "movie 2")  # tuple[str, ...]: the watchlist
 
 
@@ -128,7 +139,7 @@ BAD = [
     ("kafka.events_topic", '""', "non-empty"),
     ("kafka.releases_topic", "events", "different"),
     ("kafka.max_poll_records", "0", ">= 1"),
-    ("kafka.session_timeout_ms", "0", ">= 1"),
+    ("kafka.session_timeout_ms", "0", ">= 6000 (Apache Kafka's default group.min.session.timeout.ms"),
     ("kafka.heartbeat_interval_ms", "6000", "< kafka.session_timeout_ms"),
     ("redis.url", "http://localhost:6379", "redis://"),
     ("redis.key_prefix", "a{b}", "braces"),

@@ -69,6 +69,25 @@ def test_histogram_records_are_rankings_by_estimate_with_their_intervals():
     assert interval_of({"key": "a"}) is None and interval_of({"interval": ["x", None]}) is None
 
 
+def test_a_release_with_a_domain_shows_which_keys_were_tracked_and_which_discovered():
+    """A histogram learning its domain from earlier releases (docs/privacy.md §10): items carry their ``source``;
+    the ranking marks each key tracked (in the domain) or discovered and passes the record's ``domain`` block on."""
+    block = {"size": 1, "static": 0, "from_released": {"types": ["histogram"], "memory_windows": 4, "windows": [T0, T0],
+                                                       "order": "recent", "max_keys": 1000, "candidates": 1,
+                                                       "keys": 1, "digest": "0" * 32}}
+    board = board_of(
+        histogram(0, [{"key": "a", "rank": 1, "count": 60, "ci_low": 50, "ci_high": 70, "source": "discovered"}]),
+        histogram(1, [{"key": "new", "rank": 1, "count": 80, "ci_low": 70, "ci_high": 90, "source": "discovered"},
+                      {"key": "a", "rank": 2, "count": 9, "ci_low": -1, "ci_high": 19, "source": "domain"}],
+                  domain=block),
+        record(1, keys=("a",)))
+    hist = next(r for r in board.trending()["rankings"] if r["type"] == "histogram")
+    assert [(i["key"], i["tracked"]) for i in hist["items"]] == [("new", False), ("a", True)]
+    assert hist["domain"] == block
+    plain = next(r for r in board.trending()["rankings"] if r["type"] == "topk")
+    assert plain["domain"] is None and all("tracked" not in i for i in plain["items"])
+
+
 def test_budget_per_period_is_the_latest_block_and_a_burn_down_in_charge_order():
     day2 = {"scope": "2026-11-03", "epsilon_spent": 1.0, "delta_spent": 0.0, "epsilon_remaining": 9.0,
             "delta_remaining": 1e-5}

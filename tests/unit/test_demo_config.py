@@ -83,6 +83,9 @@ def test_the_catalogue_is_every_title_the_generator_can_emit_and_only_for_the_ge
     assert titles == movie_titles(200, seed=3) and len(set(titles)) == 200
     assert {r.title for r in generate_ratings(users=300, movies=200, days=2, seed=3)} <= set(titles)
     assert cfg.releases.histogram.domain_file == str(tmp_path / "catalogue.txt") and "200 movie titles" in said
+    # the catalogue is every key there is: a domain learned from earlier releases could add none, so it is off
+    assert Config().releases.histogram.domain_from_released and not cfg.releases.histogram.domain_from_released
+    assert "domain_from_released off" in said
     mine = config_from_mapping({"releases": {"histogram": {"domain": ["x"]}}}, environ={})
     assert catalogue_domain(mine, tmp_path / "other.txt", movies=200, seed=3) == (mine, "")  # yours stays
     off = config_from_mapping({"releases": {"histogram": {"enabled": False}, "topk": {"enabled": True}}}, environ={})

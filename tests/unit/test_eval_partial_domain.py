@@ -62,14 +62,14 @@ def test_the_domain_masks_agree_with_the_boolean_settings(hist) -> None:
 def test_discover_then_track_is_calibrated_to_the_window_guarantee(k, eps, dk) -> None:
     """The library's known-domain top-k with discovery (what ``sdp_known_domain_partial`` calls): production's
     split ε_d² = 0.2·ε², ε_t² = 0.8·ε², and the worst case the ledger reserves lands on (ε_w, δ_w)."""
-    from stream_dp.mechanisms import KnownDomainTopk
     from stream_dp.release.window_budget import known_domain_parameters
 
-    p = known_domain_parameters(eps, 1e-6, k, partial_domain.DISCOVERY_SHARE)
+    p = known_domain_parameters(eps, 1e-6, k, partial_domain.DISCOVERY_SHARE, discovery="limited_domain",
+                                max_keys_per_user=dk)
     assert p.delta == 5e-7
     assert p.discover_epsilon**2 / (p.discover_epsilon**2 + p.track_epsilon**2) == pytest.approx(0.2)
-    m = KnownDomainTopk(k=k, k_bar=2 * k, track_epsilon=p.track_epsilon, discover_epsilon=p.discover_epsilon,
-                        delta=p.delta, max_keys_per_user=dk)
+    m = p.measurement(k=k, k_bar=2 * k, max_keys_per_user=dk)
+    assert m.discovery == "limited_domain"
     assert window_epsilon(m.privacy_map(), 1e-6) <= eps * (1 + 1e-9)
     assert window_epsilon(m.privacy_map(), 1e-6) == pytest.approx(eps, rel=1e-6)
 

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from eval import analysis
+from eval.peers import peers_available
 from eval.render import headline_rows
 from eval.report import continual_available, main
 
@@ -91,3 +92,21 @@ def test_continual_release_went_through_every_window(report_dir):
         assert len(rows) == s["windows"]
         spent = [r["epsilon_spent_mean"] for r in sorted(rows, key=lambda r: r["window_index"])]
         assert all(0 <= e <= s["cap_epsilon"] + 1e-9 for e in spent)
+
+
+def test_released_domain_experiment_ran_every_method_over_every_window(report_dir):
+    """Experiment 2b at tiny scale: every method of every cell, windows in order, the verdicts and the section."""
+    from eval.continual_domain import BEFORE, CATALOGUE, PEERS, RELEASED, SINGLE_WINDOW
+
+    rows = analysis.read_csv(report_dir / "continual_domain.csv")
+    windows = analysis.read_csv(report_dir / "continual_domain_windows.csv")
+    methods = {r["method"] for r in rows}
+    assert set(RELEASED) | set(BEFORE) | set(SINGLE_WINDOW) | {CATALOGUE[0]} <= methods
+    assert set(PEERS) <= methods or not peers_available()
+    for r in rows:
+        assert 0 <= r["recall_mean"] <= 1 and r["windows"] >= 2
+        assert len([w for w in windows if w["method"] == r["method"] and w["cell"] == r["cell"]
+                    and w["epsilon_w"] == r["epsilon_w"]]) == r["windows"]
+    (verdict,) = analysis.read_csv(report_dir / "continual_domain_verdicts.csv")
+    assert verdict["best_single"] in SINGLE_WINDOW
+    assert "## 2b. Continual release with a released domain" in (report_dir / "README.md").read_text()

@@ -39,6 +39,7 @@ def test_each_rule_has_its_reason():
         _j({"user": "u", "key": "k"}): "bad_time",  # no ts and no record timestamp
         _j({"user": "a\x1b[2J", "key": "k"}): "user_control_chars",  # an escape sequence
         _j({"user": "u", "key": "k\u200b"}): "key_control_chars",  # a zero-width space
+        _j({"user": "u", "key": "\u0301\u0308", "ts": 1}): "key_no_base_char",  # combining marks only
         b" " * 1_048_589: "record_too_large",  # over events.max_record_bytes (Kafka's message.max.bytes)
     }
     for value, reason in cases.items():
@@ -163,3 +164,59 @@ def test_the_byte_limit_applies_to_the_raw_and_the_normalised_text():
     # "\u212b" (ANGSTROM SIGN, 3 bytes) normalises to "\u00c5" (2 bytes)
     out = dec.decode(_j({"user": "u", "key": "\u212b" * 2, "ts": 1}), partition=0, offset=0, timestamp_ms=None)
     assert isinstance(out, Event) and out.key == "\u00c5" * 2
+
+
+def test_a_key_needs_a_base_character() -> None:
+    """Combining marks and spaces alone are no key a reader can see (issue 44): dead-lettered; a mark on a
+    letter, a symbol, a digit or punctuation is a key."""
+    dec = EventDecoder(EventsConfig(max_key_bytes=64))
+    for key in ("\u0301", "\u0301\u20dd\u0308", "   ", " \u0301 ", "\u3000", "\u0903"):  # Mn, Me, Zs, Mc
+        out = dec.decode(_j({"user": "u", "key": key, "ts": 1}), partition=0, offset=0, timestamp_ms=None)
+        assert not isinstance(out, Event) and out.reason == "key_no_base_char", repr(key)
+        assert dec.fields(_j({"user": "u", "key": key, "ts": 1}), None) is None  # the fast path defers
+    for key in ("e\u0301", "\u20ac", "7", "-", " x ", "\ue000"):  # a letter, a symbol, a digit, punctuation, private use
+        assert isinstance(dec.decode(_j({"user": "u", "key": key, "ts": 1}), partition=0, offset=0,
+                                     timestamp_ms=None), Event), repr(key)
+
+
+def test_keys_normalization_nfkc_folds_compatibility_look_alikes_and_nfc_keeps_them_apart() -> None:
+    from stream_dp.config import KeysConfig
+
+    fullwidth, plain = "\uff43\uff41\uff46e\u0301", "café"  # ｃａｆé (decomposed é) and café
+    nfc = EventDecoder(EventsConfig(max_key_bytes=64))
+    nfkc = EventDecoder(EventsConfig(max_key_bytes=64), KeysConfig(normalization="NFKC"))
+
+    def key(dec, k, user="ｕ"):
+        return dec.decode(_j({"user": user, "key": k, "ts": 1}), partition=0, offset=0, timestamp_ms=None)
+
+    assert key(nfc, fullwidth).key == "\uff43\uff41\uff46é" and key(nfc, plain).key == "café"
+    assert key(nfkc, fullwidth).key == key(nfkc, plain).key == "café"
+    assert key(nfkc, "\ufb01le").key == "file"  # the "ﬁ" ligature
+    assert key(nfkc, "k", user="\uff55").user == "\uff55"  # user ids stay NFC: the setting is for keys
+    assert key(nfkc, "x" * 10 + "\u2474").key == "x" * 10 + "(1)"  # the byte limit applies to the folded key too
+
+
+def test_keys_normalization_is_one_of_nfc_and_nfkc() -> None:
+    import pytest
+
+    from stream_dp.config import ConfigError, config_from_mapping
+
+    assert config_from_mapping({}).keys.normalization == "NFC"
+    assert config_from_mapping({"keys": {"normalization": "NFKC"}}).keys.normalization == "NFKC"
+    with pytest.raises(ConfigError, match="keys.normalization"):
+        config_from_mapping({"keys": {"normalization": "NFD"}})
+
+
+def test_the_documented_lists_of_dead_letter_reasons_are_complete() -> None:
+    """README's metrics table and docs/ingest.md list every reason a record can be rejected for."""
+    import re
+    from pathlib import Path
+
+    from stream_dp.ingest.decode import REJECT_REASONS
+
+    root = Path(__file__).resolve().parents[2]
+    readme = re.search(r"`stream_dp_ingest_events_rejected_total` \| counter \| `reason`: ([^|]+) \|",
+                       (root / "README.md").read_text()).group(1)
+    ingest = re.search(r"rejected_total\{reason\}` \(reasons: ([^;]+);", (root / "docs" / "ingest.md").read_text()).group(1)
+    for listed in (readme, ingest):
+        assert {r.strip() for r in listed.replace("\n", " ").split(",")} == set(REJECT_REASONS), listed

@@ -20,7 +20,7 @@ def test_without_discovery_only_domain_keys_are_released_and_no_delta_is_charged
 
 def test_the_settled_cost_never_exceeds_the_reserved_worst_case() -> None:
     reserve = compose(KnownDomainTopk(k=3, k_bar=4, track_epsilon=0.4, discover_epsilon=0.2, delta=1e-6,
-                                      max_keys_per_user=2).privacy_map())
+                                      max_keys_per_user=2, discovery="limited_domain").privacy_map())
     for seed in range(30):
         r = known_domain_topk({"a": 5, "b": 1}, {f"o{j}": j for j in range(10)}, k=3, k_bar=4, track_epsilon=0.4,
                               discover_epsilon=0.2, delta=1e-6, max_keys_per_user=2, rng=seed)
@@ -55,3 +55,27 @@ def test_config_names_the_domain_setting_at_fault(tmp_path) -> None:
                                                     "discovery_share": 0.0}}}, environ={})
     cfg = config_from_mapping({"releases": {"topk": {"domain": ["x"], "discovery_share": 0.0}}}, environ={})
     assert cfg.releases.topk.has_domain
+
+
+def test_threshold_discovery_finds_what_limited_domain_discovery_at_a_share_cannot() -> None:
+    """ε_w = 1 over k = 10 outcomes (ε ≈ 0.126 per outcome), Δ = 5: limited-domain top-k at ε·√0.2 puts its ⊥
+    ~290 counts above the (k̄+1)-th count, so a key 150 users touched is never discovered; the threshold at 0.8 of
+    ρ (σ² ≈ 157, τ ≈ 70) finds it in every run -- and charges the same worst-case ρ."""
+    from stream_dp.mechanisms.known_domain import threshold_discovery_calibration
+
+    eps, k, dk = 0.126, 10, 5
+    cal = threshold_discovery_calibration(k=k, epsilon=eps, discovery_share=0.8, delta=5e-7, max_keys_per_user=dk)
+    assert cal.threshold < 100
+    threshold = KnownDomainTopk(k=k, k_bar=20, track_epsilon=eps * 0.2 ** 0.5, discover_epsilon=eps * 0.8 ** 0.5,
+                                delta=5e-7, max_keys_per_user=dk, discovery="threshold", discovery_calibration=cal)
+    track, discover = domain_split(epsilon=eps, discovery_share=0.2)
+    ldt = KnownDomainTopk(k=k, k_bar=20, track_epsilon=track, discover_epsilon=discover, delta=5e-7,
+                          max_keys_per_user=dk, discovery="limited_domain")
+    outside = {"hot": 150, **{f"k{i}": 3 for i in range(40)}}
+    for seed in range(20):
+        found = threshold({"tracked": 20}, outside, rng=seed)
+        assert "hot" in found.discovered and found.sources[found.keys.index("hot")] == "discovered"
+        assert ldt({"tracked": 20}, outside, rng=seed).discovered == ()
+    assert compose(threshold.privacy_map()).rho <= compose(ldt.privacy_map()).rho * (1 + 1e-12)
+    with pytest.raises(ValueError, match="discovery_calibration"):
+        KnownDomainTopk(k=k, k_bar=20, track_epsilon=track, discover_epsilon=discover, delta=5e-7, max_keys_per_user=dk)

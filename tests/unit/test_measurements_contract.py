@@ -41,7 +41,8 @@ from stream_dp.release.alerts import AlertsRun
 from stream_dp.release.budget_plan import plan_for
 from stream_dp.release.builders import BUILDERS, TopkBuilder, alerts_measurement, release_measurements
 from stream_dp.release.records import RecordDraft
-from stream_dp.release.window_budget import configured_topk, topk_parameters
+from stream_dp.release.window_budget import (LEGACY_TOPK, configured_topk, known_domain_parameters, topk_parameters,
+                                             window_epsilon)
 from stream_dp.release.windows import Window, WindowCounts
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "privacy.md"
@@ -106,7 +107,8 @@ class Case:
 
 
 def _topk_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
-    p = configured_topk(cfg.releases.topk)  # per-outcome ε and δ_⊥: the old keys', or from the window budget
+    # per-outcome ε and δ_⊥: the old keys', or from the window budget
+    p = configured_topk(cfg.releases.topk, max_keys_per_user=cfg.contribution.max_keys_per_user)
     return (RangeBoundedEvent(p.epsilon, count=len(d.items) + int(bool(d.hit_bottom)), delta=p.delta,
                               mechanism="limited_domain_topk"),)
 
@@ -128,16 +130,27 @@ def _histogram_window_map(cfg: Config, d: RecordDraft | None = None) -> tuple[Dp
     return (ZCdpEvent(dk / (2 * float(sigma2)), delta=h.window_delta / 2, mechanism="gaussian_histogram"),)
 
 
+def _per_outcome(cfg: Config) -> tuple[float, float]:
+    """Known-domain top-k's per-outcome ε and its discovery's δ: the deprecated keys as given, or -- from the window
+    budget -- the ε the calibration solved for (ε_t / √(1 − share)) and δ_w/2."""
+    t = cfg.releases.topk
+    if t.epsilon is not None:
+        return t.epsilon, t.delta if t.delta is not None else LEGACY_TOPK[1]
+    q = known_domain_parameters(t.window_epsilon, t.window_delta, t.k, t.discovery_share, discovery=t.discovery,
+                                max_keys_per_user=cfg.contribution.max_keys_per_user)
+    return q.track_epsilon / math.sqrt(1 - t.discovery_share), t.window_delta / 2
+
+
 def _split(cfg: Config) -> tuple[float, float]:
     t = cfg.releases.topk
-    return t.epsilon * math.sqrt(1 - t.discovery_share), t.epsilon * math.sqrt(t.discovery_share)
+    epsilon = _per_outcome(cfg)[0]
+    return epsilon * math.sqrt(1 - t.discovery_share), epsilon * math.sqrt(t.discovery_share)
 
 
 def _known_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
-    t = cfg.releases.topk
     track, discover = _split(cfg)
     out: list[DpEvent] = [RangeBoundedEvent(discover, count=len(d.info["discovered"]) + int(bool(d.hit_bottom)),
-                                            delta=t.delta, mechanism="limited_domain_topk")]
+                                            delta=_per_outcome(cfg)[1], mechanism="limited_domain_topk")]
     if d.items:
         out.append(RangeBoundedEvent(track, count=len(d.items), mechanism="known_domain_gumbel_topk"))
     return tuple(out)
@@ -146,8 +159,49 @@ def _known_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
 def _known_reserved(cfg: Config) -> tuple[DpEvent, ...]:
     t = cfg.releases.topk
     track, discover = _split(cfg)
-    return (RangeBoundedEvent(discover, count=t.k, delta=t.delta, mechanism="limited_domain_topk"),
+    return (RangeBoundedEvent(discover, count=t.k, delta=_per_outcome(cfg)[1], mechanism="limited_domain_topk"),
             RangeBoundedEvent(track, count=t.k, mechanism="known_domain_gumbel_topk"))
+
+
+def _discovery_histogram(cfg: Config) -> tuple[ZCdpEvent, int]:
+    """Threshold discovery's event, recomputed from its definition: ρ_d = share·kε²/8, σ² = Δ/(2ρ_d) on the
+    1/1000 grid (rounded up), τ for δ_τ ≤ the discovery's δ (releases.topk.delta, or window_delta/2)."""
+    from fractions import Fraction
+
+    from stream_dp.mechanisms.gaussian_histogram import selection_delta
+
+    t, dk = cfg.releases.topk, cfg.contribution.max_keys_per_user
+    epsilon, delta = _per_outcome(cfg)
+    rho = t.discovery_share * t.k * epsilon ** 2 / 8
+    sigma2 = Fraction(math.ceil(Fraction(dk) / Fraction(2 * rho) * 1000), 1000)
+    tau = 1
+    while selection_delta(sigma2=sigma2, threshold=tau, max_keys_per_user=dk) > delta * (1 - 1e-9):
+        tau += 1
+    return ZCdpEvent(dk / (2 * float(sigma2)), delta=delta, mechanism="gaussian_histogram"), tau
+
+
+def _threshold_known_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
+    track, _ = _split(cfg)
+    event, tau = _discovery_histogram(cfg)
+    assert d.parameters["discovery_threshold"] == tau and not d.hit_bottom
+    out: list[DpEvent] = [event]
+    if d.items:
+        out.append(RangeBoundedEvent(track, count=len(d.items), mechanism="known_domain_gumbel_topk"))
+    return tuple(out)
+
+
+def _threshold_known_reserved(cfg: Config) -> tuple[DpEvent, ...]:
+    track, _ = _split(cfg)
+    return (_discovery_histogram(cfg)[0],
+            RangeBoundedEvent(track, count=cfg.releases.topk.k, mechanism="known_domain_gumbel_topk"))
+
+
+def _threshold_window_reserved(cfg: Config) -> tuple[DpEvent, ...]:
+    """Threshold discovery at a window budget: the events from their definition, and they meet the budget."""
+    t = cfg.releases.topk
+    events = _threshold_known_reserved(cfg)
+    assert window_epsilon(events, t.window_delta) <= t.window_epsilon * (1 + 1e-12)
+    return events
 
 
 def _alerts_map(cfg: Config) -> tuple[DpEvent, ...]:
@@ -241,8 +295,16 @@ CASES: dict[str, Case] = {
                                "| `topk` limited-domain", _topk_realized, _topk_window_reserved),
     "topk_known_domain": Case(
         "topk", {"topk": {"k": 4, "k_bar": 6, "epsilon": 0.8, "delta": DELTA, "discovery_share": 0.3,
+                          "discovery": "limited_domain", "domain": ["k0", "k1", "k2", "never-seen"]}},
+        "| `topk` with a known domain, limited-domain discovery", _known_realized, _known_reserved),
+    "topk_known_domain_threshold": Case(
+        "topk", {"topk": {"k": 4, "k_bar": 6, "epsilon": 3.0, "delta": DELTA, "discovery_share": 0.6,
                           "domain": ["k0", "k1", "k2", "never-seen"]}},
-        "| `topk` with a known domain", _known_realized, _known_reserved),
+        "| `topk` with a known domain, threshold discovery", _threshold_known_realized, _threshold_known_reserved),
+    "topk_known_domain_threshold_window_budget": Case(
+        "topk", {"topk": {"k": 4, "k_bar": 6, "window_epsilon": 6.0, "window_delta": 2 * DELTA,
+                          "domain": ["k0", "k1", "k2", "never-seen"]}},  # the default discovery: threshold at 0.8
+        "| `topk` with a known domain, threshold discovery", _threshold_known_realized, _threshold_window_reserved),
     "alerts": Case("alerts", {"alerts": {"enabled": True, "watchlist": [f"k{i}" for i in range(12)],
                                          "threshold": 30, "k": 2, "epsilon": 0.6}},
                    "| `alerts`", lambda cfg, d: _alerts_map(cfg) if d.info.get("opened") else (), _alerts_map),
@@ -295,6 +357,9 @@ def check_batch(case: Case, builder_type: Callable[[Config], Any], windows: int 
     """Run ``builder_type`` (a release builder) on random windows; returns the realized event counts seen."""
     cfg = config_for(case)
     builder = builder_type(cfg)
+    public = getattr(builder, "public_domain", None)
+    if public is not None and public.rule is not None:  # a released domain (the worker gives the reader)
+        public.reader = KeysPublishedEarlier(("k1", "k4", "never-seen"))
     reserved = tuple(builder.measurement.privacy_map())
     assert reserved == case.reserved(cfg), "the reservation is not the docs table's worst case"
     rng = np.random.default_rng(20)
@@ -307,6 +372,19 @@ def check_batch(case: Case, builder_type: Callable[[Config], Any], windows: int 
         assert_within(tuple(draft.events), reserved)
         seen.add(sum(getattr(e, "count", 1) for e in draft.events))
     return seen
+
+
+class KeysPublishedEarlier:
+    """Stands in for the worker's ReleasedDomainReader: the same learned keys for every window (the maps must not
+    depend on the domain)."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+
+    def domain_for(self, window: Window, rule: Any) -> Any:
+        from stream_dp.release.released_domain import LearnedDomain
+
+        return LearnedDomain(self.keys, rule, (window.start - SIZE,), len(self.keys))
 
 
 def check_alerts(case: Case, measurement_for: Callable[[Any], Any] = alerts_measurement) -> int:

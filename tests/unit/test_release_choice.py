@@ -4,6 +4,7 @@ nearest evaluated cell, and ``stream-dp budget plan --expected-users`` prints it
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,31 @@ def test_budget_plan_reads_a_domain_as_complete_only_without_discovery(monkeypat
     assert rec["cell"]["domain"] == domain and rec["inputs"]["complete_domain"] == (domain == "complete")
     assert main(["budget", "plan", "--config", config, "--expected-users", "600"]) == 0
     assert words in capsys.readouterr().out
+
+
+def test_the_continual_table_is_the_committed_evaluation():
+    """The released-domain advice is read from experiment 2b's committed verdicts (``python -m eval.release_choice``)."""
+    from eval.release_choice import continual_cells_from, continual_module_text
+    from stream_dp.release import continual_choice_table
+    from stream_dp.release.continual_choice_table import CONTINUAL_CELLS
+
+    cells = continual_cells_from(ROOT / "docs" / "evaluation")
+    assert cells == CONTINUAL_CELLS and cells
+    assert continual_module_text(cells) == Path(continual_choice_table.__file__).read_text()
+
+
+def test_the_continual_advice_is_its_nearest_cell_and_the_plan_prints_it(capsys: pytest.CaptureFixture[str]):
+    from stream_dp.release.continual_choice_table import CONTINUAL_CELLS
+    from stream_dp.release.release_choice import continual_advice
+
+    for cell in CONTINUAL_CELLS:
+        advice = continual_advice(expected_users=cell["users"], epsilon_w=cell["epsilon_w"])
+        assert advice is not None and advice.cell["cell"] == cell["cell"] and advice.turn_on == cell["wins"]
+        assert advice.released == cell["released"] and advice.single == cell["best_single_recall"]
+    config = str(ROOT / "config" / "stream-dp.toml")
+    assert main(["budget", "plan", "--config", config, "--expected-users", "1000", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recommendation"]["continual"]["cell"]["users"] == min(
+        (c["users"] for c in CONTINUAL_CELLS), key=lambda u: abs(math.log(u / 1000)))
+    assert main(["budget", "plan", "--config", config, "--expected-users", "1000"]) == 0
+    assert "continual: " in capsys.readouterr().out

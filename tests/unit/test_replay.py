@@ -272,3 +272,20 @@ def test_replay_cli_delimiter_names():
     assert [_delimiter(t) for t in ("\\t", "tab", ",", ";", "pipe")] == ["\t", "\t", ",", ";", "|"]
     with pytest.raises(Exception, match="one character"):
         _delimiter("::")
+
+
+def test_events_stamped_past_the_topics_timestamp_limit_are_counted_not_sent():
+    """Apache Kafka 4 refuses a record stamped more than message.timestamp.after.max.ms ahead of its clock, and
+    with it the record's whole batch; replay keeps such events back (less a minute for the clocks' difference)
+    and counts them as failed, naming the topic config."""
+    producer = FakeProducer()
+    now = 1_000_000.0
+    events = [Event("a", "k", now - 5), Event("b", "k", now + 3540 - 1), Event("c", "k", now + 3540 + 1),
+              Event("d", "k", now + 7200), Event("e", "k", None)]
+    stats = replay(events, producer, "t", EventsConfig(), max_ahead_s=3600.0, clock=lambda: now)
+    assert [key for _, key, _, _ in producer.sent] == [b"a", b"b", b"e"]
+    assert (stats.sent, stats.failed) == (3, 2)
+    assert "2 failed to send (first: ReplayError: event time 1003541 is more than 3600 s ahead" in stats.summary()
+    assert "(message.timestamp.after.max.ms)" in stats.summary()
+    # without a limit (Tansu reports none) every event is sent
+    assert replay(events, FakeProducer(), "t", EventsConfig(), clock=lambda: now).sent == 5

@@ -35,9 +35,34 @@ def test_topk_uses_exactly_its_window_budget(epsilon_w, k) -> None:
     for share in (0.0, 0.2):
         q = wb.known_domain_parameters(epsilon_w, DELTA_W, k, share)
         known = KnownDomainTopk(k=k, k_bar=k, track_epsilon=q.track_epsilon, discover_epsilon=q.discover_epsilon,
-                                delta=q.delta, max_keys_per_user=1).privacy_map()
+                                delta=q.delta, max_keys_per_user=1, discovery="limited_domain").privacy_map()
         assert 1 - 1e-6 <= _met(known, epsilon_w, DELTA_W) <= 1 + 1e-12
         assert (q.discover_epsilon is None) == (share == 0)
+
+
+@pytest.mark.parametrize("epsilon_w", [0.1, 1.0, 2.0])
+@pytest.mark.parametrize(("k", "dk"), [(1, 1), (10, 5), (50, 20)])
+@pytest.mark.parametrize("share", [0.2, 0.8])
+def test_threshold_discovery_uses_exactly_its_window_budget(epsilon_w, k, dk, share) -> None:
+    """Known-domain top-k with threshold discovery (the service's default): the discovery histogram's (ρ_d, δ_τ)
+    and k peels -- what the ledger reserves -- meet (ε_w, δ_w), to the σ² grid; δ_τ = δ_w/2; ρ_d is the share of
+    what k outcomes at the per-outcome ε cost. A per-outcome ε 0.1 % larger overshoots (the search is tight)."""
+    from stream_dp.accounting.events import ZCdpEvent
+    from stream_dp.mechanisms.known_domain import threshold_discovery_calibration
+
+    q = wb.known_domain_parameters(epsilon_w, DELTA_W, k, share, discovery="threshold", max_keys_per_user=dk)
+    cal = q.discovery_calibration
+    assert q.discovery == "threshold" and cal is not None and cal.threshold_delta == q.delta == DELTA_W / 2
+    epsilon = q.track_epsilon / (1 - share) ** 0.5  # the per-outcome ε the split came from
+    assert cal.rho <= share * k * epsilon**2 / 8 * (1 + 1e-12)
+    reserved = q.measurement(k=k, k_bar=2 * k, max_keys_per_user=dk).privacy_map()
+    assert isinstance(reserved[0], ZCdpEvent) and reserved[0].rho == cal.rho
+    assert 0.99 <= _met(reserved, epsilon_w, DELTA_W) <= 1 + 1e-12
+    bumped = wb.known_domain_at(epsilon * 1.001, k, share, q.delta, discovery="threshold", max_keys_per_user=dk)
+    assert _met(bumped.measurement(k=k, k_bar=k, max_keys_per_user=dk).privacy_map(), epsilon_w, DELTA_W) > 1
+    # the calibration is the mechanism module's, at that per-outcome ε
+    assert cal == threshold_discovery_calibration(k=k, epsilon=epsilon, discovery_share=share, delta=q.delta,
+                                                  max_keys_per_user=dk)
 
 
 @pytest.mark.parametrize("kind", [{}, {"calibration": "exact"}, {"noise": "laplace"}, {"weighting": "per_user"}],
@@ -112,7 +137,7 @@ def test_legacy_keys_keep_their_old_calibration() -> None:
     cfg = config_from_mapping({"releases": {"topk": {"epsilon": 0.25},
                                             "histogram": {"enabled": True, "epsilon": 0.7, "delta": 1e-8}}},
                               environ={})
-    assert wb.configured_topk(cfg.releases.topk) == wb.TopkParameters(0.25, 1e-7)  # δ at its old default
+    assert wb.configured_topk(cfg.releases.topk, max_keys_per_user=5) == wb.TopkParameters(0.25, 1e-7)  # old δ
     assert HistogramBuilder(cfg).calibration() == calibrate_histogram(
         epsilon=0.7, threshold_delta=1e-8, conversion_delta=cfg.budget.delta_prime, max_keys_per_user=5)
     params = HistogramBuilder(cfg).parameters()

@@ -9,24 +9,33 @@
 --   6 reservations  HASH  reservation_id -> "rho zd beps bd binf" (open holds)
 --   7 res_results   HASH  reservation_id -> first reserve result (JSON)
 --   8 settled       HASH  reservation_id -> release_id it was settled as
+--   9 cap           HASH  the cap the scope was first charged under: epsilon, delta, delta_prime (repr strings),
+--                         lifetime_epsilon, lifetime_delta (the lifetime cap then in force, 0: none), since
 -- ARGV[1]: the operation's arguments, named: a JSON object (stream_dp/accounting/ledger_args.py, version
---   PROTOCOL_VERSION) decoded into ARGS: v, op, cap = {epsilon, delta, delta_prime}, and the operation's
---   fields (release_id, reservation_id, cost = {rho, zd, beps, bd, binf}, events, now).
+--   PROTOCOL_VERSION) decoded into ARGS: v, op, cap = {epsilon, delta, delta_prime, lifetime_epsilon,
+--   lifetime_delta} (the worker's configured cap: used only by a scope with no stored cap, which stores it),
+--   and the operation's fields (release_id, reservation_id, cost = {rho, zd, beps, bd, binf}, events, now).
 -- ARGV[2] (charge, settle): the payload to store with the release, when there is one.
 --
 -- Floating point: every sum and the cap rule below are the same IEEE-754 operations, in the same order,
 -- as stream_dp.accounting.budget.decide / Ledger._projected in Python. Real numbers arrive as Python repr
 -- strings and leave as '%.17g' strings, both of which round-trip doubles exactly.
 
-local PROTOCOL_VERSION = 1
+local PROTOCOL_VERSION = 2
 local ARGS = cjson.decode(ARGV[1])
 if ARGS.v ~= PROTOCOL_VERSION then
   return redis.error_reply('ledger protocol version ' .. tostring(ARGS.v) .. ' sent, these scripts read version '
                            .. PROTOCOL_VERSION)
 end
-local CAP_EPS = tonumber(ARGS.cap.epsilon)
-local CAP_DELTA = tonumber(ARGS.cap.delta)
-local DELTA_PRIME = tonumber(ARGS.cap.delta_prime)
+-- The cap belongs to the period (stream_dp/accounting/period_caps.py): the cap stored with the scope's first
+-- write, else -- for a scope never written -- the worker's configured one, which that first write stores.
+local STORED_CAP = redis.call('HMGET', KEYS[9], 'epsilon', 'delta', 'delta_prime')
+local CAP_STORED = STORED_CAP[1] ~= false
+local CAP = ARGS.cap
+if CAP_STORED then CAP = {epsilon = STORED_CAP[1], delta = STORED_CAP[2], delta_prime = STORED_CAP[3]} end
+local CAP_EPS = tonumber(CAP.epsilon)
+local CAP_DELTA = tonumber(CAP.delta)
+local DELTA_PRIME = tonumber(CAP.delta_prime)
 local HAS_PAYLOAD = ARGV[2] ~= nil
 local PAYLOAD = ARGV[2]
 
@@ -137,9 +146,21 @@ local function decide(t)
   return 'ok'
 end
 
+-- the result names the cap it was decided under (the scope's, as repr strings: they round-trip exactly)
 local function result_json(accepted, reason, t)
-  return string.format('{"accepted":%s,"reason":"%s","rho":%s,"zd":%s,"beps":%s,"bd":%s,"binf":%d}',
-    accepted and 'true' or 'false', reason, fmt(t.rho), fmt(t.zd), fmt(t.beps), fmt(t.bd), t.binf)
+  return string.format('{"accepted":%s,"reason":"%s","rho":%s,"zd":%s,"beps":%s,"bd":%s,"binf":%d,'
+    .. '"cap":{"epsilon":"%s","delta":"%s","delta_prime":"%s"}}',
+    accepted and 'true' or 'false', reason, fmt(t.rho), fmt(t.zd), fmt(t.beps), fmt(t.bd), t.binf,
+    CAP.epsilon, CAP.delta, CAP.delta_prime)
+end
+
+-- the scope's first write stores the cap it was checked against; later ones find it stored
+local function store_cap()
+  if CAP_STORED then return end
+  redis.call('HSET', KEYS[9], 'epsilon', CAP.epsilon, 'delta', CAP.delta, 'delta_prime', CAP.delta_prime,
+             'lifetime_epsilon', CAP.lifetime_epsilon or '0', 'lifetime_delta', CAP.lifetime_delta or '0',
+             'since', ARGS.now)
+  CAP_STORED = true
 end
 
 local function store_committed(t)
@@ -156,6 +177,7 @@ end
 
 -- commit a cost as release `release_id` (the caller has checked the cap); store the payload if any
 local function commit(release_id, reservation, c, kind)
+  store_cap()
   local total = add(committed(), c)
   local n = store_committed(total)
   log_entry(kind, release_id, reservation, c, ARGS.events, ARGS.now)

@@ -18,6 +18,7 @@ local reason = decide(add(with_reservations(committed(), nil), c))
 if reason ~= 'ok' then
   return {0, result_json(false, reason, with_reservations(committed(), nil)), false}
 end
+store_cap()
 redis.call('HSET', KEYS[6], rid, encode_cost(c))
 log_entry('reserve', rid, rid, c, ARGS.events, ARGS.now)
 local result = result_json(true, 'ok', with_reservations(committed(), nil))

@@ -147,6 +147,30 @@ function intervalTrack(value, interval, max) {
   return track;
 }
 
+// a release over a public domain: each key tracked (a key of the window's domain) or discovered (found outside it)
+function sourceTag(item) {
+  return item.tracked ? h("span", { class: "tag tracked", title: "tracked: a key of the window's public domain" }, "tracked")
+    : h("span", { class: "tag discovered", title: "discovered: found outside the window's public domain" }, "discovered");
+}
+
+function domainLine(domain, shown, tagged) {
+  // one line: the domain's size and provenance, every detail of the record's domain block on hover; when the
+  // keys shown are all tracked (or all discovered) the line says so instead of a column of identical tags
+  const learned = domain.from_released, configured = domain.static, added = domain.size - configured;
+  const parts = [`${num(domain.size)} key${domain.size === 1 ? "" : "s"}`];
+  if (configured) parts.push(learned ? `${num(configured)} from the config` : "from the config");
+  if (learned) parts.push(`${configured ? `${num(added)} ` : ""}learned from what ${learned.types.join(", ")}`
+    + ` published in the last ${learned.memory_windows} window${learned.memory_windows === 1 ? "" : "s"}`);
+  const tracked = shown.filter(i => i.tracked === true).length, found = shown.filter(i => i.tracked === false).length;
+  const counted = `${tracked} tracked, ${found} discovered`;
+  if (!tagged && shown.length) parts.push(tracked === shown.length ? "every key shown tracked" : found === shown.length ? "every key shown discovered" : counted);
+  const title = `this release's public domain: ${domain.size} keys (${configured} from the config's domain and domain_file`
+    + (learned ? `; ${learned.keys} learned, of ${learned.candidates} that ${learned.types.join(", ")} published in the windows`
+      + ` ${learned.windows.map(when).join(" – ") || "(none yet)"}, by ${learned.order}, at most ${learned.max_keys}; digest ${learned.digest}` : "")
+    + `). Keys shown: ${counted}.`;
+  return h("p", { class: "domain-line one-line", id: "domain-line", title }, h("b", {}, "domain "), parts.join(" · "));
+}
+
 function primaryOf(rankings) {
   const rank = t => (PRIMARY_ORDER.includes(t) ? PRIMARY_ORDER.indexOf(t) : PRIMARY_ORDER.length);
   return rankings.slice().sort((a, b) => rank(a.type) - rank(b.type))[0];
@@ -171,18 +195,23 @@ function renderRanking(trending) {
     return;
   }
   const alone = wall && document.body.classList.contains("no-alerts") && document.body.classList.contains("no-sample");
-  const items = r.items.slice(0, alone ? WALL_RANKING_ALONE : rows().ranking);
+  // on a wall (one screen, no scrolling) the domain's line takes the place of one row
+  const items = r.items.slice(0, (alone ? WALL_RANKING_ALONE : rows().ranking) - (wall && r.domain ? 1 : 0));
   const valued = items.some(i => i.value !== null && i.value !== undefined);
   const max = Math.max(0, ...items.map(i => (i.interval && i.interval.upper) || i.value || 0)) * 1.04;
   // the lines span ranks 1..SPARK_RANKS at most: a rank further down is drawn on the bottom edge (a long
   // histogram would otherwise squash every line into the top)
   const floor = Math.max(items.length, SPARK_RANKS);
   const worst = Math.min(floor, Math.max(items.length, ...items.flatMap(i => i.history.filter(x => x !== null))));
+  // a tag per key only when the keys shown differ (a catalogue's ranking is all tracked: the domain's line says so)
+  const tagged = new Set(items.filter(i => i.tracked !== undefined).map(i => i.tracked)).size > 1;
   const cols = [h("col", { class: "c-rank" }), h("col", { class: "c-change" }), h("col", { class: "c-key" })];
+  if (tagged) cols.push(h("col", { class: "c-source" }));
   if (valued) cols.push(h("col", { class: "c-value" }), h("col", { class: "c-bar" }));
   cols.push(h("col", { class: "c-history" }));
   const more = r.items.length > items.length ? ` · top ${items.length} of ${r.items.length} released` : "";
   const head = h("tr", {}, h("th", {}, "#"), h("th", {}, ""), h("th", { title: `key${more}` }, `key${more}`),
+    tagged ? h("th", { title: "tracked: in the window's public domain; discovered: found outside it" }, "") : [],
     valued ? [h("th", { class: "num" }, r.type === "histogram" ? "count" : "estimate"), h("th", {}, "")] : [],
     h("th", {}, `rank, last ${r.history_windows.length}`));
   const body = items.map(i => {
@@ -193,6 +222,7 @@ function renderRanking(trending) {
     return h("tr", { class: "ranked", "data-key": i.key },
       h("td", { class: "rank" }, i.rank), h("td", {}, changeMarker(i, r.compared_with)),
       h("td", { class: "key", title: i.key }, i.key),
+      tagged ? h("td", { class: "source" }, i.tracked === undefined ? "" : sourceTag(i)) : [],
       valued ? [h("td", { class: "value", title: what }, num(i.value), pm !== null ? h("span", { class: "pm" }, `±${pm}`) : null),
                 h("td", { class: "bar", title: what }, intervalTrack(i.value || 0, i.interval, max))] : [],
       h("td", { class: "history", title: `rank in the last ${i.history.length} windows: ${i.history.map(x => x ?? "–").join(", ")}` },
@@ -207,7 +237,8 @@ function renderRanking(trending) {
   } else if (!r.items.length) {
     body.push(h("tr", {}, h("td", { colspan: cols.length, class: "muted" }, "no key cleared the threshold in this window")));
   }
-  box.replaceChildren(h("table", { class: "ranking" }, h("colgroup", {}, cols), h("thead", {}, head), h("tbody", {}, body)));
+  box.replaceChildren(r.domain ? domainLine(r.domain, items, tagged) : "",
+    h("table", { class: "ranking" }, h("colgroup", {}, cols), h("thead", {}, head), h("tbody", {}, body)));
   box.dataset.keys = r.items.map(i => i.key).join("\n");
   renderOtherRankings(trending.rankings.filter(x => x !== r));
   renderRising(r);

@@ -4,6 +4,8 @@
 --         "own:<p>"  -> last time an owner reported it, "cu:<p>" -> 1 if it was caught up then,
 --         "global", "closing"
 -- KEYS[2] windows index ZSET (member/score = window start)
+-- KEYS[3] (optional) ingest epoch marker: when given and gone, Redis lost ingest's state (stream_dp/state_epochs.py):
+--         the script refuses with INGEST_STATE_LOST and writes nothing
 -- ARGV: now ("" = Redis TIME), idle_timeout, window_size, n_known, known partitions...,
 --       then (partition, watermark ("" = none yet), busy 0|1, caught_up 0|1) of the partitions this
 --       worker owns. caught_up: its position has reached the broker's high-water mark.
@@ -14,6 +16,9 @@
 -- Returns {target, global, windows_open, start...}: if target ~= global the caller must close the listed
 -- windows (end in (global, target]) and then call finalize_watermark.lua with target.
 if redis.replicate_commands then redis.replicate_commands() end
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 0 then
+  return redis.error_reply('INGEST_STATE_LOST the marker ' .. KEYS[3] .. ' is gone from Redis')
+end
 local wm = KEYS[1]
 local now
 if ARGV[1] == '' then
