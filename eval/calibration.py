@@ -10,7 +10,9 @@ zCDP), Σε and Σδ (basic). The release is then (ε, δ_w)-DP with the better 
   δ′ = δ_w − Σδ given to the conversion.
 
 Each method gets the largest noise parameter whose guarantee is ≤ ε_w (bisection; every guarantee is
-increasing in the parameter). Limited-domain top-k is judged by its worst case -- k outcomes, which is what
+increasing in the parameter). The rule and stream-dp's own calibrations (limited-domain top-k, known-domain top-k,
+the histograms) are the package's, :mod:`stream_dp.release.window_budget` -- what the release worker and
+:mod:`stream_dp.api` use; this module adds the baselines'. Limited-domain top-k is judged by its worst case -- k outcomes, which is what
 the ledger reserves before it runs (docs/privacy.md §4) -- with δ_⊥ = δ_w/2; the full-domain
 baseline has no mechanism δ, so all of δ_w goes to the conversion; the Laplace baseline is one (ε, δ)
 event, so basic composition gives it exactly (ε_w, δ_w).
@@ -18,45 +20,17 @@ event, so basic composition gives it exactly (ε_w, δ_w).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from stream_dp.accounting.composition import compose, zcdp_to_epsilon
 from stream_dp.accounting.events import DpEvent, RangeBoundedEvent
+from stream_dp.release.window_budget import (  # the rule the evaluation states (tests import it from here)
+    known_domain_parameters,
+    largest_parameter,
+    topk_parameters,
+    window_epsilon,
+)
 
 from eval import baselines
-
-
-def window_epsilon(events: Sequence[DpEvent], delta_w: float) -> float:
-    """Smallest ε for which ``events`` together are (ε, δ_w)-DP by the rule above (inf if none).
-
-    >>> from stream_dp.accounting.events import PureDpEvent
-    >>> window_epsilon([PureDpEvent(0.5), PureDpEvent(0.25)], 1e-6)
-    0.75
-    """
-    spent = compose(events)
-    best = spent.basic_epsilon if spent.basic_delta <= delta_w else math.inf
-    slack = delta_w - spent.zcdp_delta
-    if slack > 0:
-        best = min(best, zcdp_to_epsilon(spent.rho, slack))
-    return best
-
-
-def largest_parameter(guarantee: Callable[[float], float], target: float, *, hi: float = 64.0) -> float:
-    """Largest x in (0, hi] with ``guarantee(x) <= target`` for an increasing guarantee (bisection)."""
-    lo = 0.0
-    if guarantee(hi) <= target:
-        return hi
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if guarantee(mid) <= target:
-            lo = mid
-        else:
-            hi = mid
-    if lo == 0.0:
-        raise ValueError(f"no positive parameter reaches epsilon {target!r}")
-    return lo
 
 
 @dataclass(frozen=True)
@@ -103,11 +77,9 @@ def calibrate(epsilon_w: float, delta_w: float, k: int) -> Calibrated:
     """
     if not (epsilon_w > 0 and 0 < delta_w < 1 and k >= 1):
         raise ValueError(f"need epsilon_w > 0, 0 < delta_w < 1, k >= 1; got {epsilon_w!r}, {delta_w!r}, {k!r}")
-    ldt_delta = delta_w / 2
-    ldt_eps = largest_parameter(lambda e: window_epsilon(
-        [RangeBoundedEvent(e, count=k, delta=ldt_delta)], delta_w), epsilon_w)
-    em_eps = largest_parameter(lambda e: window_epsilon(
-        baselines.full_domain_topk_events(k=k, epsilon=e), delta_w), epsilon_w)
+    ldt = topk_parameters(epsilon_w, delta_w, k)
+    ldt_eps, ldt_delta = ldt.epsilon, ldt.delta
+    em_eps = known_domain_parameters(epsilon_w, delta_w, k).track_epsilon
     # split: half of ε_w (and of δ_w) selects the keys, the EM over them gets what the accountant leaves
     sel_eps, sel_delta = epsilon_w / 2, delta_w / 2
     split_em = largest_parameter(lambda e: window_epsilon(baselines.select_then_em_events(

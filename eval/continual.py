@@ -38,6 +38,7 @@ from stream_dp.store.keys import Keys
 from stream_dp.mechanisms import LimitedDomainTopk
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox, Publisher
+from stream_dp.release.window_budget import configured_topk
 from stream_dp.release.worker import ReleaseWorker
 
 from eval.data import Histogram, Stream, window_histograms
@@ -260,13 +261,15 @@ def _summary(setup: ContinualSetup, rows: Sequence[dict[str, Any]], cfg: Config,
     max_windows = max(sum(1 for r in rows if r["scope"] == s) for s in scopes) if scopes else 0
     recall = Estimate.of(np.array([r["recall_mean"] for r in rows]))
     released = [r for r in rows if r["released_mean"] > 0]
-    one_outcome = compose(LimitedDomainTopk(k=1, k_bar=t.k_bar, epsilon=t.epsilon, delta=t.delta,
+    per_outcome = configured_topk(t, max_keys_per_user=cfg.contribution.max_keys_per_user)  # the worker's (no domain)
+    eps_outcome, delta_bottom = per_outcome.epsilon, per_outcome.delta
+    one_outcome = compose(LimitedDomainTopk(k=1, k_bar=t.k_bar, epsilon=eps_outcome, delta=delta_bottom,
                                               max_keys_per_user=1).privacy_map())
     one_release = compose(one_release_worst_case(cfg, setup.release_type))
     return {
         "setup": setup.name, "release_type": setup.release_type,
         "window_seconds": setup.window_seconds, "period_seconds": setup.period_seconds,
-        "k": t.k, "k_bar": t.k_bar, "epsilon_per_outcome": t.epsilon, "delta_bottom": t.delta,
+        "k": t.k, "k_bar": t.k_bar, "epsilon_per_outcome": eps_outcome, "delta_bottom": delta_bottom,
         "max_keys_per_user": cfg.contribution.max_keys_per_user, "cap_epsilon": b.epsilon, "cap_delta": b.delta,
         "delta_prime": b.delta_prime, "runs": runs, "windows": len(rows), "periods": len(scopes),
         "max_windows_in_a_period": max_windows,
@@ -275,7 +278,7 @@ def _summary(setup: ContinualSetup, rows: Sequence[dict[str, Any]], cfg: Config,
         "max_released_in_a_period": float(max(per_scope_released)) if per_scope_released else 0.0,
         "worst_case_windows_per_period": worst_case_windows_per_period(cfg, setup.release_type),
         "delta_cap_releases_per_period": int((b.delta - b.delta_prime) / one_release.zcdp_delta + 1e-9),
-        "bottom_offset": 1.0 + math.log(min(cfg.contribution.max_keys_per_user, t.k_bar) / t.delta) / t.epsilon,
+        "bottom_offset": 1.0 + math.log(min(cfg.contribution.max_keys_per_user, t.k_bar) / delta_bottom) / eps_outcome,
         "mean_recall_over_windows": recall.mean, "mean_recall_ci95": recall.half_width,
         "windows_with_any_key_fraction": float(np.mean([r["keys_mean"] > 0 for r in rows])) if rows else 0.0,
         "hit_bottom_fraction": float(np.mean([r["hit_bottom_mean"] for r in released])) if released else 0.0,

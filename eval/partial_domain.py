@@ -12,11 +12,12 @@ stream-dp:
 - ``sdp_histogram_exact_partial`` / ``sdp_histogram_laplace_partial``: the histogram release with that
   domain (:func:`eval.peers.sdp_histogram`): every domain key released with its noisy count, a key outside the
   domain only at or above τ -- the same calibration and cost as without a domain (docs/privacy.md §8);
-- ``sdp_known_domain_partial``: known-domain top-k with discovery
-  (:func:`stream_dp.mechanisms.known_domain.known_domain_topk`, production's ``discovery_share`` = 0.2 and
-  k̄ = 2k): limited-domain top-k discovers keys outside the domain, Gumbel top-k tracks domain ∪ discovered.
-  Its per-outcome ε is the largest whose worst case (:meth:`KnownDomainTopk.privacy_map`, what the ledger
-  reserves) is (ε_w, δ_w)-DP by :func:`eval.calibration.window_epsilon`, with the ⊥ rule's δ = δ_w/2.
+- ``sdp_known_domain_partial``: known-domain top-k with discovery (``api.topk(domain=..., discovery="limited_domain",
+  discovery_share=0.2)``, the defaults when this was run, k̄ = 2k; :func:`eval.peers.sdp_topk`; the service's
+  defaults are now threshold discovery at 0.8, docs/evaluation 2b): limited-domain top-k discovers keys outside
+  the domain, Gumbel top-k tracks domain ∪ discovered. Its per-outcome ε is the largest whose worst case (what the
+  ledger reserves) is (ε_w, δ_w)-DP, with the ⊥ rule's δ = δ_w/2
+  (:func:`stream_dp.release.window_budget.known_domain_parameters`).
 
 Peers:
 
@@ -37,16 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from stream_dp.mechanisms.known_domain import KnownDomainTopk, domain_split
-
-from eval.calibration import largest_parameter, window_epsilon
 from eval.data import Histogram, Stream, bounded_histogram
 from eval.peers import (PeerGrid, Release, _ranked, _rows, _timed, cell_verdicts, map_cells,
-                        run_pipelinedp_public, sdp_histogram, sdp_histogram_laplace)
+                        run_pipelinedp_public, sdp_histogram, sdp_histogram_laplace, sdp_topk)
 from eval.topk import cell_rng
 
 DOMAIN_FRACTION = 0.5
-DISCOVERY_SHARE = 0.2  # releases.topk.discovery_share default
+DISCOVERY_SHARE = 0.2  # limited-domain discovery's share (releases.topk.discovery_share's default then)
 DOMAIN_LABEL = "partial"
 
 
@@ -56,31 +54,6 @@ def partial_domain(universe: int, *, seed: int, dataset: str, fraction: float = 
     if not 0 < fraction < 1:
         raise ValueError(f"the domain fraction must be in (0, 1), got {fraction!r}")
     return cell_rng(seed, "partial-domain", dataset).random(universe) < fraction
-
-
-def discover_then_track(k: int, eps: float, delta: float, dk: int) -> KnownDomainTopk:
-    """Known-domain top-k with discovery at window guarantee (ε_w, δ_w): production's split of the per-outcome
-    ε (:func:`domain_split`), the largest ε whose reserved worst case is (ε_w, δ_w)-DP."""
-
-    def measurement(epsilon: float) -> KnownDomainTopk:
-        track, discover = domain_split(epsilon=epsilon, discovery_share=DISCOVERY_SHARE)
-        return KnownDomainTopk(k=k, k_bar=2 * k, track_epsilon=track, discover_epsilon=discover, delta=delta / 2,
-                               max_keys_per_user=dk, discovery="limited_domain")
-
-    return measurement(largest_parameter(lambda e: window_epsilon(measurement(e).privacy_map(), delta), eps))
-
-
-def run_discover_then_track(hist: Histogram, domain: np.ndarray, measurement: KnownDomainTopk, runs: int,
-                            rng: np.random.Generator) -> np.ndarray:
-    """``runs`` calls of the production mechanism: released key ids (runs, k), best first, −1 padded."""
-    dense = hist.dense()
-    domain_counts = {int(key): int(dense[key]) for key in np.flatnonzero(domain)}
-    outside = {int(key): int(c) for key, c in zip(hist.keys, hist.counts) if not domain[key]}
-    out = -np.ones((runs, measurement.k), dtype=np.int64)
-    for r in range(runs):
-        keys = measurement(domain_counts, outside, rng=rng).keys
-        out[r, :len(keys)] = keys
-    return out
 
 
 def run_partial_domain_experiment(datasets: Iterable[Stream], grid: PeerGrid, *, seed: int = 20261129,
@@ -121,7 +94,8 @@ def _cell(name: str, hist: Histogram, domain: np.ndarray, dk: int, eps: float, g
         rows += _rows(name, dk, eps, delta, True, method, rel, hist, ks, sec)
     for k in ks:
         t = time.perf_counter()
-        keys = run_discover_then_track(hist, domain, discover_then_track(k, eps, delta, dk), runs, rng("dtt", k))
+        keys = sdp_topk(hist, dk, eps, delta, k, runs, rng("dtt", k), domain=domain,
+                        discovery="limited_domain", discovery_share=DISCOVERY_SHARE)
         rows += _rows(name, dk, eps, delta, True, "sdp_known_domain_partial", _ranked(keys, k), hist, [k],
                       time.perf_counter() - t)
     return rows

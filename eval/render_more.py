@@ -91,8 +91,9 @@ def section_continual(out: Path) -> str:
         ("setup", "release", "stream", "window", "budget period", "k", "k̄", "ε per outcome", "δ_⊥", "Δ",
          "cap per period (ε, δ, δ′)", "replays"),
         [[s["setup"], _release_of(s), s["dataset"], _days(s["window_seconds"]), _days(s["period_seconds"]),
-          s["k"], *((s["k_bar"], s["epsilon_per_outcome"], f"{s['delta_bottom']:g}") if _release_of(s) == "topk"
-                    else ("–", "– (ε = 1 per window)", "– (δ_τ = 1e-7)")), s["max_keys_per_user"],
+          s["k"], *((s["k_bar"], f"{float(s['epsilon_per_outcome']):.4g}", f"{s['delta_bottom']:g}")
+                    if _release_of(s) == "topk" else ("–", "– (window budget ε = 1)", "– (δ_τ = 1e-7)")),
+          s["max_keys_per_user"],
           f"({s['cap_epsilon']:g}, {s['cap_delta']:g}, {s['delta_prime']:g})", s["runs"]] for s in summaries])
     result_table = _table(
         ("setup", "windows", "median users / window", "⊥ offset h_⊥ − h_(k̄+1)", "windows with ≥ 1 key",
@@ -132,7 +133,7 @@ def section_continual(out: Path) -> str:
             [("recall@k vs true bounded top-k", xs, [r["recall_mean"] for r in rows], [r["recall_ci95"] for r in rows]),
              ("keys returned / k", xs, [r["keys_mean"] / s["k"] for r in rows], None),
              ("released (not refused by the cap)", xs, [r["released_mean"] for r in rows], None)],
-            title=(f"{s['setup']}: per-window top-{s['k']} (k̄={s['k_bar']}, ε/outcome={s['epsilon_per_outcome']}, "
+            title=(f"{s['setup']}: per-window top-{s['k']} (k̄={s['k_bar']}, ε/outcome={float(s['epsilon_per_outcome']):.3g}, "
                    f"Δ={s['max_keys_per_user']}); {runs} replays, 95% CI" if _release_of(s) == "topk" else
                    f"{s['setup']}: histogram, its top {s['k']} (Δ={s['max_keys_per_user']}); {runs} replays, 95% CI"),
             xlabel="window index (event time)", ylabel="fraction", path=out / f"continual_{s['setup']}_utility.png")
@@ -294,8 +295,8 @@ def section_weighting(out: Path) -> str:
 
 The histogram with each user's L2 norm spread over the keys she touched — a user on m ≤ Δ keys adds
 ⌊16·√(Δ/m)⌋/16 to each (docs/privacy.md §8d) — against the uniform histogram (1 per key), both on the default zcdp
-route at ε = 1 per window (δ′ = 1e-7, δ_τ = 1e-7, Δ = 5: the same ρ), on the same bounded windows
-(`eval/weighting.py`; the noise drawn with the vectorised sampler of the same law). recall@10 is against the top
+route at the window budget ε = 1, δ = 2e-7 (δ′ = δ_τ = 1e-7, Δ = 5: the same ρ), on the same bounded windows
+(`eval/weighting.py`: `stream_dp.api.histogram` on each window's pairs, one call per run). recall@10 is against the top
 10 by *user counts*, the uniform histogram's own target. Light users (the hourly day: ≈ 2.2 keys per user per
 hour) weigh more at the same cost; where every user holds Δ keys after bounding (the MovieLens grid window) every
 weight is the same, and the releases differ only by the scores' finer grid (τ = {tau_w:.2f} instead of {tau_u} in

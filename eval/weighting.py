@@ -1,13 +1,11 @@
 """Experiment 5: the histogram with per-user weights (``releases.histogram.weighting = "per_user"``, docs/privacy.md
 §8d) against the uniform histogram, on windows of light users and of full ones.
 
-Both run the production calibrations (:func:`~stream_dp.mechanisms.gaussian_histogram.calibrate_histogram`,
-:func:`~stream_dp.mechanisms.weighted_histogram.calibrate_weighted_histogram`: the default zcdp route, ε = 1 per
-window at δ′ = 1e-7, δ_τ = 1e-7, the same ρ) on the same bounded windows; the scores come from the windows'
-counted (user, key) pairs by the production :func:`~stream_dp.mechanisms.weighted_histogram.weighted_scores`.
-Monte-Carlo runs draw the noise with the vectorised sampler of the same law
-(:func:`~stream_dp.mechanisms.discrete_gaussian.sample_discrete_gaussian_table`). recall@k is against the true
-top-k by *user counts* (what the uniform histogram estimates), so weighting is measured on the uniform
+Both are the library's call (:func:`stream_dp.api.histogram`, ``weighting="uniform"`` / ``"per_user"``) on each
+window's bounded (user, key) pairs, one call per Monte-Carlo run: the production calibration at the default window
+budget (ε_w = 1, δ_w = 2e-7: δ_τ = δ′ = 1e-7, the same ρ for both), the production scores
+(:func:`~stream_dp.mechanisms.weighted_histogram.weighted_scores`) and the exact sampler. recall@k is against the
+true top-k by *user counts* (what the uniform histogram estimates), so weighting is measured on the uniform
 histogram's own target.
 
 Streams: the hourly synthetic day of the continual experiment (users drawing 48 Zipf keys over a day, ≈ 2.2
@@ -26,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from stream_dp import api
+from stream_dp.release.window_budget import histogram_calibration
+
 from eval import analysis
 from eval.data import Stream, bounded_mask, load_movielens, zipf_stream
-from stream_dp.mechanisms.discrete_gaussian import sample_discrete_gaussian_table
-from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
-from stream_dp.mechanisms.weighted_histogram import calibrate_weighted_histogram, weighted_scores
 
-EPSILON, DELTA_TAU, DELTA_PRIME, MAX_KEYS_PER_USER, K = 1.0, 1e-7, 1e-7, 5, 10
+EPSILON, DELTA_W, MAX_KEYS_PER_USER, K = 1.0, 2e-7, 5, 10
 #: users of the hourly day: ≈ 10⁴, 10³ and 250 of them active per hour
 HOURLY_USERS = (11_500, 1_150, 300)
 
@@ -45,10 +43,8 @@ def hourly_stream(users: int) -> Stream:
 
 def calibrations() -> tuple[Any, Any]:
     """The uniform and the weighted histogram's calibrations of this experiment (the same ρ)."""
-    return (calibrate_histogram(epsilon=EPSILON, threshold_delta=DELTA_TAU, conversion_delta=DELTA_PRIME,
-                                max_keys_per_user=MAX_KEYS_PER_USER),
-            calibrate_weighted_histogram(epsilon=EPSILON, threshold_delta=DELTA_TAU, conversion_delta=DELTA_PRIME,
-                                         max_keys_per_user=MAX_KEYS_PER_USER))
+    return (histogram_calibration(EPSILON, DELTA_W, MAX_KEYS_PER_USER),
+            histogram_calibration(EPSILON, DELTA_W, MAX_KEYS_PER_USER, weighting="per_user"))
 
 
 def thresholds_in_count_units() -> tuple[int, float]:
@@ -68,21 +64,18 @@ def windows_of(stream: Stream, window_size: int | None) -> list[tuple[np.ndarray
     return out
 
 
-def _released(values: np.ndarray, sigma2: Any, threshold: int, runs: int, rng: np.random.Generator
-              ) -> list[np.ndarray]:
-    """Per run, the indices of the released keys in decreasing noisy value (all above the threshold)."""
-    noisy = values[None, :] + sample_discrete_gaussian_table(sigma2, (runs, len(values)), rng)
-    out = []
-    for row in noisy:
-        kept = np.flatnonzero(row >= threshold)
-        out.append(kept[np.argsort(-row[kept], kind="stable")])
-    return out
+def _released(pairs: list[tuple[int, int]], weighting: str, runs: int, rng: np.random.Generator) -> list[list[int]]:
+    """Per run, the released keys of ``api.histogram`` on the window's pairs, best first (all above the
+    threshold)."""
+    return [[item["key"] for item in api.histogram(pairs, epsilon=EPSILON, delta=DELTA_W,
+                                                   max_keys_per_user=MAX_KEYS_PER_USER, weighting=weighting,
+                                                   seed=rng)["items"]]
+            for _ in range(runs)]
 
 
 def compare_weighting(name: str, windows: list[tuple[np.ndarray, np.ndarray]], *, runs: int, seed: int
                       ) -> list[dict[str, Any]]:
     """One row per method: recall@k against the user counts' top-k, keys released, windows with a key."""
-    uniform, weighted = calibrations()
     rng = np.random.default_rng(seed)
     stats: dict[str, dict[str, list[float]]] = {m: {"recall": [], "keys": [], "any": []} for m in ("uniform", "per_user")}
     keys_per_user = []
@@ -90,12 +83,11 @@ def compare_weighting(name: str, windows: list[tuple[np.ndarray, np.ndarray]], *
         present, counts = np.unique(keys, return_counts=True)
         _, per_user = np.unique(users, return_counts=True)
         keys_per_user.append(float(per_user.mean()))
-        scores = weighted_scores(zip(users.tolist(), keys.tolist()), max_keys_per_user=MAX_KEYS_PER_USER)
-        score = np.array([scores[int(k)] for k in present], dtype=np.int64)
-        top = set(np.argsort(-counts, kind="stable")[:K].tolist())
-        for method, values, cal in (("uniform", counts, uniform), ("per_user", score, weighted)):
-            for released in _released(values, cal.sigma2, cal.threshold, runs, rng):
-                stats[method]["recall"].append(len(top & set(released[:K].tolist())) / len(top))
+        top = set(present[np.argsort(-counts, kind="stable")[:K]].tolist())
+        pairs = list(zip(users.tolist(), keys.tolist()))
+        for method in ("uniform", "per_user"):
+            for released in _released(pairs, method, runs, rng):
+                stats[method]["recall"].append(len(top & set(released[:K])) / len(top))
                 stats[method]["keys"].append(float(len(released)))
                 stats[method]["any"].append(float(len(released) > 0))
     rows = []

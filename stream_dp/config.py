@@ -38,6 +38,7 @@ from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from stream_dp.renamed_settings import BothSet, renamed
 from stream_dp.wire import DEFAULT_MESSAGE_MAX_BYTES
 
 ENV_PREFIX = "STREAM_DP_"
@@ -394,7 +395,27 @@ class BudgetConfig:
 
 
 # Release types: types and enumerations are checked always; ranges only when the type is enabled (a
-# disabled type costs nothing, so its numbers do not matter).
+# disabled type costs nothing, so its numbers do not matter). Each batch type's budget is its window budget
+# (window_epsilon, window_delta): one release of the type in one window is (ε, δ)-DP on its own; the mechanism's
+# parameters are calibrated from it (stream_dp/release/window_budget.py). Renamed keys: stream_dp/renamed_settings.py.
+# Not to be confused with budget.delta_prime: the ledger's conversion δ′ for a whole period.
+
+
+def _renamed(section_name: str, data: Any) -> Any:
+    """A release section's ``mode="before"`` step: deprecated keys warned about and renamed (an old key and its
+    replacement together: an error naming both)."""
+    try:
+        return renamed(section_name, data)
+    except BothSet as exc:
+        raise _Rule(str(exc), setting=exc.old, value=data[exc.old]) from None
+
+
+def _legacy_number(value: float | None) -> bool:
+    return value is None or _positive(value)
+
+
+def _legacy_probability(value: float | None) -> bool:
+    return value is None or _probability(value)
 
 
 #: Release types whose published keys a released domain may learn from (``domain_sources``).
@@ -429,25 +450,36 @@ class TopkConfig(LearnedDomainSettings):
     enabled: Flag = False
     k: Count = 10
     k_bar: Count = 100
-    epsilon: Number = 0.1  # per outcome
-    delta: Number = 1e-7  # δ of the ⊥ rule, per release (with a domain and threshold discovery: of the threshold)
+    window_epsilon: Number = 0.8  # window budget: ε of one release (its worst case, k outcomes)
+    # window budget: δ of one release (half of it the ⊥ rule's or, with a domain and threshold discovery, the threshold's)
+    window_delta: Number = 2e-7
     domain: tuple[StrictStr, ...] = ()  # public keys tracked by full-domain Gumbel top-k (no δ, no ⊥)
     domain_file: Str = ""  # a file of public keys, one per line, added to domain
     # with a domain: how keys outside it are found -- threshold (a discrete-Gaussian histogram of the keys outside
     # the domain, keys above its threshold) or limited_domain (limited-domain top-k, the k̄-based ⊥ rule)
     discovery: Annotated[Str, _one_of("threshold", "limited_domain")] = "threshold"
     discovery_share: Number = 0.8  # with a domain: share of the zCDP ρ spent discovering keys outside it (docs/evaluation 2b)
+    epsilon: Number | None = None  # deprecated (renamed_settings.py): ε per outcome
+    delta: Number | None = None  # deprecated: δ of the ⊥ rule (with a domain and threshold discovery: of the threshold)
 
     @property
     def has_domain(self) -> bool:
         return bool(self.domain or self.domain_file or self.domain_from_released)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return _renamed("releases.topk", data)
 
     @model_validator(mode="after")
     def _rules(self) -> TopkConfig:
         if self.enabled:
             only_released = self.domain_from_released and not self.domain and not self.domain_file
             _check(self, [(self.k >= 1, "k", ">= 1"), (self.k_bar >= self.k, "k_bar", f">= releases.topk.k ({self.k})"),
-                          (_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)"),
+                          (_positive(self.window_epsilon), "window_epsilon", "> 0"),
+                          (_probability(self.window_delta), "window_delta", "in (0, 1)"),
+                          (_legacy_number(self.epsilon), "epsilon", "> 0"),
+                          (_legacy_probability(self.delta), "delta", "in (0, 1)"),
                           (0 <= self.discovery_share < 1, "discovery_share", "in [0, 1)"),
                           (self.discovery_share > 0 or not only_released, "discovery_share",
                            "> 0 when the domain is only keys released earlier")])
@@ -491,27 +523,38 @@ class SampleConfig:
     enabled: Flag = False
     scheme: Annotated[Str, _one_of("pps", "ppswor", "none")] = "pps"  # pps (priority), ppswor, none
     tau: Number = 0.01
-    epsilon: Number = 0.5
-    delta: Number = 1e-7
+    window_epsilon: Number = 0.5  # window budget (calibrated per key to ε / max_keys_per_user)
+    window_delta: Number = 1e-7  # window budget (per key δ / max_keys_per_user)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return _renamed("releases.sample", data)
 
     @model_validator(mode="after")
     def _rules(self) -> SampleConfig:
         if self.enabled:
-            _check(self, [(_positive(self.tau), "tau", "> 0"), (_positive(self.epsilon), "epsilon", "> 0"),
-                    (_probability(self.delta), "delta", "in (0, 1)")])
+            _check(self, [(_positive(self.tau), "tau", "> 0"), (_positive(self.window_epsilon), "window_epsilon", "> 0"),
+                    (_probability(self.window_delta), "window_delta", "in (0, 1)")])
         return self
 
 
 @section
 class ArgmaxConfig:
     enabled: Flag = False
-    epsilon: Number = 0.5
-    delta: Number = 1e-6
+    window_epsilon: Number = 0.5  # window budget of the (ε, δ)-DP release
+    window_delta: Number = 1e-6
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return _renamed("releases.argmax", data)
 
     @model_validator(mode="after")
     def _rules(self) -> ArgmaxConfig:
         if self.enabled:
-            _check(self, [(_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)")])
+            _check(self, [(_positive(self.window_epsilon), "window_epsilon", "> 0"),
+                          (_probability(self.window_delta), "window_delta", "in (0, 1)")])
         return self
 
 
@@ -519,14 +562,19 @@ class ArgmaxConfig:
 class WatchTopkConfig:
     enabled: Flag = False
     k: Count = 5
-    epsilon: Number = 0.5
+    window_epsilon: Number = 0.5  # window budget, pure ε-DP
     # geometric (discrete Laplace, integer gaps; the default), laplace, exponential
     noise: Annotated[Str, _one_of(*NOISES, allowed="one of geometric, laplace, exponential")] = "geometric"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return _renamed("releases.watch_topk", data)
 
     @model_validator(mode="after")
     def _rules(self) -> WatchTopkConfig:
         if self.enabled:
-            _check(self, [(self.k >= 1, "k", ">= 1"), (_positive(self.epsilon), "epsilon", "> 0")])
+            _check(self, [(self.k >= 1, "k", ">= 1"), (_positive(self.window_epsilon), "window_epsilon", "> 0")])
         return self
 
 
@@ -539,25 +587,35 @@ class HistogramConfig(LearnedDomainSettings):
     # gaussian: discrete Gaussian, zCDP (L2 sensitivity √Δ); laplace: discrete Laplace, pure ε (L1 sensitivity Δ)
     # -- better for small Δ (docs/evaluation; stream-dp budget plan --expected-users recommends one)
     noise: Annotated[Str, _one_of("gaussian", "laplace")] = "gaussian"
-    # gaussian only -- zcdp: σ by the ρ-zCDP conversion at δ′, τ on its own δ (charged as ρ-zCDP);
-    # exact: σ and τ together by the thresholded histogram's exact privacy profile at (ε, δ + δ′)
+    # gaussian only -- zcdp: σ by the ρ-zCDP conversion at half the window δ, τ on the other half (charged as ρ-zCDP);
+    # exact: σ and τ together by the thresholded histogram's exact privacy profile at the window budget
     # (docs/privacy.md §8c; both guarantees charged: lower τ and σ for one window, more ε and δ over a period)
     calibration: Annotated[Str, _one_of("zcdp", "exact")] = "zcdp"
     # uniform: a user adds 1 to each of her ≤ Δ keys; per_user: a user on m keys adds ⌊16·√(Δ/m)⌋/16 to each (her
     # L2 norm stays ≤ √Δ), so users on fewer than Δ keys weigh more at the same cost (docs/privacy.md §8d;
     # gaussian noise, zcdp calibration and contribution.unit = "user" only); released counts are weighted counts
     weighting: Annotated[Str, _one_of("uniform", "per_user")] = "uniform"
-    epsilon: Number = 1.0  # ε of one release on its own (gaussian: at δ′ = budget.delta_prime; sets the noise)
-    delta: Number = 1e-7  # δ of the threshold: P[a key only one user touched is released], per release
+    window_epsilon: Number = 1.0  # window budget: ε of one release (sets the noise)
+    window_delta: Number = 2e-7  # window budget: δ of one release (gaussian zcdp: half the threshold's, half σ's)
     max_keys: Count = 1000  # at most this many keys per release (the largest noisy counts above threshold)
     confidence: Number = 0.95  # of the two-sided interval released with each noisy count
     domain: tuple[StrictStr, ...] = ()  # public keys: always released with a noisy count, no threshold needed
     domain_file: Str = ""  # a file of public keys, one per line, added to domain
+    epsilon: Number | None = None  # deprecated (renamed_settings.py): ε at δ′ = budget.delta_prime
+    delta: Number | None = None  # deprecated: δ of the threshold
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return _renamed("releases.histogram", data)
 
     @model_validator(mode="after")
     def _rules(self) -> HistogramConfig:
         if self.enabled:
-            _check(self, [(_positive(self.epsilon), "epsilon", "> 0"), (_probability(self.delta), "delta", "in (0, 1)"),
+            _check(self, [(_positive(self.window_epsilon), "window_epsilon", "> 0"),
+                          (_probability(self.window_delta), "window_delta", "in (0, 1)"),
+                          (_legacy_number(self.epsilon), "epsilon", "> 0"),
+                          (_legacy_probability(self.delta), "delta", "in (0, 1)"),
                           (self.max_keys >= 1, "max_keys", ">= 1"),
                           (_probability(self.confidence), "confidence", "in (0, 1)"),
                           (self.calibration == "zcdp" or self.noise == "gaussian", "calibration",

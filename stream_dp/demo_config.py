@@ -51,7 +51,8 @@ def config_to_toml(config: Config, header: str = "") -> str:
     lines = [f"# {line}" for line in header.splitlines()]
 
     def table(name: str, data: Mapping[str, Any]) -> None:
-        scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
+        # None: an unset deprecated setting (stream_dp/renamed_settings.py), which TOML has no value for
+        scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping) and v is not None}
         if scalars:
             lines.append(f"\n[{name}]")
             lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())

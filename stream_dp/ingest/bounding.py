@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import ge, itemgetter
@@ -60,10 +60,10 @@ class ContributionBounder:
         check_bounding_settings(max_keys_per_user, unit)
         self.max_keys_per_user = max_keys_per_user
         self.unit = unit
-        self.counts: Counter[str] = Counter()
-        self._keys_of: dict[str, list[str]] = {}
+        self.counts: Counter[Hashable] = Counter()  # keys and users: strings in the service, any hashable in
+        self._keys_of: dict[Hashable, list[Hashable]] = {}  # the library (stream_dp.api)
 
-    def offer(self, user: str, key: str) -> str:
+    def offer(self, user: Hashable, key: Hashable) -> str:
         """Apply one event; returns ``"counted"``, ``"linf"`` (user already counted for this key) or
         ``"l0"`` (user already at Δ keys)."""
         if self.unit == "event":
@@ -78,9 +78,13 @@ class ContributionBounder:
         self.counts[key] += 1
         return "counted"
 
+    def pairs(self) -> list[tuple[Hashable, Hashable]]:
+        """The counted (user, key) pairs, each user's in the order they were counted (``unit = "user"``)."""
+        return [(user, key) for user, keys in self._keys_of.items() for key in keys]
+
 
 def bounded_window_counts(events: Iterable[tuple[int, str, str]], *, window_size: int, max_keys_per_user: int,
-                          unit: str = "user") -> dict[int, dict[str, int]]:
+                          unit: str = "user") -> dict[int, dict[Hashable, int]]:
     """Ground truth: ``(event time, user, key)`` in offset order per user → {window start: {key: count}}.
 
     >>> bounded_window_counts([(5, "a", "x"), (6, "a", "x"), (65, "a", "x")], window_size=60, max_keys_per_user=1)

@@ -55,6 +55,13 @@ def check_positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+def check_size(size: Any) -> int:
+    """A sample size: an integer >= 0 (``ValueError`` otherwise)."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ValueError(f"size must be an integer >= 0, got {size!r}")
+    return int(size)
+
+
 def check_scores(values: Mapping[Hashable, Any], *, name: str = "counts",
                  nonnegative: bool = True) -> tuple[list[Hashable], np.ndarray]:
     """Split a mapping key → score into (keys, float64 array), rejecting NaN, ±inf and (optionally) < 0.
@@ -95,6 +102,23 @@ def tie_key(key: Hashable) -> tuple[int, Any]:
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         return (2, int(key))
     return (3, hashlib.blake2b(repr(key).encode("utf-8"), digest_size=16).digest())
+
+
+def ranked_top(candidates: np.ndarray, values: np.ndarray, keys: list[Hashable], limit: int) -> list[int]:
+    """The ``limit`` candidates (indices into ``values`` and ``keys``) with the largest values, best first, equal
+    values in the fixed :func:`tie_key` order (descending) -- exactly the first ``limit`` of sorting every candidate
+    by (value, tie key), but only the candidates at or above the ``limit``-th largest value are sorted.
+
+    >>> ranked_top(np.arange(4), np.array([5, 9, 5, 1]), ["a", "b", "c", "d"], 2)
+    [1, 2]
+    """
+    if len(candidates) > limit:
+        chosen = values[candidates]
+        cut = np.partition(chosen, len(chosen) - limit)[len(chosen) - limit]
+        candidates = candidates[chosen >= cut]
+    ranked = sorted(zip(values[candidates].tolist(), candidates.tolist()), key=lambda vi: (vi[0], tie_key(keys[vi[1]])),
+                    reverse=True)
+    return [i for _, i in ranked[:limit]]
 
 
 def top_indices(keys: list[Hashable], values: np.ndarray, m: int) -> np.ndarray:

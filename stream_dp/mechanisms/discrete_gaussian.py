@@ -8,8 +8,10 @@ sampler never touches floating point -- the floating-point attacks on textbook c
 (Mironov 2012) have nothing to act on. :func:`sample_discrete_gaussian` follows CKS20 Algorithm 3
 (discrete Laplace proposals, Algorithm 2, accepted with an exact Bernoulli(e^{−γ}) coin, Algorithm 1) in
 rational arithmetic: σ² is a :class:`fractions.Fraction`, every coin is "a uniform integer below d is below
-n" with Python integers, and the only source of randomness is the numpy Generator API of
-:func:`stream_dp.rng.make_rng` (``integers`` and ``bytes``), so a CSPRNG-backed generator drops in.
+n", and the only source of randomness is the numpy Generator API of :func:`stream_dp.rng.make_rng`
+(``integers`` and ``bytes``), so a CSPRNG-backed generator drops in. It runs the algorithm on whole arrays
+(:mod:`stream_dp.mechanisms.exact_batch`, ~50x faster); :func:`sample_discrete_gaussian_scalar` is the same
+algorithm one draw at a time in Python integers, kept as the reference.
 
 Privacy fact used by the histogram (CKS20 Proposition 5 plus tensorisation): for integers μ, ν,
 D_α(N_Z(μ, σ²) ‖ N_Z(ν, σ²)) ≤ α(μ−ν)²/(2σ²); independent coordinates add their Rényi divergences, so an
@@ -18,8 +20,6 @@ continuous Gaussian's ρ.
 
 :func:`discrete_gaussian_tail` computes P[Z ≥ m] in float64 from the pmf (a relative error of ~1e-15,
 tested against 60-digit decimal arithmetic in tests/unit/test_gaussian_histogram.py).
-:func:`sample_discrete_gaussian_table` is a fast *vectorised* sampler of the same law by inverse CDF in
-float64 -- for Monte-Carlo evaluation only (eval/), never in a release.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from stream_dp.mechanisms._validation import check_positive_fraction
+from stream_dp.mechanisms._validation import check_positive_fraction, check_size
+from stream_dp.mechanisms.exact_batch import discrete_gaussian_batch
 from stream_dp.rng import RngLike, make_rng
 
 # Coordinates beyond this many σ carry mass < e^{-800}: below float64's smallest normal number.
@@ -100,19 +101,31 @@ def _discrete_gaussian_one(rng: np.random.Generator, n: int, d: int, t: int) -> 
 
 
 def sample_discrete_gaussian(sigma2: Any, size: int, rng: RngLike = None) -> np.ndarray:
-    """``size`` exact i.i.d. draws of N_Z(0, σ²) as an int64 array (CKS20 Algorithm 3).
+    """``size`` exact i.i.d. draws of N_Z(0, σ²) as an int64 array (CKS20 Algorithm 3, in batches:
+    :func:`~stream_dp.mechanisms.exact_batch.discrete_gaussian_batch`).
 
     >>> sample_discrete_gaussian(4, 3, rng=1).dtype
     dtype('int64')
     """
     s2 = as_sigma2(sigma2)
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
-        raise ValueError(f"size must be an integer >= 0, got {size!r}")
+    size = check_size(size)
+    return discrete_gaussian_batch(make_rng(rng), s2.numerator, s2.denominator, size)
+
+
+def sample_discrete_gaussian_scalar(sigma2: Any, size: int, rng: RngLike = None) -> np.ndarray:
+    """The same law as :func:`sample_discrete_gaussian`, one draw at a time in Python integers (CKS20 Algorithm 3
+    as written): the reference the batched sampler is tested and benchmarked against (bench/bench_samplers.py).
+
+    >>> sample_discrete_gaussian_scalar(4, 3, rng=1).dtype
+    dtype('int64')
+    """
+    s2 = as_sigma2(sigma2)
+    size = check_size(size)
     generator = make_rng(rng)
     n, d = s2.numerator, s2.denominator
     t = math.isqrt(n // d) + 1  # ⌊σ⌋ + 1, exact
-    return np.fromiter((_discrete_gaussian_one(generator, n, d, t) for _ in range(int(size))),
-                       dtype=np.int64, count=int(size))
+    return np.fromiter((_discrete_gaussian_one(generator, n, d, t) for _ in range(size)), dtype=np.int64,
+                       count=size)
 
 
 def _support(sigma2: float) -> np.ndarray:
@@ -173,18 +186,3 @@ def discrete_gaussian_quantile(sigma2: Any, confidence: float) -> int:
     if p[centre] >= confidence:
         return 0
     return int(np.searchsorted(inside, confidence) + 1)
-
-
-def sample_discrete_gaussian_table(sigma2: Any, size: int | tuple[int, ...], rng: np.random.Generator
-                                   ) -> np.ndarray:
-    """Vectorised draws of N_Z(0, σ²) by inverse CDF on the float64 pmf -- evaluation only.
-
-    The law matches :func:`sample_discrete_gaussian` up to float rounding of the CDF (tested by a
-    chi-square comparison); it is *not* floating-point safe and no release uses it.
-    """
-    ys, p = discrete_gaussian_pmf(sigma2)
-    cdf = np.cumsum(p)
-    cdf[-1] = 1.0
-    u = rng.random(size)
-    draws: np.ndarray = ys[np.searchsorted(cdf, u, side="right").clip(0, len(ys) - 1)]
-    return draws

@@ -34,7 +34,7 @@ import numpy as np
 
 from stream_dp.accounting.composition import loose_zcdp_to_epsilon, zcdp_to_epsilon  # noqa: F401 (doctests)
 from stream_dp.accounting.events import DpEvent, ZCdpAndApproxDpEvent, ZCdpEvent
-from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, tie_key
+from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, ranked_top
 from stream_dp.mechanisms.discrete_gaussian import (
     as_sigma2,
     discrete_gaussian_quantile,
@@ -235,18 +235,33 @@ def gaussian_histogram_events(*, sigma2: object, delta: float, max_keys_per_user
     return (ZCdpEvent(rho, delta=check_delta(delta), mechanism=MECHANISM),)
 
 
+_NUMBER_TYPES = (int, float, np.integer, np.floating)
+
+
 def _check_counts(counts: Mapping[Hashable, object]) -> tuple[list[Hashable], np.ndarray]:
+    """(keys, int64 counts) of a mapping key → integer count >= 0; ``ValueError`` naming what is wrong (never a key
+    or a count). Numbers of one array dtype are checked in bulk; anything else value by value."""
     if not isinstance(counts, Mapping):
         raise ValueError(f"counts must be a mapping key -> integer count, got {type(counts).__name__}")
     keys = list(counts)
-    values = []
-    for value in counts.values():
-        number = float(value) if isinstance(value, (int, float, np.integer, np.floating)) \
-            and not isinstance(value, bool) else math.nan
+    values = list(counts.values())
+    kinds = set(map(type, values))
+    if kinds and all(issubclass(kind, _NUMBER_TYPES) and not issubclass(kind, (bool, np.bool_)) for kind in kinds):
+        array = np.asarray(values)
+        if array.dtype.kind in "iu":
+            if array.size and array.min() < 0:
+                raise ValueError("counts must map every key to an integer count >= 0")
+            return keys, array.astype(np.int64)
+        if array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array >= 0) \
+                and np.all(array == np.floor(array)):
+            return keys, array.astype(np.int64)
+    checked = []
+    for value in values:
+        number = float(value) if isinstance(value, _NUMBER_TYPES) and not isinstance(value, bool) else math.nan
         if not (math.isfinite(number) and number >= 0 and number == int(number)):
             raise ValueError("counts must map every key to an integer count >= 0")
-        values.append(int(number))
-    return keys, np.asarray(values, dtype=np.int64)
+        checked.append(int(number))
+    return keys, np.asarray(checked, dtype=np.int64)
 
 
 class ThresholdedGaussian(Protocol):
@@ -299,20 +314,23 @@ def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callabl
     present, values = _check_counts(counts)
     max_keys = check_positive_int(max_keys, "max_keys")
     public = set(domain)
-    seen = set(present)
-    absent = [key for key in dict.fromkeys(domain) if key not in seen]
-    keys = present + absent
-    values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
-    in_domain = np.array([key in public for key in keys], dtype=bool)
+    if public:
+        seen = set(present)
+        absent = [key for key in dict.fromkeys(domain) if key not in seen]
+        keys = present + absent
+        values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
+        in_domain = np.array([key in public for key in keys], dtype=bool)
+    else:
+        keys, in_domain = present, np.zeros(len(present), dtype=bool)
     noisy = values + noise(len(keys))
     keep = in_domain | (noisy >= threshold)
     if boundary is not None:
         edge = np.flatnonzero(~keep & (noisy == threshold - 1))
         keep[edge] = boundary(len(edge))
     kept = np.flatnonzero(keep)
-    order = sorted(kept, key=lambda i: (int(noisy[i]), tie_key(keys[i])), reverse=True)[:max_keys]
+    order = ranked_top(kept, noisy, keys, max_keys)
     h = ci_half_width
-    rows = tuple(HistogramRow(keys[i], int(noisy[i]), int(noisy[i]) - h, int(noisy[i]) + h, bool(in_domain[i]))
-                 for i in order)
+    rows = tuple(HistogramRow(keys[i], value, value - h, value + h, public_key)
+                 for i, value, public_key in zip(order, noisy[order].tolist(), in_domain[order].tolist()))
     return HistogramResult(rows=rows, above_threshold=int(np.count_nonzero(~in_domain[kept])),
                            threshold=threshold, ci_half_width=h, events=events, kept=int(len(kept)))

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stream_dp.accounting.events import DpEvent, RangeBoundedEvent
-from stream_dp.mechanisms._validation import check_epsilon, check_positive_int, check_scores, tie_key
+from stream_dp.mechanisms._validation import check_epsilon, check_positive_int, check_scores, ranked_top
 from stream_dp.mechanisms.gaussian_histogram import HistogramCalibration, calibration_for_sigma2, gaussian_histogram
 from stream_dp.mechanisms.limited_domain import limited_domain_topk, outcome_events
 from stream_dp.rng import RngLike, make_rng
@@ -192,7 +192,7 @@ def known_domain_topk(domain_counts: Mapping[Hashable, float], outside_counts: M
         return KnownDomainResult((), (), discovered, hit_bottom, tuple(events), ran)
     noisy = values + generator.gumbel(scale=1.0 / track_epsilon, size=len(values))
     m = min(k, len(candidates))
-    order = sorted(range(len(candidates)), key=lambda i: (noisy[i], tie_key(candidates[i])), reverse=True)[:m]
+    order = ranked_top(np.arange(len(candidates)), noisy, candidates, m)
     keys = tuple(candidates[i] for i in order)
     sources = tuple(DOMAIN if i < len(domain_keys) else DISCOVERED for i in order)
     events.extend(track_events(m, track_epsilon=track_epsilon))

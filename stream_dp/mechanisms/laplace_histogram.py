@@ -35,8 +35,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from stream_dp.accounting.events import ApproxDpEvent, DpEvent
-from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_fraction, check_positive_int
-from stream_dp.mechanisms.discrete_gaussian import _discrete_laplace, _uniform_below
+from stream_dp.mechanisms._validation import (check_delta, check_epsilon, check_positive_fraction, check_positive_int,
+                                              check_size)
+from stream_dp.mechanisms.discrete_gaussian import _discrete_laplace
+from stream_dp.mechanisms.exact_batch import discrete_laplace_batch, uniform_below
 from stream_dp.mechanisms.gaussian_histogram import (TAIL_MARGIN, HistogramResult, noisy_threshold_release,
                                                      smallest_threshold)
 from stream_dp.rng import RngLike, make_rng
@@ -52,17 +54,24 @@ def as_scale(scale: Any) -> Fraction:
 
 
 def sample_discrete_laplace(scale: Any, size: int, rng: RngLike = None) -> np.ndarray:
-    """``size`` exact i.i.d. draws of the discrete Laplace with scale b (P[y] ∝ e^{−|y|/b}) as int64.
+    """``size`` exact i.i.d. draws of the discrete Laplace with scale b (P[y] ∝ e^{−|y|/b}) as int64 (CKS20
+    Algorithm 2 in batches: :func:`~stream_dp.mechanisms.exact_batch.discrete_laplace_batch`).
 
     >>> sample_discrete_laplace(Fraction(3, 2), 4, rng=1).dtype
     dtype('int64')
     """
     b = as_scale(scale)
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
-        raise ValueError(f"size must be an integer >= 0, got {size!r}")
+    return discrete_laplace_batch(make_rng(rng), b.numerator, b.denominator, check_size(size))
+
+
+def sample_discrete_laplace_scalar(scale: Any, size: int, rng: RngLike = None) -> np.ndarray:
+    """The same law as :func:`sample_discrete_laplace`, one draw at a time in Python integers (CKS20 Algorithm 2 as
+    written): the reference the batched sampler is tested and benchmarked against."""
+    b = as_scale(scale)
+    size = check_size(size)
     generator = make_rng(rng)
-    return np.fromiter((_discrete_laplace(generator, b.numerator, b.denominator) for _ in range(int(size))),
-                       dtype=np.int64, count=int(size))
+    return np.fromiter((_discrete_laplace(generator, b.numerator, b.denominator) for _ in range(size)),
+                       dtype=np.int64, count=size)
 
 
 def discrete_laplace_tail(scale: Any, m: int) -> float:
@@ -199,8 +208,8 @@ def laplace_histogram(counts: Mapping[Hashable, object], *, calibration: Laplace
     generator = make_rng(rng)
     r = calibration.boundary
 
-    def coins(n: int) -> np.ndarray:  # exact Bernoulli(r): a uniform integer below the denominator
-        return np.array([_uniform_below(generator, r.denominator) < r.numerator for _ in range(n)], dtype=bool)
+    def coins(n: int) -> np.ndarray:  # exact Bernoulli(r): a uniform integer below the denominator (≤ 2^40)
+        return uniform_below(generator, r.denominator, n) < r.numerator
 
     return noisy_threshold_release(
         counts, noise=lambda n: sample_discrete_laplace(calibration.scale, n, rng=generator),

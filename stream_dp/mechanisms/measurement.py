@@ -24,7 +24,7 @@ The release builders (:mod:`stream_dp.release.builders`) reserve ``privacy_map()
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -55,7 +55,8 @@ class Measurement(Protocol[R_contra]):
 @dataclass(frozen=True)
 class _ThresholdHistogram:
     """A histogram with partition selection: its cost does not depend on the data, so every result realizes
-    exactly the calibration's events (the map)."""
+    exactly the calibration's events (the map). ``domain``: the public keys released without the threshold -- a
+    default; a call may give the window's own (``domain=``), which changes nothing in the map."""
 
     calibration: Any
     max_keys: int
@@ -81,9 +82,11 @@ class GaussianHistogram(_ThresholdHistogram):
     calibration: HistogramCalibration
     mechanism: str = "gaussian_histogram"
 
-    def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
+    def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None,
+                 domain: Collection[Hashable] | None = None) -> HistogramResult:
         return gaussian_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
-                                  confidence=self.confidence, domain=self.domain, rng=rng)
+                                  confidence=self.confidence, domain=self.domain if domain is None else domain,
+                                  rng=rng)
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,11 @@ class LaplaceHistogram(_ThresholdHistogram):
     calibration: LaplaceHistogramCalibration
     mechanism: str = "laplace_histogram"
 
-    def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
+    def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None,
+                 domain: Collection[Hashable] | None = None) -> HistogramResult:
         return laplace_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
-                                 confidence=self.confidence, domain=self.domain, rng=rng)
+                                 confidence=self.confidence, domain=self.domain if domain is None else domain,
+                                  rng=rng)
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,8 @@ class WeightedHistogram(_ThresholdHistogram):
     calibration: WeightedHistogramCalibration
     mechanism: str = "weighted_histogram"
 
-    def __call__(self, scores: Mapping[Hashable, Any], rng: RngLike = None) -> HistogramResult:
+    def __call__(self, scores: Mapping[Hashable, Any], rng: RngLike = None,
+                 domain: Collection[Hashable] | None = None) -> HistogramResult:
         return weighted_histogram(scores, calibration=self.calibration, max_keys=self.max_keys,
-                                  confidence=self.confidence, domain=self.domain, rng=rng)
+                                  confidence=self.confidence, domain=self.domain if domain is None else domain,
+                                  rng=rng)

@@ -23,13 +23,15 @@ tested), not an ``isinstance`` chain; :func:`release_measurements` gives every e
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from stream_dp.config import AlertsConfig, Config
 from stream_dp.mechanisms.measurement import Measurement
-from stream_dp.mechanisms.weighted_histogram import rows_in_count_units
 from stream_dp.node_batches import Reads
+from stream_dp.release import drafts, window_budget
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.released_domain import Domained, DomainRule, PublicDomain
 from stream_dp.release.windows import Window, WindowReader
@@ -76,51 +78,44 @@ class TopkBuilder:
         self.static_domain: list[str] = list(dict.fromkeys(list(t.domain) + _read_domain_file(t.domain_file)))
         self.public_domain = PublicDomain(self.static_domain, DomainRule.of(self.cfg, "topk"))
 
-    def split(self) -> tuple[float, float | None]:
-        from stream_dp.mechanisms.known_domain import domain_split
+    def calibrated(self) -> window_budget.TopkParameters | window_budget.KnownDomainParameters:
+        """The mechanism's parameters from the window budget (or the deprecated keys): cached by window_budget."""
+        return window_budget.configured_topk(self.cfg.releases.topk,
+                                             max_keys_per_user=self.cfg.contribution.max_keys_per_user)
 
-        t = self.cfg.releases.topk
-        return domain_split(epsilon=t.epsilon, discovery_share=t.discovery_share)
+    def split(self) -> tuple[float, float | None]:
+        """(ε per tracked peel, ε per discovery outcome or None) with a domain."""
+        p = self.calibrated()
+        assert isinstance(p, window_budget.KnownDomainParameters)
+        return p.track_epsilon, p.discover_epsilon
 
     def discovery_calibration(self) -> Any:
-        """Threshold discovery's σ² and τ (None: no threshold discovery)."""
-        from stream_dp.mechanisms.known_domain import threshold_discovery_calibration
-
-        t = self.cfg.releases.topk
-        if not t.has_domain or t.discovery != "threshold" or t.discovery_share == 0:
-            return None
-        return threshold_discovery_calibration(k=t.k, epsilon=t.epsilon, discovery_share=t.discovery_share,
-                                               delta=t.delta, max_keys_per_user=self.cfg.contribution.max_keys_per_user)
+        """Threshold discovery's σ², τ and ρ_d from the window budget (None: no threshold discovery)."""
+        p = self.calibrated()
+        return p.discovery_calibration if isinstance(p, window_budget.KnownDomainParameters) else None
 
     def parameters(self) -> dict[str, Any]:
         t = self.cfg.releases.topk
-        p: dict[str, Any] = {"k": t.k, "k_bar": t.k_bar, "epsilon": t.epsilon, "delta": t.delta,
+        calibrated = self.calibrated()
+        p: dict[str, Any] = {"k": t.k, "k_bar": t.k_bar, **_window_budget(t, window_budget.LEGACY_TOPK),
                              "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
-        if t.has_domain:
-            track, discover = self.split()
-            p.update({"track_epsilon": track, "discovery": t.discovery, "discovery_share": t.discovery_share,
-                      "domain_size_static": len(self.static_domain),
-                      "domain_from_released": t.domain_from_released})
-            cal = self.discovery_calibration()
-            if cal is not None:
-                p.update({"discovery_sigma2": str(cal.sigma2), "discovery_threshold": cal.threshold,
-                          "discovery_rho": cal.rho})
-            elif discover is not None:
-                p["discover_epsilon"] = discover
+        if isinstance(calibrated, window_budget.KnownDomainParameters):
+            p.update(drafts.known_domain_parameters(calibrated, discovery_share=t.discovery_share))
+            p.update({"domain_size_static": len(self.static_domain), "domain_from_released": t.domain_from_released})
+        else:
+            p.update({"epsilon": calibrated.epsilon, "delta": calibrated.delta})
         return p
 
-    @property
+    @cached_property
     def measurement(self) -> Measurement[Any]:
-        from stream_dp.mechanisms import KnownDomainTopk, LimitedDomainTopk
+        from stream_dp.mechanisms import LimitedDomainTopk
 
         t = self.cfg.releases.topk
         max_keys = self.cfg.contribution.max_keys_per_user
-        if t.has_domain:
-            track, discover = self.split()
-            return KnownDomainTopk(k=t.k, k_bar=t.k_bar, track_epsilon=track, discover_epsilon=discover,
-                                   delta=t.delta, max_keys_per_user=max_keys, discovery=t.discovery,
-                                   discovery_calibration=self.discovery_calibration())
-        return LimitedDomainTopk(k=t.k, k_bar=t.k_bar, epsilon=t.epsilon, delta=t.delta, max_keys_per_user=max_keys)
+        p = self.calibrated()
+        if isinstance(p, window_budget.KnownDomainParameters):
+            return p.measurement(k=t.k, k_bar=t.k_bar, max_keys_per_user=max_keys)
+        return LimitedDomainTopk(k=t.k, k_bar=t.k_bar, epsilon=p.epsilon, delta=p.delta, max_keys_per_user=max_keys)
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -148,15 +143,8 @@ class TopkBuilder:
         if self.cfg.releases.topk.has_domain:
             domain_counts, outside = data.data
             known = m(domain_counts, outside, rng=rng)
-            items = [{"key": str(key), "rank": i + 1, "source": source}
-                     for i, (key, source) in enumerate(zip(known.keys, known.sources))]
-            return RecordDraft(window, self.type, self.mechanism, {**p, "domain_size": len(domain_counts)},
-                               items=items, hit_bottom=bool(known.hit_bottom), events=m.realized(known),
-                               info={"discovered": [str(key) for key in known.discovered]}, domain=data.block)
-        res = m(data, rng=rng)
-        items = [{"key": str(key), "rank": i + 1} for i, key in enumerate(res.keys)]
-        return RecordDraft(window, self.type, self.mechanism, p, items=items, hit_bottom=bool(res.hit_bottom),
-                           events=m.realized(res), info={"outcomes": int(res.outcomes)})
+            return drafts.known_domain_draft(window, p, known, m, domain_size=len(domain_counts), domain=data.block)
+        return drafts.topk_draft(window, p, m(data, rng=rng), m)
 
 
 def _read_domain_file(path: str, section: str = "releases.topk") -> list[str]:
@@ -204,15 +192,15 @@ class SampleBuilder:
 
     def parameters(self) -> dict[str, Any]:
         s = self.cfg.releases.sample
-        return {"scheme": s.scheme, "tau": s.tau, "epsilon": s.epsilon, "delta": s.delta,
+        return {"scheme": s.scheme, "tau": s.tau, "epsilon": s.window_epsilon, "delta": s.window_delta,
                 "max_keys_per_user": self.cfg.contribution.max_keys_per_user}
 
-    @property
+    @cached_property
     def measurement(self) -> Measurement[Any]:
         from stream_dp.mechanisms import PrivateWeightedSample
 
         s = self.cfg.releases.sample
-        return PrivateWeightedSample(scheme=s.scheme, tau=s.tau, epsilon=s.epsilon, delta=s.delta,
+        return PrivateWeightedSample(scheme=s.scheme, tau=s.tau, epsilon=s.window_epsilon, delta=s.window_delta,
                                      max_keys_per_user=self.cfg.contribution.max_keys_per_user)
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
@@ -236,11 +224,7 @@ class SampleBuilder:
         classes, members_at = data
         res = sample_count_classes(classes, members_at, scheme=p["scheme"], tau=p["tau"], epsilon=p["epsilon"],
                                    delta=p["delta"], max_keys_per_user=p["max_keys_per_user"], rng=rng)
-        items = [{"key": str(row.key), "token": float(row.token), "estimate": float(row.estimate)}
-                 for row in res.rows]
-        # the mechanism's own public parameters (incl. the estimator) let subscribers recompute estimates
-        return RecordDraft(window, self.type, self.mechanism, {**p, **res.parameters()}, items=items,
-                           events=self.measurement.realized(res), info={"sampled": len(items)})
+        return drafts.sample_draft(window, p, res, self.measurement)
 
 
 @dataclass
@@ -253,14 +237,14 @@ class ArgmaxBuilder:
 
     def parameters(self) -> dict[str, Any]:
         a = self.cfg.releases.argmax
-        return {"epsilon": a.epsilon, "delta": a.delta}
+        return {"epsilon": a.window_epsilon, "delta": a.window_delta}
 
-    @property
+    @cached_property
     def measurement(self) -> Measurement[Any]:
         from stream_dp.mechanisms import LargeMargin
 
         a = self.cfg.releases.argmax
-        return LargeMargin(epsilon=a.epsilon, delta=a.delta)
+        return LargeMargin(epsilon=a.window_epsilon, delta=a.window_delta)
 
     def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
         return None  # the whole window, in chunks
@@ -302,9 +286,9 @@ class WatchTopkBuilder:
 
     def parameters(self) -> dict[str, Any]:
         w = self.cfg.releases.watch_topk
-        return {"k": w.k, "epsilon": w.epsilon, "noise": w.noise, "monotone": True}
+        return {"k": w.k, "epsilon": w.window_epsilon, "noise": w.noise, "monotone": True}
 
-    @property
+    @cached_property
     def measurement(self) -> Measurement[Any]:
         return self.measurement_for(self.cfg.releases.watch_topk.k)
 
@@ -313,7 +297,7 @@ class WatchTopkBuilder:
         from stream_dp.mechanisms import NoisyTopkWithGap
 
         w = self.cfg.releases.watch_topk
-        return NoisyTopkWithGap(k=k, epsilon=w.epsilon, noise=w.noise, monotone=True)
+        return NoisyTopkWithGap(k=k, epsilon=w.window_epsilon, noise=w.noise, monotone=True)
 
     def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
         return reader.counts_of_reads(window, watchlist)
@@ -349,52 +333,32 @@ class HistogramBuilder:
     mechanism: str = "gaussian_histogram"
 
     def calibration(self) -> Any:
-        from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram, calibrate_histogram_exact
-        from stream_dp.mechanisms.laplace_histogram import calibrate_laplace_histogram
-
-        h = self.cfg.releases.histogram
-        if h.weighting == "per_user":
-            from stream_dp.mechanisms.weighted_histogram import calibrate_weighted_histogram
-
-            return calibrate_weighted_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
-                                                conversion_delta=self.cfg.budget.delta_prime,
-                                                max_keys_per_user=self.cfg.contribution.max_keys_per_user)
-        if h.noise == "laplace":
-            return calibrate_laplace_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
-                                               max_keys_per_user=self.cfg.contribution.max_keys_per_user)
-        if h.calibration == "exact":  # the same single-release (ε, δ + δ′) as the zcdp calibration states
-            return calibrate_histogram_exact(epsilon=h.epsilon, delta=h.delta + self.cfg.budget.delta_prime,
-                                             max_keys_per_user=self.cfg.contribution.max_keys_per_user)
-        return calibrate_histogram(epsilon=h.epsilon, threshold_delta=h.delta,
-                                   conversion_delta=self.cfg.budget.delta_prime,
-                                   max_keys_per_user=self.cfg.contribution.max_keys_per_user)
+        """The noise and threshold: from ``window_epsilon`` / ``window_delta`` (:mod:`~stream_dp.release.window_budget`,
+        cached), or the deprecated keys' old meaning."""
+        return window_budget.configured_histogram(self.cfg.releases.histogram,
+                                                  max_keys_per_user=self.cfg.contribution.max_keys_per_user,
+                                                  delta_prime=self.cfg.budget.delta_prime)
 
     def parameters(self) -> dict[str, Any]:
         h = self.cfg.releases.histogram
-        cal = self.calibration()
-        unit = cal.unit  # per_user weighting: σ² and τ in count units (score / U)
-        noise = ({"noise": "discrete_laplace", "scale": str(cal.scale)} if h.noise == "laplace" else
-                 {"noise": "discrete_gaussian", "sigma2": str(cal.sigma2 / (unit * unit)), "rho": cal.rho,
-                  **({"calibration": "exact"} if cal.calibration == "exact" else {})})
-        weighting = {"weighting": "per_user", "weight_unit": unit} if h.weighting == "per_user" else {}
-        return {"epsilon": h.epsilon, "delta": h.delta, "delta_prime": self.cfg.budget.delta_prime,
-                "max_keys": h.max_keys, "confidence": h.confidence,
-                "max_keys_per_user": self.cfg.contribution.max_keys_per_user,
-                **noise, **weighting, "threshold": cal.threshold / unit if unit > 1 else cal.threshold,
-                "domain_size": len(self.domain)}
+        budget = _window_budget(h, window_budget.LEGACY_HISTOGRAM)
+        if "epsilon" in budget:  # the deprecated keys: ε was measured at the period's δ′
+            budget["delta_prime"] = self.cfg.budget.delta_prime
+        return {**budget, **drafts.histogram_parameters(
+            self.calibration(), noise=h.noise, weighting=h.weighting, max_keys=h.max_keys, confidence=h.confidence,
+            max_keys_per_user=self.cfg.contribution.max_keys_per_user), "domain_size": len(self.domain)}
 
-    @property
+    @cached_property
     def measurement(self) -> Measurement[Any]:
-        return self.measurement_for(self.domain)
+        """The histogram at the configured calibration (computed once per builder), without a domain."""
+        h = self.cfg.releases.histogram
+        return drafts.histogram_measurement(self.calibration(), noise=h.noise, weighting=h.weighting,
+                                            max_keys=h.max_keys, confidence=h.confidence)
 
     def measurement_for(self, domain: list[str]) -> Any:
-        """The release over ``domain`` (the cost does not depend on the domain: docs/privacy.md §8)."""
-        from stream_dp.mechanisms import GaussianHistogram, LaplaceHistogram, WeightedHistogram
-
-        h = self.cfg.releases.histogram
-        kind = (WeightedHistogram if h.weighting == "per_user" else LaplaceHistogram if h.noise == "laplace"
-                else GaussianHistogram)
-        return kind(self.calibration(), max_keys=h.max_keys, confidence=h.confidence, domain=tuple(domain))
+        """The release over ``domain``: the cached measurement with that domain (the cost does not depend on the
+        domain: docs/privacy.md §8)."""
+        return dataclasses.replace(self.measurement, domain=tuple(domain))
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
@@ -433,20 +397,19 @@ class HistogramBuilder:
         self.public_domain = PublicDomain(self.domain, DomainRule.of(self.cfg, "histogram"))
 
     def run(self, window: Window, data: Domained, rng: Any) -> RecordDraft:
-        h = self.cfg.releases.histogram
         m = self.measurement_for(data.domain)
         res = m(data.data, rng=rng)
-        unit = m.calibration.unit
-        rows = rows_in_count_units(res, unit)  # weighted scores -> weighted counts (post-processing); U = 1: as is
-        tracked = self.public_domain.configured
-        items = [{"key": str(key), "rank": i + 1, "count": count, "ci_low": low, "ci_high": high,
-                  **({"source": "domain" if in_domain else "discovered"} if tracked else {})}
-                 for i, (key, count, low, high, in_domain) in enumerate(rows)]
-        return RecordDraft(window, self.type, self.mechanism, {**self.parameters(), "domain_size": len(data.domain)},
-                           items=items, events=m.realized(res),
-                           info={"above_threshold": res.above_threshold, "capped": res.capped,
-                                 "ci_half_width": res.ci_half_width / unit if unit > 1 else res.ci_half_width,
-                                 "confidence": h.confidence}, domain=data.block)
+        return drafts.histogram_draft(window, self.mechanism, {**self.parameters(), "domain_size": len(data.domain)},
+                                      res, m, has_domain=self.public_domain.configured,
+                                      confidence=self.cfg.releases.histogram.confidence, domain=data.block)
+
+
+def _window_budget(section: Any, legacy_defaults: tuple[float, float]) -> dict[str, Any]:
+    """What a record states about its type's budget: the window budget, or the deprecated keys that set it."""
+    legacy = window_budget.legacy_values(section, legacy_defaults)
+    if legacy is not None:
+        return {"epsilon": legacy[0], "delta": legacy[1]}
+    return {"window_epsilon": section.window_epsilon, "window_delta": section.window_delta}
 
 
 BUILDERS: dict[str, Callable[[Config], Builder]] = {

@@ -21,7 +21,7 @@ thousand rank lookups instead of a read of every key.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,7 +181,7 @@ def _row_cdf(table: SanitizerTable, frequency: int) -> tuple[np.ndarray, np.ndar
     return got
 
 
-MembersAt = Callable[[np.ndarray, np.ndarray], list[str]]
+MembersAt = Callable[[np.ndarray, np.ndarray], Sequence[Hashable]]
 """``members_at(ranks, counts)`` -> the keys at those ranks, each checked to have that count."""
 
 

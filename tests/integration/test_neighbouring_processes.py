@@ -53,7 +53,7 @@ def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: st
                     "max_event_delay_seconds": 0, "idle_partition_timeout_seconds": 600},
         "contribution": {"max_keys_per_user": 3},
         "budget": {"epsilon": 1e6, "delta": 0.5},
-        "releases.topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6},
+        "releases.topk": {"enabled": True, "k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
         "releases.alerts": {"enabled": True, "watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
         "releases.sample": {"enabled": True},
         "releases.histogram": {"enabled": False},

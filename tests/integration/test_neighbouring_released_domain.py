@@ -100,12 +100,21 @@ def histogram_only() -> Any:
 
 
 def test_the_raw_count_domain_keeps_the_structure_but_fails_the_subscribers_check(redis_client) -> None:
+    """The raw-count domain differs from the published one only in runs whose noise moves a key across τ (z, at
+    11 = τ users, about every other run): over five seeded runs it is caught at least once; the production domain
+    passes the subscriber's check in every one."""
     cfg = histogram_only()
     assert compare(PAIR, cfg, redis_client, rng=3, worker_hook=raw_counts) == []  # structure alone misses it
-    view = run_in_process(PAIR.stream(with_user=True), cfg, redis_client, rng=4, worker_hook=raw_counts)
-    with pytest.raises(AssertionError):
-        assert_subscriber_recomputes(view.records, cfg)
-    assert_subscriber_recomputes(run_in_process(PAIR.stream(with_user=True), cfg, redis_client, rng=4).records, cfg)
+    caught = 0
+    for seed in (4, 5, 6, 7, 8):
+        view = run_in_process(PAIR.stream(with_user=True), cfg, redis_client, rng=seed, worker_hook=raw_counts)
+        try:
+            assert_subscriber_recomputes(view.records, cfg)
+        except AssertionError:
+            caught += 1
+        assert_subscriber_recomputes(run_in_process(PAIR.stream(with_user=True), cfg, redis_client,
+                                                    rng=seed).records, cfg)
+    assert caught > 0
 
 
 def _views(client: Any, cfg: Any, trials: int, seed: int, **kwargs: Any) -> tuple[list, list]:

@@ -28,9 +28,9 @@ DELTA_KEYS = 3
 
 def harness_cfg(*, shards: int = 1, **releases: object) -> Config:
     base: dict[str, dict[str, object]] = {
-        "topk": {"enabled": True, "k": 3, "k_bar": 10, "epsilon": 1.0, "delta": 1e-6},
+        "topk": {"enabled": True, "k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
         "alerts": {"enabled": True, "watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
-        "sample": {"enabled": True, "epsilon": 1.0, "delta": 1e-6},
+        "sample": {"enabled": True, "window_epsilon": 1.0, "window_delta": 1e-6},
         "histogram": {"enabled": False},
     }
     for name, over in releases.items():
@@ -116,7 +116,7 @@ def test_a_lying_body_time_neither_moves_the_watermark_nor_drops_honest_events(r
     liar = [StreamEvent(T0 + 5, "liar", "z", body_time=T0 + 5 + year)]
     honest = [StreamEvent(T0 + SIZE * w + 1 + i, f"h{w}-{i}", "x") for w in range(3) for i in range(3)]
     scenario = Scenario("liar", tuple(liar + honest), "liar", horizon=T0 + 3 * SIZE)
-    cfg = harness_cfg(topk={"epsilon": 50.0, "delta": 1e-3, "k": 1, "k_bar": 2})
+    cfg = harness_cfg(topk={"window_epsilon": 50.0, "window_delta": 2e-3, "k": 1, "k_bar": 2})
     view = run_in_process(scenario.stream(), cfg, redis_client, rng=5)
     topk = [r for r in view.records if r["type"] == "topk"]
     assert [r["window"]["start"] for r in topk] == [T0, T0 + SIZE, T0 + 2 * SIZE]
@@ -161,7 +161,7 @@ def test_audit_of_the_whole_pipeline_real_within_epsilon_broken_flagged(redis_cl
     the production schedule; the index-driven schedule is flagged (it publishes a window only when u
     exists). Labels: every record's (window, type, status, released keys, ⊥ flag)."""
     cfg = harness_cfg(alerts={"enabled": False}, sample={"enabled": False},
-                      topk={"k": 2, "k_bar": 3, "epsilon": 1.0, "delta": 1e-2})
+                      topk={"k": 2, "k_bar": 3, "window_epsilon": 2.0, "window_delta": 2e-2})
     eps_w, delta_w = _window_epsilon(cfg, redis_client)
     trials = 300
     lone = SCENARIOS[0]
@@ -194,7 +194,7 @@ def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, 
     windows, statuses and charges (the calibration is public config); an empty window is a released (charged)
     empty histogram."""
     cfg = harness_cfg(topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
-                      histogram={"enabled": True, "epsilon": 1.0, "delta": 1e-6, "calibration": calibration})
+                      histogram={"enabled": True, "window_epsilon": 1.0, "window_delta": 2e-6, "calibration": calibration})
     assert compare(scenario, cfg, redis_client, rng=5) == [], scenario.name
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=6,
                           partitions=scenario.partitions)
@@ -212,7 +212,7 @@ def test_weighted_histogram_structure_is_identical_on_neighbouring_streams(redis
     windows, statuses and charges on every neighbouring pair, with one shard and with two (a user's pairs
     are in her shard; the scores add over shards)."""
     cfg = harness_cfg(shards=shards, topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
-                      histogram={"enabled": True, "epsilon": 1.0, "delta": 1e-6, "weighting": "per_user"})
+                      histogram={"enabled": True, "window_epsilon": 1.0, "window_delta": 2e-6, "weighting": "per_user"})
     assert compare(scenario, cfg, redis_client, rng=7) == [], scenario.name
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=8,
                           partitions=scenario.partitions)

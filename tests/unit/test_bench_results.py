@@ -47,6 +47,7 @@ def test_emit_prints_one_json_line_and_requires_a_name(capsys) -> None:
     ("bench.bench_limited_domain", ["--keys", "5000", "--k-bar", "50", "--k", "5", "--reps", "3",
                                     "--baseline-reps", "2"]),
     ("bench.bench_svt", ["--dataset", "synthetic", "--runs", "3", "--ks", "2:4:2"]),
+    ("bench.bench_samplers", ["--sizes", "300", "--reps", "1"]),
 ])
 def test_small_benchmarks_end_with_their_json_line_when_run(module, args) -> None:
     """The benchmarks of pure mechanisms, at tiny scale (those needing the dev stack:

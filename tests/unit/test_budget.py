@@ -10,7 +10,6 @@ from stream_dp.accounting.budget import BudgetCap, check_budget_covers, decide, 
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import ApproxDpEvent, PureDpEvent, RangeBoundedEvent
 from stream_dp.config import BudgetConfig, ConfigError
-from stream_dp.mechanisms import PrivateWeightedSample
 
 
 @pytest.mark.parametrize("args,setting", [
@@ -80,24 +79,26 @@ def test_scope_for_rejects_bad_input(t, period):
 
 
 def test_default_config_budget_plan_of_docs_privacy_md():
-    """docs/privacy.md §5: the default config fits 32 worst-case hourly windows (top-k + sample) per day
-    after one alert instance (29 after two); top-k alone fits 98."""
+    """The defaults' top-k and sample settings fit 32 worst-case hourly windows (top-k + sample) per day after one
+    alert instance (28 after two: docs/privacy.md §5); top-k alone fits 92. The windows are what the release
+    worker reserves: its builders' measurements at the configured window budgets."""
     from stream_dp.config import Config
+    from stream_dp.release.builders import BUILDERS
 
-    cfg = Config()
+    cfg = Config()  # top-k and sample are off by default: their settings' worst cases, as if switched on
     cap = BudgetCap.from_config(cfg.budget)
-    r = cfg.releases
+    measurements = {name: BUILDERS[name](cfg).measurement for name in ("topk", "sample")}
 
-    def windows_that_fit(window):
-        spent, n = [PureDpEvent(r.alerts.epsilon)], 0
+    def windows_that_fit(window, alerts=1):
+        spent, n = [PureDpEvent(cfg.releases.alerts.epsilon)] * alerts, 0
         while decide(compose(spent + window), cap) == "ok":
             spent, n = spent + window, n + 1
         return n
 
-    topk = [RangeBoundedEvent(r.topk.epsilon, count=r.topk.k, delta=r.topk.delta)]
-    sample = list(PrivateWeightedSample(scheme=r.sample.scheme, tau=r.sample.tau, epsilon=r.sample.epsilon,
-                                        delta=r.sample.delta,
-                                        max_keys_per_user=cfg.contribution.max_keys_per_user).privacy_map())
+    topk = list(measurements["topk"].privacy_map())
+    sample = list(measurements["sample"].privacy_map())
+    assert [(e.count, e.delta) for e in topk] == [(10, 1e-7)]  # window_delta = 2e-7: half for the ⊥ rule
     assert sample == [ApproxDpEvent(0.1, 2e-8, count=5, mechanism="private_weighted_sample")]
-    assert windows_that_fit(topk + sample) == 32  # 28 with the classic conversion ρ + 2·sqrt(ρ ln 1/δ′)
-    assert windows_that_fit(topk) == 98  # 86 with the classic conversion
+    assert windows_that_fit(topk + sample) == 32
+    assert windows_that_fit(topk + sample, alerts=2) == 28
+    assert windows_that_fit(topk) == 92

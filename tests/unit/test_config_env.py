@@ -12,16 +12,20 @@ from typing import Any, get_type_hints
 import pytest
 
 from stream_dp.config import (DEFAULT_CONFIG_PATH, Config, ConfigError, config_from_mapping, load_config)
+from stream_dp.renamed_settings import RENAMED
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILE = ROOT / "config" / "stream-dp.toml"
 
 
 def settings(cls: type = Config, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:
-    """Every leaf setting as (path parts, type, default)."""
+    """Every leaf setting as (path parts, type, default); deprecated names (stream_dp/renamed_settings.py:
+    undocumented, tested in tests/unit/test_renamed_settings.py) left out."""
     out = []
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if f.name in RENAMED.get(".".join(prefix), {}):
+            continue
         typ = hints[f.name]
         if dataclasses.is_dataclass(typ):
             out += settings(typ, prefix + (f.name,))
@@ -159,8 +163,8 @@ BAD = [
     ("budget.lifetime_epsilon", "-1", ">= 0"),
     ("releases.topk.k", "0", ">= 1"),
     ("releases.topk.k_bar", "5", ">= releases.topk.k"),
-    ("releases.topk.epsilon", "0", "> 0"),
-    ("releases.topk.delta", "1", "(0, 1)"),
+    ("releases.topk.window_epsilon", "0", "> 0"),
+    ("releases.topk.window_delta", "1", "(0, 1)"),
     ("releases.alerts.k", "0", ">= 1"),
     ("releases.alerts.epsilon", "0", "> 0"),
     ("releases.alerts.threshold", "nan", "finite"),
@@ -169,8 +173,8 @@ BAD = [
     ("releases.alerts.confidence", "1", "(0, 1)"),
     ("releases.sample.scheme", "uniform", "pps"),
     ("releases.sample.tau", "0", "> 0"),
-    ("releases.sample.epsilon", "0", "> 0"),
-    ("releases.sample.delta", "0", "(0, 1)"),
+    ("releases.sample.window_epsilon", "0", "> 0"),
+    ("releases.sample.window_delta", "0", "(0, 1)"),
     ("metrics.port", "70000", "[0, 65535]"),
     ("metrics.host", '""', "non-empty"),
     # wrong types
@@ -201,8 +205,8 @@ def test_disabled_release_types_and_their_off_range_settings():
     config_from_mapping({"releases": {"topk": {"k": 0}, "alerts": {"epsilon": 0}, "sample": {"tau": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.topk\.k "):
         config_from_mapping({"releases": {"topk": {"enabled": True, "k": 0}}}, environ={})
-    with pytest.raises(ConfigError, match=r"^releases\.argmax\.epsilon "):
-        config_from_mapping({"releases": {"argmax": {"enabled": True, "epsilon": 0}}}, environ={})
+    with pytest.raises(ConfigError, match=r"^releases\.argmax\.window_epsilon "):
+        config_from_mapping({"releases": {"argmax": {"enabled": True, "window_epsilon": 0}}}, environ={})
     with pytest.raises(ConfigError, match=r"^releases\.watch_topk\.noise "):
         config_from_mapping({"releases": {"watch_topk": {"enabled": True, "noise": "gaussian"}}}, environ={})
 

@@ -60,10 +60,16 @@ def test_the_domain_masks_agree_with_the_boolean_settings(hist) -> None:
 
 @pytest.mark.parametrize(("k", "eps", "dk"), [(10, 1.0, 5), (50, 0.5, 20), (10, 2.0, 1)])
 def test_discover_then_track_is_calibrated_to_the_window_guarantee(k, eps, dk) -> None:
-    m = partial_domain.discover_then_track(k, eps, 1e-6, dk)
-    assert m.k == k and m.k_bar == 2 * k and m.delta == 5e-7 and m.max_keys_per_user == dk
-    # production's split: ε_d² = 0.2·ε², ε_t² = 0.8·ε²
-    assert m.discover_epsilon**2 / (m.discover_epsilon**2 + m.track_epsilon**2) == pytest.approx(0.2)
+    """The library's known-domain top-k with discovery (what ``sdp_known_domain_partial`` calls): production's
+    split ε_d² = 0.2·ε², ε_t² = 0.8·ε², and the worst case the ledger reserves lands on (ε_w, δ_w)."""
+    from stream_dp.release.window_budget import known_domain_parameters
+
+    p = known_domain_parameters(eps, 1e-6, k, partial_domain.DISCOVERY_SHARE, discovery="limited_domain",
+                                max_keys_per_user=dk)
+    assert p.delta == 5e-7
+    assert p.discover_epsilon**2 / (p.discover_epsilon**2 + p.track_epsilon**2) == pytest.approx(0.2)
+    m = p.measurement(k=k, k_bar=2 * k, max_keys_per_user=dk)
+    assert m.discovery == "limited_domain"
     assert window_epsilon(m.privacy_map(), 1e-6) <= eps * (1 + 1e-9)
     assert window_epsilon(m.privacy_map(), 1e-6) == pytest.approx(eps, rel=1e-6)
 
@@ -74,8 +80,8 @@ def test_discover_then_track_returns_domain_keys_or_keys_present_in_the_window(h
     counts = hist.dense()
     counts[heavy] = 20_000
     window = Histogram.from_arrays(np.arange(hist.universe), counts, hist.universe)
-    m = partial_domain.discover_then_track(10, 2.0, 1e-6, 5)
-    keys = partial_domain.run_discover_then_track(window, domain, m, 30, np.random.default_rng(4))
+    keys = peers.sdp_topk(window, 5, 2.0, 1e-6, 10, 30, np.random.default_rng(4), domain=domain,
+                          discovery_share=partial_domain.DISCOVERY_SHARE)
     assert keys.shape == (30, 10)
     released = keys[keys >= 0].tolist()
     present = set(window.keys.tolist())

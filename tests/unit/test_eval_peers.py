@@ -245,3 +245,48 @@ def test_cells_run_in_worker_processes_give_the_rows_of_one_process() -> None:
     assert {(r["delta_keys"], r["epsilon_w"], r["known_domain"]) for r in here} == {
         (dk, eps, known) for dk in (1, 5) for eps in (0.5, 2.0) for known in (False, True)}
     assert repr(stripped(pooled)) == repr(stripped(here))  # repr: NaN (no keys released) equals itself
+
+
+def test_openDP_gaussian_threshold_states_the_continuous_tail_but_keeps_at_the_discrete_one() -> None:
+    """OpenDP's make_gaussian_threshold at scale 1, threshold 3 (d_in = (1, 1, 1)) states δ = P[N(0, 1) ≥ 2] ≈ 0.0228,
+    but its noise is the discrete Gaussian: a count-1 key is kept with P[Z ≥ 2] ≈ 0.0586, what
+    :func:`peers.opendp_gaussian_true_delta` computes. Measured on OpenDP's own measurement (6,000 calls, 5 standard
+    errors: the stated value lies 9 of them away)."""
+    from scipy import stats as scipy_stats
+
+    dp = peers._opendp()
+    dom = dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64))
+    met = dp.l02inf_distance(dp.absolute_distance(T=dp.i64))
+    meas = dp.m.make_gaussian_threshold(dom, met, scale=1.0, threshold=3)
+    stated = meas.map((1, 1, 1))[1]
+    assert stated == pytest.approx(scipy_stats.norm.sf(2), rel=1e-6)
+    true = peers.opendp_gaussian_true_delta(1.0, 3, 1)
+    assert true == pytest.approx(0.05856, abs=1e-5)
+    n = 6000
+    kept = sum(7 in meas({7: 1}) for _ in range(n)) / n
+    assert abs(kept - true) <= 5 * math.sqrt(true * (1 - true) / n)
+    assert kept > stated + 5 * math.sqrt(true * (1 - true) / n)
+    assert peers.opendp_gaussian_true_delta(1.0, 3, 4) == pytest.approx(1 - (1 - true) ** 4)
+
+
+@pytest.mark.parametrize(("dk", "eps"), [(1, 1.0), (5, 0.1), (5, 1.0), (20, 2.0)])
+def test_the_gaussian_true_delta_row_meets_the_window_delta_and_the_documented_one_does_not(dk, eps) -> None:
+    """The sound OpenDP Gaussian row: its threshold's true δ (discrete tail) is ≤ δ_w/2, and OpenDP's conversion of
+    its ρ, given δ_w minus that true δ, states ≤ ε_w (and uses it: within 0.1 %) -- so the whole release is
+    (ε_w, δ_w)-DP. The documented row (the broken variant the report keeps visible) spends more δ than it states:
+    its true threshold δ plus the conversion's δ exceeds δ_w."""
+    delta = 1e-6
+    sound = peers.opendp_gaussian_true_delta_measurement(dk, eps, delta)
+    scale, threshold = peers._OPENDP_PARAMS[("gaussian_true_delta", dk, eps, delta)]
+    true = peers.opendp_gaussian_true_delta(scale, threshold, dk)
+    assert true <= delta / 2
+    dp = peers._opendp()
+    rho, stated = sound.map((dk, dk, 1))
+    converted = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(sound), delta - true + stated).map((dk, dk, 1))[0]
+    assert converted <= eps * (1 + 1e-9) and converted == pytest.approx(eps, rel=1e-3)
+    documented = peers.opendp_gaussian_measurement(dk, eps, delta)
+    doc_scale, doc_threshold = peers._OPENDP_PARAMS[("gaussian", dk, eps, delta)]
+    doc_stated = peers._gaussian_threshold(doc_scale, doc_threshold).map((dk, dk, 1))[1]
+    assert documented.map((dk, dk, 1))[1] <= delta  # what OpenDP states (threshold δ + conversion δ) ...
+    doc_true = peers.opendp_gaussian_true_delta(doc_scale, doc_threshold, dk)
+    assert doc_true > doc_stated and doc_true + (delta - doc_stated) > delta  # ... is not what it spends

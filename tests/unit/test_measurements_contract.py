@@ -41,6 +41,8 @@ from stream_dp.release.alerts import AlertsRun
 from stream_dp.release.budget_plan import plan_for
 from stream_dp.release.builders import BUILDERS, TopkBuilder, alerts_measurement, release_measurements
 from stream_dp.release.records import RecordDraft
+from stream_dp.release.window_budget import (LEGACY_TOPK, configured_topk, known_domain_parameters, topk_parameters,
+                                             window_epsilon)
 from stream_dp.release.windows import Window, WindowCounts
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "privacy.md"
@@ -105,21 +107,50 @@ class Case:
 
 
 def _topk_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
-    t = cfg.releases.topk
-    return (RangeBoundedEvent(t.epsilon, count=len(d.items) + int(bool(d.hit_bottom)), delta=t.delta,
+    # per-outcome ε and δ_⊥: the old keys', or from the window budget
+    p = configured_topk(cfg.releases.topk, max_keys_per_user=cfg.contribution.max_keys_per_user)
+    return (RangeBoundedEvent(p.epsilon, count=len(d.items) + int(bool(d.hit_bottom)), delta=p.delta,
                               mechanism="limited_domain_topk"),)
+
+
+def _topk_window_reserved(cfg: Config) -> tuple[DpEvent, ...]:
+    t = cfg.releases.topk
+    p = topk_parameters(t.window_epsilon, t.window_delta, t.k)
+    return (RangeBoundedEvent(p.epsilon, count=t.k, delta=t.window_delta / 2, mechanism="limited_domain_topk"),)
+
+
+def _histogram_window_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
+    """The zcdp histogram at the window budget: ρ from ε_w at δ_w/2, the threshold for the other half."""
+    from stream_dp.mechanisms.gaussian_histogram import calibrate_histogram
+
+    h = cfg.releases.histogram
+    dk = cfg.contribution.max_keys_per_user
+    sigma2 = calibrate_histogram(epsilon=h.window_epsilon, threshold_delta=h.window_delta / 2,
+                                 conversion_delta=h.window_delta / 2, max_keys_per_user=dk).sigma2
+    return (ZCdpEvent(dk / (2 * float(sigma2)), delta=h.window_delta / 2, mechanism="gaussian_histogram"),)
+
+
+def _per_outcome(cfg: Config) -> tuple[float, float]:
+    """Known-domain top-k's per-outcome ε and its discovery's δ: the deprecated keys as given, or -- from the window
+    budget -- the ε the calibration solved for (ε_t / √(1 − share)) and δ_w/2."""
+    t = cfg.releases.topk
+    if t.epsilon is not None:
+        return t.epsilon, t.delta if t.delta is not None else LEGACY_TOPK[1]
+    q = known_domain_parameters(t.window_epsilon, t.window_delta, t.k, t.discovery_share, discovery=t.discovery,
+                                max_keys_per_user=cfg.contribution.max_keys_per_user)
+    return q.track_epsilon / math.sqrt(1 - t.discovery_share), t.window_delta / 2
 
 
 def _split(cfg: Config) -> tuple[float, float]:
     t = cfg.releases.topk
-    return t.epsilon * math.sqrt(1 - t.discovery_share), t.epsilon * math.sqrt(t.discovery_share)
+    epsilon = _per_outcome(cfg)[0]
+    return epsilon * math.sqrt(1 - t.discovery_share), epsilon * math.sqrt(t.discovery_share)
 
 
 def _known_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
-    t = cfg.releases.topk
     track, discover = _split(cfg)
     out: list[DpEvent] = [RangeBoundedEvent(discover, count=len(d.info["discovered"]) + int(bool(d.hit_bottom)),
-                                            delta=t.delta, mechanism="limited_domain_topk")]
+                                            delta=_per_outcome(cfg)[1], mechanism="limited_domain_topk")]
     if d.items:
         out.append(RangeBoundedEvent(track, count=len(d.items), mechanism="known_domain_gumbel_topk"))
     return tuple(out)
@@ -128,24 +159,25 @@ def _known_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
 def _known_reserved(cfg: Config) -> tuple[DpEvent, ...]:
     t = cfg.releases.topk
     track, discover = _split(cfg)
-    return (RangeBoundedEvent(discover, count=t.k, delta=t.delta, mechanism="limited_domain_topk"),
+    return (RangeBoundedEvent(discover, count=t.k, delta=_per_outcome(cfg)[1], mechanism="limited_domain_topk"),
             RangeBoundedEvent(track, count=t.k, mechanism="known_domain_gumbel_topk"))
 
 
 def _discovery_histogram(cfg: Config) -> tuple[ZCdpEvent, int]:
     """Threshold discovery's event, recomputed from its definition: ρ_d = share·kε²/8, σ² = Δ/(2ρ_d) on the
-    1/1000 grid (rounded up), τ for δ_τ ≤ releases.topk.delta."""
+    1/1000 grid (rounded up), τ for δ_τ ≤ the discovery's δ (releases.topk.delta, or window_delta/2)."""
     from fractions import Fraction
 
     from stream_dp.mechanisms.gaussian_histogram import selection_delta
 
     t, dk = cfg.releases.topk, cfg.contribution.max_keys_per_user
-    rho = t.discovery_share * t.k * t.epsilon ** 2 / 8
+    epsilon, delta = _per_outcome(cfg)
+    rho = t.discovery_share * t.k * epsilon ** 2 / 8
     sigma2 = Fraction(math.ceil(Fraction(dk) / Fraction(2 * rho) * 1000), 1000)
     tau = 1
-    while selection_delta(sigma2=sigma2, threshold=tau, max_keys_per_user=dk) > t.delta * (1 - 1e-9):
+    while selection_delta(sigma2=sigma2, threshold=tau, max_keys_per_user=dk) > delta * (1 - 1e-9):
         tau += 1
-    return ZCdpEvent(dk / (2 * float(sigma2)), delta=t.delta, mechanism="gaussian_histogram"), tau
+    return ZCdpEvent(dk / (2 * float(sigma2)), delta=delta, mechanism="gaussian_histogram"), tau
 
 
 def _threshold_known_realized(cfg: Config, d: RecordDraft) -> tuple[DpEvent, ...]:
@@ -164,22 +196,30 @@ def _threshold_known_reserved(cfg: Config) -> tuple[DpEvent, ...]:
             RangeBoundedEvent(track, count=cfg.releases.topk.k, mechanism="known_domain_gumbel_topk"))
 
 
+def _threshold_window_reserved(cfg: Config) -> tuple[DpEvent, ...]:
+    """Threshold discovery at a window budget: the events from their definition, and they meet the budget."""
+    t = cfg.releases.topk
+    events = _threshold_known_reserved(cfg)
+    assert window_epsilon(events, t.window_delta) <= t.window_epsilon * (1 + 1e-12)
+    return events
+
+
 def _alerts_map(cfg: Config) -> tuple[DpEvent, ...]:
     return (PureDpEvent(cfg.releases.alerts.epsilon, mechanism="adaptive_svt"),)
 
 
 def _sample_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
     s, dk = cfg.releases.sample, cfg.contribution.max_keys_per_user
-    return (ApproxDpEvent(s.epsilon / dk, s.delta / dk, count=dk, mechanism="private_weighted_sample"),)
+    return (ApproxDpEvent(s.window_epsilon / dk, s.window_delta / dk, count=dk, mechanism="private_weighted_sample"),)
 
 
 def _argmax_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
     a = cfg.releases.argmax
-    return (ApproxDpEvent(a.epsilon, a.delta, mechanism="large_margin"),)
+    return (ApproxDpEvent(a.window_epsilon, a.window_delta, mechanism="large_margin"),)
 
 
 def _watch_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
-    return (PureDpEvent(cfg.releases.watch_topk.epsilon, mechanism="noisy_topk_with_gap"),)
+    return (PureDpEvent(cfg.releases.watch_topk.window_epsilon, mechanism="noisy_topk_with_gap"),)
 
 
 def _histogram_map(cfg: Config, d: RecordDraft | None = None) -> tuple[DpEvent, ...]:
@@ -251,6 +291,8 @@ CASES: dict[str, Case] = {
     "topk": Case("topk", {"topk": {"k": 5, "k_bar": 8, "epsilon": 0.7, "delta": DELTA}}, "| `topk` limited-domain",
                  _topk_realized,
                  lambda cfg: (RangeBoundedEvent(0.7, count=5, delta=DELTA, mechanism="limited_domain_topk"),)),
+    "topk_window_budget": Case("topk", {"topk": {"k": 5, "k_bar": 8, "window_epsilon": 2.0, "window_delta": 2 * DELTA}},
+                               "| `topk` limited-domain", _topk_realized, _topk_window_reserved),
     "topk_known_domain": Case(
         "topk", {"topk": {"k": 4, "k_bar": 6, "epsilon": 0.8, "delta": DELTA, "discovery_share": 0.3,
                           "discovery": "limited_domain", "domain": ["k0", "k1", "k2", "never-seen"]}},
@@ -259,17 +301,24 @@ CASES: dict[str, Case] = {
         "topk", {"topk": {"k": 4, "k_bar": 6, "epsilon": 3.0, "delta": DELTA, "discovery_share": 0.6,
                           "domain": ["k0", "k1", "k2", "never-seen"]}},
         "| `topk` with a known domain, threshold discovery", _threshold_known_realized, _threshold_known_reserved),
+    "topk_known_domain_threshold_window_budget": Case(
+        "topk", {"topk": {"k": 4, "k_bar": 6, "window_epsilon": 6.0, "window_delta": 2 * DELTA,
+                          "domain": ["k0", "k1", "k2", "never-seen"]}},  # the default discovery: threshold at 0.8
+        "| `topk` with a known domain, threshold discovery", _threshold_known_realized, _threshold_window_reserved),
     "alerts": Case("alerts", {"alerts": {"enabled": True, "watchlist": [f"k{i}" for i in range(12)],
                                          "threshold": 30, "k": 2, "epsilon": 0.6}},
                    "| `alerts`", lambda cfg, d: _alerts_map(cfg) if d.info.get("opened") else (), _alerts_map),
-    "sample": Case("sample", {"sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "epsilon": 1.0,
-                                         "delta": DELTA}}, "| `sample`", _sample_map, _sample_map),
-    "argmax": Case("argmax", {"argmax": {"enabled": True, "epsilon": 1.0, "delta": DELTA}}, "| `argmax`",
-                   _argmax_map, _argmax_map),
-    "watch_topk": Case("watch_topk", {"watch_topk": {"enabled": True, "k": 3, "epsilon": 0.5}}, "| `watch_topk`",
-                       _watch_map, _watch_map),
+    "sample": Case("sample", {"sample": {"enabled": True, "scheme": "pps", "tau": 0.05, "window_epsilon": 1.0,
+                                         "window_delta": DELTA}}, "| `sample`", _sample_map, _sample_map),
+    "argmax": Case("argmax", {"argmax": {"enabled": True, "window_epsilon": 1.0, "window_delta": DELTA}},
+                   "| `argmax`", _argmax_map, _argmax_map),
+    "watch_topk": Case("watch_topk", {"watch_topk": {"enabled": True, "k": 3, "window_epsilon": 0.5}},
+                       "| `watch_topk`", _watch_map, _watch_map),
     "histogram": Case("histogram", {"histogram": {"enabled": True, "epsilon": 1.0, "delta": DELTA, "max_keys": 20}},
                       "| `histogram` (gaussian, zcdp", _histogram_map, _histogram_map),
+    "histogram_window_budget": Case(
+        "histogram", {"histogram": {"enabled": True, "window_epsilon": 1.0, "window_delta": 2 * DELTA, "max_keys": 20}},
+        "| `histogram` (gaussian, zcdp", _histogram_window_map, _histogram_window_map),
     "histogram_exact": Case(
         "histogram", {"histogram": {"enabled": True, "calibration": "exact", "epsilon": 1.0, "delta": DELTA,
                                     "max_keys": 20}},

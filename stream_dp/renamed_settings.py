@@ -1,0 +1,85 @@
+"""Release settings renamed to the window-budget language: every batch release type is configured by the budget of
+one release in one window, ``window_epsilon`` (and ``window_delta``), and calibrated from it by
+:mod:`stream_dp.release.window_budget` -- the rule the library and the evaluation use too.
+
+The keys they replace keep working, each with one warning line naming its replacement (once per process):
+
+- ``releases.sample`` / ``argmax`` / ``watch_topk`` ``epsilon`` and ``delta`` already meant the window budget: they
+  are read as ``window_epsilon`` / ``window_delta``;
+- ``releases.topk.epsilon`` (ε per returned outcome) and ``delta`` (the ⊥ rule's δ), and
+  ``releases.histogram.epsilon`` (ε at δ′ = ``budget.delta_prime``) and ``delta`` (the threshold's δ), meant
+  mechanism parameters: they keep that meaning (the release is calibrated as before) until they are replaced.
+
+Setting an old key and its replacement together is an error naming both.
+
+>>> data = renamed("releases.sample", {"epsilon": 0.5, "tau": 0.01})
+>>> data
+{'tau': 0.01, 'window_epsilon': 0.5}
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("stream_dp.config")
+
+# section -> old key -> (replacement, what the old key still means; None: the same as the replacement)
+RENAMED: dict[str, dict[str, tuple[str, str | None]]] = {
+    "releases.topk": {
+        "epsilon": ("window_epsilon", "ε per returned outcome"),
+        "delta": ("window_delta", "the ⊥ rule's δ per release"),
+    },
+    "releases.histogram": {
+        "epsilon": ("window_epsilon", "ε of one release at δ′ = budget.delta_prime"),
+        "delta": ("window_delta", "the threshold's δ"),
+    },
+    "releases.sample": {"epsilon": ("window_epsilon", None), "delta": ("window_delta", None)},
+    "releases.argmax": {"epsilon": ("window_epsilon", None), "delta": ("window_delta", None)},
+    "releases.watch_topk": {"epsilon": ("window_epsilon", None)},
+}
+_warned: set[str] = set()
+
+
+class BothSet(ValueError):
+    """An old key and its replacement are both set."""
+
+    def __init__(self, old: str, new: str) -> None:
+        super().__init__(f"unset when {new} is set (it is the deprecated name of {new})")
+        self.old, self.new = old, new
+
+
+def message(section: str, old: str) -> str:
+    """The one warning line of a deprecated key.
+
+    >>> message("releases.topk", "epsilon")  # doctest: +NORMALIZE_WHITESPACE
+    'releases.topk.epsilon is deprecated: set releases.topk.window_epsilon (the window budget of one release,
+    see config/stream-dp.toml); until then it keeps its meaning (ε per returned outcome)'
+    """
+    new, meaning = RENAMED[section][old]
+    still = f"until then it keeps its meaning ({meaning})" if meaning else "it is read as that"
+    return (f"{section}.{old} is deprecated: set {section}.{new} (the window budget of one release, "
+            f"see config/stream-dp.toml); {still}")
+
+
+def renamed(section: str, data: Any) -> Any:
+    """A release section's raw settings with the deprecated keys handled (module docstring): same-meaning keys
+    moved to their replacement, others left for the section's legacy fields; a warning per key and process;
+    :class:`BothSet` when a key and its replacement are both given."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for old, (new, meaning) in RENAMED.get(section, {}).items():
+        if out.get(old) is None:  # absent, or unset in a config turned back into a mapping (to_dict)
+            out.pop(old, None)
+            continue
+        if new in out:
+            raise BothSet(old, f"{section}.{new}")
+        name = f"{section}.{old}"
+        if name not in _warned:
+            _warned.add(name)
+            log.warning(message(section, old))
+        if meaning is None:
+            out[new] = out.pop(old)
+    return out
