@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stream_dp.errors import StreamDPError
 from stream_dp.processes import die_with_parent, free_port, listens  # free_port: also re-exported for tests and tools
 from stream_dp.redis_ready import wait_loaded
 
@@ -46,7 +47,7 @@ BROKERS = ("tansu", "kafka")  # the embedded Tansu binary, or Apache Kafka fetch
 REDIS_DATABASES = 64  # tests take a fresh database each
 
 
-class DevStackError(RuntimeError):
+class DevStackError(RuntimeError, StreamDPError):
     """A dev-stack component could not be found, started or reached."""
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stream_dp.errors import StreamDPError
 from stream_dp.processes import free_port
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ _LOG4J2 = """Configuration:
 """
 
 
-class KafkaUnavailable(RuntimeError):
+class KafkaUnavailable(RuntimeError, StreamDPError):
     """Apache Kafka cannot be run here (no Java or Maven, or the download failed); says which."""
 
 

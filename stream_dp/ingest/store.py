@@ -66,6 +66,7 @@ from dataclasses import dataclass, replace
 import redis
 from redis.client import Pipeline
 
+from stream_dp.errors import StreamDPError
 from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix
 from stream_dp.keys import Keys, shard_of
 from stream_dp.node_batches import is_cluster, run_batched
@@ -80,7 +81,7 @@ LOG_SEGMENT_BYTES = 64 << 20
 MAX_SHARD_LOG_BYTES = 4 << 30
 
 
-class StaleBoundingState(RuntimeError):
+class StaleBoundingState(RuntimeError, StreamDPError):
     """Other writers kept changing a window's bounding state faster than this worker could plan on it."""
 
 

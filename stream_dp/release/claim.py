@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import redis
 
+from stream_dp.errors import StreamDPError
 from stream_dp.keys import Keys
 from stream_dp.node_batches import Reads, RideAlong, run_batched
 
@@ -44,7 +45,7 @@ return 0
 """
 
 
-class ClaimLost(RuntimeError):
+class ClaimLost(RuntimeError, StreamDPError):
     """The worker no longer holds the window's claim (it expired and another worker may own it)."""
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
+from stream_dp.errors import StreamDPError
 from stream_dp.ingest.bounding import LogDecoder
 from stream_dp.ingest.store import LOG_SEGMENT_BYTES, log_pieces
 from stream_dp.keys import Keys
@@ -243,7 +244,7 @@ class _TopOfWindow:
 LOG_READ_BYTES = 4 << 20
 
 
-class WindowLogShort(RuntimeError):
+class WindowLogShort(RuntimeError, StreamDPError):
     """A window shard's bounding log is shorter than its metadata records."""
 
 
