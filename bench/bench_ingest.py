@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from stream_dp.devstack import DevStack, free_port
+from stream_dp.dev.devstack import DevStack, free_port
 
 from bench.results import emit
 

@@ -60,7 +60,7 @@ from stream_dp.config import config_from_mapping
 from stream_dp import topics
 from stream_dp.release.producers import release_producer
 from stream_dp.devcluster import wait_until
-from stream_dp.devstack import DevStack
+from stream_dp.dev.devstack import DevStack
 from stream_dp.ingest.store import WindowStore
 from stream_dp.keys import Keys
 from stream_dp.processes import freeze_start_up_heap

@@ -16,7 +16,7 @@ import redis
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from stream_dp.devstack import DevStack
+from stream_dp.dev.devstack import DevStack
 
 
 def run(n_events: int = 10_000, partitions: int = 4) -> dict[str, float]:

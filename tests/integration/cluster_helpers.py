@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 
 from stream_dp.devcluster import LocalCluster, Node, cluster_port, local_cluster, wait_until
-from stream_dp.devstack import Service, find_redis_server, free_port
+from stream_dp.dev.devstack import Service, find_redis_server, free_port
 
 __all__ = ["LocalCluster", "Node", "cluster_port", "local_cluster", "master_with_replica", "wait_until"]
 
