@@ -27,7 +27,7 @@ from stream_dp.client import subscribe
 from stream_dp.dev.devstack import DevStack, find_redis_server
 from stream_dp.keys import Keys
 from stream_dp.processes import die_with_parent, free_port
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 
 pytestmark = pytest.mark.integration
 
