@@ -10,7 +10,7 @@ What it runs is the production path, not a toy:
    the embedded dev stack (:class:`stream_dp.dev.devstack.DevStack`). With external services the demo uses topic
    names and a Redis key prefix of its own, so it never mixes with production data;
 3. the final config is written to a TOML file and the **ingest and release workers are started as
-   subprocesses** with ``python -m workers.ingest --config FILE`` / ``python -m workers.release --config FILE``,
+   subprocesses** with ``python -m stream_dp.workers.ingest --config FILE`` / ``python -m stream_dp.workers.release --config FILE``,
    each serving /metrics on its own port;
 4. a stream is replayed into the events topic (:mod:`stream_dp.replay`): the generated MovieLens-style
    ratings (:mod:`stream_dp.dev.demo_data`) or a user file, paced so a window of event time passes every few

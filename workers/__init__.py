@@ -1,1 +1,0 @@
-"""Long-running processes of stream-dp, as thin wiring over the ``stream_dp`` library."""
