@@ -78,7 +78,7 @@ class WorkerProcess:
         env["STREAM_DP_METRICS__PORT"] = str(self.metrics_port)
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", f"workers.{self.name}", "--config", str(self.config_path)],
+                [sys.executable, "-m", f"stream_dp.workers.{self.name}", "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
                 process_group=0, preexec_fn=die_with_parent)
 

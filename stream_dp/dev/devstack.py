@@ -125,7 +125,7 @@ def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[byte
         if proc.poll() is not None:
             tail = log_path.read_bytes()[log_start:][-2000:].decode(errors="replace") if log_path.exists() else ""
             error = PortTaken if "already in use" in tail.lower() else DevStackError
-            raise error(f"{name} exited with code {proc.returncode} while starting; log {log_path}:\n{tail}")
+            raise error(f"{name} exited with code {proc.returncode} while starting on {host}:{port}; log {log_path}:\n{tail}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
                 pass
