@@ -10,6 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY stream_dp ./stream_dp
+COPY workers ./workers
 COPY config ./config
 # A regular (non-editable) install: the default config ships inside the package as package data.
 RUN pip install . && rm -rf /src \

@@ -8,7 +8,7 @@ own process and its own consumer group, one after the other:
 1. **bare**: a kafka-python ``KafkaConsumer`` poll loop that touches every record's value (no decoding,
    no commits) — the ceiling of any consumer written with kafka-python (the goal's baseline) — and the
    same loop on confluent-kafka's ``Consumer`` (librdkafka: fetch and record decoding in C), right after;
-2. **ingest**: ``python -m stream_dp.workers.ingest`` (the real worker — the loop process and its applier process:
+2. **ingest**: ``python -m workers.ingest`` (the real worker — the loop process and its applier process:
    decode, validate, window, bound, apply in Redis with Lua, advance the watermark, commit), its consumer
    on ``--kafka-client`` (default ``confluent``, the config default);
 3. **bare** again (the machine is shared and noisy: the baseline is the mean of the two bare runs).
@@ -292,7 +292,7 @@ port = {port}
 host = "127.0.0.1"
 """)
     log = open(workdir / "ingest.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "stream_dp.workers.ingest", "--config", str(cfg)], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(cfg)], cwd=REPO,
                             stdout=log, stderr=subprocess.STDOUT)
     # progress samples (time, events done) from /metrics, spaced by next_scrape_in: the rate is measured from
     # the first sample after the first batch to the first sample that saw every event done

@@ -15,7 +15,7 @@ its own process and consumer group, each reading the whole topic:
 - **bare kafka-python**: a kafka-python poll loop that only touches each record (no decoding, no commits) —
   the goal's baseline; **bare confluent**: the same loop on confluent-kafka (librdkafka, record decoding in
   C; what Quix Streams and stream-dp's default ingest consumer run on), shown next to it;
-- **ingest**: the real ingest worker (``python -m stream_dp.workers.ingest``: decode, validate, window, bound per user,
+- **ingest**: the real ingest worker (``python -m workers.ingest``: decode, validate, window, bound per user,
   apply exactly once in Redis, watermark, commit), its consumer on ``--kafka-client`` (default
   ``confluent``, the config default).
 

@@ -3,7 +3,7 @@
     python -m bench.chaos --seed 7 --ingest-kills 100 --release-kills 50 --broker-pauses 10 --redis-restarts 10
 
 A multi-window stream is produced up front (keyed by user, 4 partitions); two ingest workers and one
-release worker (``python -m stream_dp.workers.ingest`` / ``stream_dp.workers.release``) consume it while the schedule SIGKILLs
+release worker (``python -m workers.ingest`` / ``workers.release``) consume it while the schedule SIGKILLs
 ingest workers and restarts them at once (churn), SIGKILLs the release worker (restarted at once),
 pauses the broker (SIGSTOP … SIGCONT) and restarts Redis (SIGKILL, then start again on its AOF). Then it
 waits until every event is committed and every closed window is released, stops the workers, and checks:
@@ -245,9 +245,9 @@ def run(plan: Plan, workdir: Path, *, log: Callable[[str], None] = print) -> Res
                           timestamp_ms=int(round(ev["ts"] * 1000)))
         producer.flush()
         producer.close()
-        ingest = [Worker([sys.executable, "-m", "stream_dp.workers.ingest", "--config", str(cfg_path)],
+        ingest = [Worker([sys.executable, "-m", "workers.ingest", "--config", str(cfg_path)],
                          workdir / f"ingest-{i}.log") for i in range(plan.ingest_workers)]
-        release = [Worker([sys.executable, "-m", "stream_dp.workers.release", "--config", str(cfg_path), "--worker-id",
+        release = [Worker([sys.executable, "-m", "workers.release", "--config", str(cfg_path), "--worker-id",
                            f"release-{i}", "--poll-seconds", "0.1", "--claim-ttl-seconds", "2"],
                           workdir / f"release-{i}.log") for i in range(plan.release_workers)]
         workers = ingest + release

@@ -1,7 +1,7 @@
 """Soak: memory of every process over a long run at a fixed event rate (is it flat?).
 
-The embedded dev stack (Tansu + redis-server), one ingest worker (``python -m stream_dp.workers.ingest``: loop and
-applier processes) and one release worker (``python -m stream_dp.workers.release``), windows shortened to
+The embedded dev stack (Tansu + redis-server), one ingest worker (``python -m workers.ingest``: loop and
+applier processes) and one release worker (``python -m workers.release``), windows shortened to
 ``--window`` seconds (default 120) so that windows open, close, get released and expire during the run.
 A producer process sends ``--rate`` events/s (default 20 000) from ``--users`` users (default 10⁵), Zipf
 keys, event time = now, for ``--minutes`` minutes (default 30); then a trickle of 20 events/s keeps the
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                              retention=args.retention, port=ports[name])
                 log = open(Path(tmp) / f"{name}.log", "wb")
                 logs.append(log)
-                procs[name] = subprocess.Popen([sys.executable, "-m", f"stream_dp.workers.{name}", "--config", str(cfg)],
+                procs[name] = subprocess.Popen([sys.executable, "-m", f"workers.{name}", "--config", str(cfg)],
                                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
             time.sleep(3)  # let the workers start
             baseline = int(r.info("memory")["used_memory"])

@@ -1,6 +1,6 @@
 """One way to run a stream-dp process: logging, config loading, start checks, /metrics, signals, exit codes.
 
-Every long-running entry point (``python -m stream_dp.workers.ingest`` / ``stream_dp.workers.release``, ``stream-dp ingest`` /
+Every long-running entry point (``python -m workers.ingest`` / ``workers.release``, ``stream-dp ingest`` /
 ``release`` / ``demo``) goes through these helpers, so they agree on:
 
 - **logging**, configured once per process (:func:`configure_logging`), every line masked by

@@ -70,9 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             made = cli("topics", "create")
             assert made.returncode == 0, made.stderr
         logs = {name: open(work / f"{name}.log", "wb") for name in ("ingest", "release")}
-        # the entry points moved from workers/ into the package (issue 45); older checkouts have workers/
-        entry = "stream_dp.workers" if (args.code / "stream_dp" / "workers").is_dir() else "workers"
-        workers = [subprocess.Popen([sys.executable, "-m", f"{entry}.{name}", *cfg], cwd=args.code, env=env,
+        workers = [subprocess.Popen([sys.executable, "-m", f"workers.{name}", *cfg], cwd=args.code, env=env,
                                     stdout=log, stderr=subprocess.STDOUT) for name, log in logs.items()]
         try:
             replay = cli("replay", str(work / "history.csv"), "--sort-by-time", "--no-progress")

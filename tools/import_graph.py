@@ -1,4 +1,4 @@
-"""Print the import graph between the project's top-level packages (``stream_dp.<package>``).
+"""Print the import graph between the project's top-level packages (``stream_dp.<package>``, ``workers``).
 
 Read from the source's import statements (every import, lazy ones inside functions included), not by
 importing anything. ``tests/unit/test_import_graph.py`` checks its rules (no loops, the library never imports
@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OWN = {"stream_dp", "tests", "bench", "eval"}
+OWN = {"stream_dp", "workers", "tests", "bench", "eval"}
 
 
 #: Packages whose modules are separate units: ``stream_dp.dev`` groups independent tools (the demo runs the
@@ -36,7 +36,7 @@ def unit(module: str) -> str:
 def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Edges ``package -> packages it imports`` for the library and the entry points."""
     edges: dict[str, set[str]] = {}
-    for path in sorted(root.joinpath("stream_dp").rglob("*.py")):
+    for path in sorted([*root.joinpath("stream_dp").rglob("*.py"), *root.joinpath("workers").rglob("*.py")]):
         src = unit(".".join(path.relative_to(root).with_suffix("").parts))
         edges.setdefault(src, set())
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

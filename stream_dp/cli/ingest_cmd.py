@@ -1,4 +1,4 @@
-"""``stream-dp ingest --config FILE``: run the ingest worker (same as ``python -m stream_dp.workers.ingest``)."""
+"""``stream-dp ingest --config FILE``: run the ingest worker (same as ``python -m workers.ingest``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ingest worker's options (shared with ``python -m stream_dp.workers.ingest``)."""
+    """The ingest worker's options (shared with ``python -m workers.ingest``)."""
     add_config_option(parser)
     parser.add_argument("--accept-state-loss", action="store_true",
                         help="start although Redis lost the window state the consumer group's committed offsets "

@@ -1,4 +1,4 @@
-"""``stream-dp release``: run the release worker (same as ``python -m stream_dp.workers.release``)."""
+"""``stream-dp release``: run the release worker (same as ``python -m workers.release``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The release worker's options (shared with ``python -m stream_dp.workers.release``); the flags override the
+    """The release worker's options (shared with ``python -m workers.release``); the flags override the
     config's ``[release]`` section."""
     add_config_option(parser)
     parser.add_argument("--worker-id", help="name in claim tokens and logs (default: host-pid)")

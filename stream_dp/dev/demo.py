@@ -10,7 +10,7 @@ What it runs is the production path, not a toy:
    the embedded dev stack (:class:`stream_dp.dev.devstack.DevStack`). With external services the demo uses topic
    names and a Redis key prefix of its own, so it never mixes with production data;
 3. the final config is written to a TOML file and the **ingest and release workers are started as
-   subprocesses** with ``python -m stream_dp.workers.ingest --config FILE`` / ``python -m stream_dp.workers.release --config FILE``,
+   subprocesses** with ``python -m workers.ingest --config FILE`` / ``python -m workers.release --config FILE``,
    each serving /metrics on its own port;
 4. a stream is replayed into the events topic (:mod:`stream_dp.replay`): the generated MovieLens-style
    ratings (:mod:`stream_dp.dev.demo_data`) or a user file, paced so a window of event time passes every few
@@ -78,7 +78,7 @@ class WorkerProcess:
         env["STREAM_DP_METRICS__PORT"] = str(self.metrics_port)
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", f"stream_dp.workers.{self.name}", "--config", str(self.config_path)],
+                [sys.executable, "-m", f"workers.{self.name}", "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
                 process_group=0, preexec_fn=die_with_parent)
 

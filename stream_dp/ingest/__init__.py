@@ -15,7 +15,7 @@ Modules, one job each:
   kafka-python calls the loop makes, or kafka-python itself (``ingest.kafka_client``);
 - :mod:`~stream_dp.ingest.metrics` -- the ``stream_dp_ingest_*`` Prometheus metrics.
 
-The process is ``python -m stream_dp.workers.ingest --config FILE`` (or ``stream-dp ingest``); docs/ingest.md has
+The process is ``python -m workers.ingest --config FILE`` (or ``stream-dp ingest``); docs/ingest.md has
 the guarantees and the Redis layout.
 """
 

@@ -2,7 +2,7 @@
 
 :class:`ThreadRunner` runs it on a thread of the calling process (tests, embedding with an injected Redis
 client); :class:`ProcessRunner` runs it in a child process, ``python -m stream_dp.ingest.applier_process``
-(what ``stream_dp.workers.ingest`` uses). Both take up to :data:`MAX_IN_FLIGHT` batches and apply them strictly one
+(what ``workers.ingest`` uses). Both take up to :data:`MAX_IN_FLIGHT` batches and apply them strictly one
 after another, in order, so chunks of one partition reach Redis in offset order. After a failed batch,
 the ones queued behind it are not applied (their outcome says so) until the loop has rewound and calls
 ``resume()``: a later batch must never move an offset record past events of a failed one.

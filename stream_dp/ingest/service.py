@@ -1,6 +1,6 @@
 """Assemble an ingest worker from the config (consumer, dead-letter producer, applier, metrics).
 
-Run by :func:`stream_dp.runtime.run_ingest_worker` (``python -m stream_dp.workers.ingest``, ``stream-dp ingest``),
+Run by :func:`stream_dp.runtime.run_ingest_worker` (``python -m workers.ingest``, ``stream-dp ingest``),
 which owns the process conventions (start checks, /metrics, signal policy, exit codes).
 """
 

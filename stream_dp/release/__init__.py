@@ -1,5 +1,5 @@
 """The release worker's logic: window reader, claims, release builders, records, outbox, alerts, metrics.
 
-Thin wiring lives in ``stream_dp/workers/release.py`` (``python -m stream_dp.workers.release``) and the ``stream-dp release``
+Thin wiring lives in ``workers/release.py`` (``python -m workers.release``) and the ``stream-dp release``
 CLI subcommand; both call :func:`stream_dp.release.service.build_worker`.
 """

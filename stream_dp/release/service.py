@@ -1,6 +1,6 @@
 """Assemble a release worker from the config (clients, ledger, producer, metrics).
 
-Run by :func:`stream_dp.runtime.run_release_worker` (``python -m stream_dp.workers.release``, ``stream-dp release``),
+Run by :func:`stream_dp.runtime.run_release_worker` (``python -m workers.release``, ``stream-dp release``),
 which owns the process conventions (start checks, /metrics, signal policy, exit codes).
 """
 

@@ -127,7 +127,7 @@ def start_worker(config_file: Path, log_path: Path, *options: str) -> subprocess
     env.pop("STREAM_DP_LOG_LEVEL", None)
     logf = open(log_path, "ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "stream_dp.workers.ingest", "--config", str(config_file), *options],
+        return subprocess.Popen([sys.executable, "-m", "workers.ingest", "--config", str(config_file), *options],
                                 cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT,
                                 preexec_fn=die_with_parent)
     finally:

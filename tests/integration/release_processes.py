@@ -69,7 +69,7 @@ def start_worker(config: Path, *, worker_id: str, log_path: Path, crash_at: str 
     env["PYTHONPATH"] = str(REPO)
     env.update(extra_env or {})
     # a crash is injected through the test-owned entry point (production's worker has no crash switch)
-    entry = ["-m", "stream_dp.workers.release"] if not crash_at else [str(CRASHING_RELEASE), "--crash-at", crash_at]
+    entry = ["-m", "workers.release"] if not crash_at else [str(CRASHING_RELEASE), "--crash-at", crash_at]
     log = open(log_path, "ab")
     try:
         return subprocess.Popen([sys.executable, *entry, "--config", str(config),

@@ -46,7 +46,7 @@ def test_an_unreachable_redis_is_not_a_reason_to_refuse(caplog):
     assert "maxmemory-policy was not checked" in caplog.text
 
 
-@pytest.mark.parametrize("worker", ["stream_dp.workers.ingest", "stream_dp.workers.release"])
+@pytest.mark.parametrize("worker", ["workers.ingest", "workers.release"])
 def test_workers_exit_2_and_name_the_setting(bootstrap_servers, redis_url, evicting_redis, tmp_path, worker):
     cfg = write_toml(tmp_path / "w.toml", config_mapping(bootstrap_servers, redis_url, "never-created", group="g",
                                                          size=60, max_keys=1))

@@ -44,7 +44,7 @@ CASES = [
 
 
 def _worker(role: str) -> str:
-    return "stream_dp.workers.release" if role == "releases" else "stream_dp.workers.ingest"
+    return "workers.release" if role == "releases" else "workers.ingest"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -93,7 +93,7 @@ def test_the_release_worker_refuses_to_start_on_a_short_plan(tmp_path: Path) -> 
     path.write_text(THREE_TYPES_TOML.replace("[releases.alerts]\n", "[releases.alerts]\nmax_instances_per_period = 0\n")
                     + "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    for module in ("stream_dp.workers.release", "stream_dp.workers.ingest"):
+    for module in ("workers.release", "workers.ingest"):
         proc = subprocess.run([sys.executable, "-m", module, "--config", str(path)], capture_output=True, text=True,
                               env=env, timeout=120)
         assert proc.returncode == 2, proc.stderr

@@ -211,8 +211,8 @@ def test_worker_commands_use_the_mounted_config_and_known_subcommands():
         if command[0] == "stream-dp":
             assert command[1] in subcommands, f"{name} runs unknown subcommand {command[1]}"
         else:
-            assert command[:3] == ["python", "-m", f"stream_dp.workers.{name}"]
-            assert importlib.util.find_spec(f"stream_dp.workers.{name}") is not None, f"stream_dp/workers/{name}.py"
+            assert command[:3] == ["python", "-m", f"workers.{name}"]
+            assert importlib.util.find_spec(f"workers.{name}") is not None, f"workers/{name}.py"
             assert name in subcommands, f"stream-dp {name} runs the same worker"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from stream_dp.cli import build_parser, main
 from stream_dp.runtime import ExitCode, SignalPolicy
-from stream_dp.workers import ingest, release
+from workers import ingest, release
 
 
 class FakeWorker:
@@ -50,7 +50,7 @@ def test_cli_has_the_ingest_subcommand():
 
 @pytest.mark.parametrize("entry", [ingest.main, release.main, lambda argv: main(["ingest", *argv]),
                                    lambda argv: main(["release", *argv])],
-                         ids=["stream_dp.workers.ingest", "stream_dp.workers.release", "stream-dp ingest", "stream-dp release"])
+                         ids=["workers.ingest", "workers.release", "stream-dp ingest", "stream-dp release"])
 def test_bad_config_exits_2_and_names_the_setting(tmp_path, capsys, entry):
     bad = tmp_path / "bad.toml"
     bad.write_text("[windows]\nsize_seconds = 0\n")

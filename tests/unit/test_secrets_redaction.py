@@ -70,7 +70,7 @@ def test_config_check_and_worker_logs_never_show_a_secret(tmp_path: Path, way: s
     assert "redis://app:***@127.0.0.1" in check.stdout
     # the workers start, log at DEBUG, fail the Redis preflight (nothing listens) and exit
     outputs = [check.stdout + check.stderr]
-    for args in (["-m", "stream_dp.workers.release", "--log-level", "DEBUG"], ["-m", "stream_dp.workers.ingest", "--log-level", "DEBUG"]):
+    for args in (["-m", "workers.release", "--log-level", "DEBUG"], ["-m", "workers.ingest", "--log-level", "DEBUG"]):
         proc = _run(args, config, env)
         assert proc.returncode != 0
         assert proc.stderr.strip(), "the worker logged nothing"

@@ -1,4 +1,4 @@
-"""``python -m stream_dp.workers.ingest --config FILE``: the ingest worker process (same as ``stream-dp ingest``).
+"""``python -m workers.ingest --config FILE``: the ingest worker process (same as ``stream-dp ingest``).
 
 A thin entry point: :func:`stream_dp.runtime.run_ingest_worker` runs the worker that
 :mod:`stream_dp.ingest.service` assembles, under the process conventions of :mod:`stream_dp.runtime`
@@ -15,7 +15,7 @@ from stream_dp.runtime import process_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return process_main(argv, prog="python -m stream_dp.workers.ingest", description=__doc__.splitlines()[0],
+    return process_main(argv, prog="python -m workers.ingest", description=__doc__.splitlines()[0],
                         add_arguments=ingest_cmd.add_arguments, run=ingest_cmd.run)
 
 

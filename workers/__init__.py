@@ -1,0 +1,1 @@
+"""Long-running processes of stream-dp, as thin wiring over the ``stream_dp`` library."""
