@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from stream_dp.devstack import DevStack, free_port
+from stream_dp.dev.devstack import DevStack, free_port
 
 from bench.results import emit
 
@@ -204,9 +204,9 @@ class RedisTarget:
 
 
 def _local_cluster(masters: int, workdir: Path):  # a context manager of LocalCluster
-    """A local Redis Cluster (:mod:`stream_dp.devcluster`): redis-server processes in cluster mode on free
+    """A local Redis Cluster (:mod:`tests.support.devcluster`): redis-server processes in cluster mode on free
     ports, returned once the cluster is healthy."""
-    from stream_dp.devcluster import local_cluster
+    from tests.support.devcluster import local_cluster
 
     return local_cluster(workdir, masters=masters)
 

@@ -59,8 +59,8 @@ from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import config_from_mapping
 from stream_dp import topics
 from stream_dp.release.producers import release_producer
-from stream_dp.devcluster import wait_until
-from stream_dp.devstack import DevStack
+from tests.support.devcluster import wait_until
+from stream_dp.dev.devstack import DevStack
 from stream_dp.ingest.store import WindowStore
 from stream_dp.store.keys import Keys
 from stream_dp.processes import freeze_start_up_heap
@@ -70,7 +70,7 @@ from stream_dp.release.outbox import Outbox, Publisher
 from stream_dp.release.windows import Window
 from stream_dp.release.worker import ReleaseWorker
 from stream_dp.state_epochs import EpochMarker
-from stream_dp.testing.windows import set_watermark
+from tests.support.windows import set_watermark
 
 from bench.results import emit, start_cpu_load, stop_cpu_load
 

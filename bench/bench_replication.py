@@ -1,6 +1,6 @@
 """The latency cost of ``redis.min_replicas_acked``: a ledger charge confirmed on replicas vs not.
 
-On a local Redis Cluster of 3 masters + 3 replicas (:mod:`stream_dp.devcluster`, loopback, no
+On a local Redis Cluster of 3 masters + 3 replicas (:mod:`tests.support.devcluster`, loopback, no
 persistence), each sample is what the release path does between "the mechanism ran" and "the record may be
 sent": one ledger charge that stores the release (``Ledger.charge`` with a payload, one Lua script on the
 scope's master) followed by ``Ledger.confirm`` (a fence write + ``WAIT`` on that master's connection, one
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import BudgetCap, Ledger
-from stream_dp.devcluster import local_cluster
+from tests.support.devcluster import local_cluster
 from stream_dp.store.keys import Keys
 from stream_dp.replication import ReplicationPolicy
 

@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stream_dp.mechanisms.svt_experiments import adaptivity_experiment  # noqa: E402
+from eval.svt_experiments import adaptivity_experiment  # noqa: E402
 
 from bench.results import emit  # noqa: E402
 

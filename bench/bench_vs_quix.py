@@ -49,7 +49,7 @@ from typing import Any
 
 import redis
 
-from stream_dp.devstack import DevStack
+from stream_dp.dev.devstack import DevStack
 
 from bench.bench_ingest import _cpu_seconds, _peak_rss, _redis_cpu, produce, run_bare, run_ingest
 from bench.results import emit

@@ -226,7 +226,7 @@ def run(plan: Plan, workdir: Path, *, log: Callable[[str], None] = print) -> Res
 
     from stream_dp import topics
     from stream_dp.config import load_config
-    from stream_dp.devstack import DevStack
+    from stream_dp.dev.devstack import DevStack
 
     t_start = time.monotonic()
     result = Result(plan)

@@ -37,7 +37,7 @@ from typing import Any
 
 import redis
 
-from stream_dp.devstack import DevStack, free_port
+from stream_dp.dev.devstack import DevStack, free_port
 from stream_dp.store.keys import Keys
 
 from bench.results import emit

@@ -360,7 +360,7 @@ def run_and_write(out: Any, scale_name: str, redis_url: str | None, *, seed: int
     from eval import analysis
 
     if redis_url is None:
-        from stream_dp.devstack import DevStack
+        from stream_dp.dev.devstack import DevStack
 
         with DevStack(kafka=False, redis=True) as stack:
             return run_and_write(out, scale_name, stack.redis_url, seed=seed, movielens_dir=movielens_dir,

@@ -175,7 +175,7 @@ def run_continual_setups(scale: Scale, movielens: Stream | None, redis_url: str 
                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Experiment 2 against ``redis_url``, or against an embedded redis-server started (and stopped) here."""
     if redis_url is None:
-        from stream_dp.devstack import DevStack
+        from stream_dp.dev.devstack import DevStack
 
         with DevStack(kafka=False, redis=True) as stack:
             return run_continual_setups(scale, movielens, stack.redis_url, seed=seed)

@@ -16,6 +16,8 @@ from typing import Any
 
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
+from stream_dp.errors import StreamDPError
+
 #: What :meth:`BrokerReach.unreachable` says while no broker answers (names the setting to check).
 NO_BROKER = "no connection to any broker of kafka.bootstrap_servers"
 
@@ -24,7 +26,7 @@ NO_BROKER = "no connection to any broker of kafka.bootstrap_servers"
 BOOTSTRAP_ERRORS = (KafkaTimeoutError, KafkaConnectionError)
 
 
-class BrokerUnreachable(ConnectionError):
+class BrokerUnreachable(ConnectionError, StreamDPError):
     """No broker of ``kafka.bootstrap_servers`` answered when a client started. The message names the setting
     and the address, so a command prints it as its one line (``stream-dp tail`` and ``replay`` exit with 2)."""
 

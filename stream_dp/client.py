@@ -46,6 +46,7 @@ from kafka.structs import OffsetAndMetadata
 
 from stream_dp import kafka_sockets
 from stream_dp.broker_reach import BOOTSTRAP_ERRORS, BrokerReach, BrokerUnreachable, unreachable
+from stream_dp.errors import StreamDPError
 from stream_dp.kafka_options import forbid_auto_create
 from stream_dp.config import KafkaConfig
 from stream_dp.wire import join_parts
@@ -63,7 +64,7 @@ STARTS = ("beginning", "now")
 DEFAULT_SEEN_CAPACITY = 100_000  # release ids remembered for de-duplication (a year of hourly windows x 10 types)
 
 
-class ReleaseRecordError(ValueError):
+class ReleaseRecordError(ValueError, StreamDPError):
     """A message on the releases topic that this client will not hand out as a release record."""
 
     def __init__(self, message: str, *, release_id: str | None = None, where: str | None = None) -> None:

@@ -39,6 +39,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from stream_dp.renamed_settings import BothSet, renamed
+from stream_dp.errors import StreamDPError
 from stream_dp.wire import DEFAULT_MESSAGE_MAX_BYTES
 
 ENV_PREFIX = "STREAM_DP_"
@@ -52,7 +53,7 @@ TOOL_VARIABLES = frozenset({"STREAM_DP_LOG_LEVEL", "STREAM_DP_TANSU", "STREAM_DP
                             "STREAM_DP_DEVSTACK_STATE", "STREAM_DP_KAFKA_LIBS"})
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, StreamDPError):
     """A setting is missing, unknown, of the wrong type, or out of its allowed range."""
 
 

@@ -14,6 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from stream_dp import kafka_sockets
 from stream_dp.config import KafkaConfig, RedisConfig
+from stream_dp.errors import StreamDPError
 from stream_dp.kafka_options import NO_AUTO_CREATE, forbid_auto_create
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def _masters(client: Any) -> list[tuple[str, Any]]:
     return [("", client)]
 
 
-class UnsafeRedis(RuntimeError):
+class UnsafeRedis(RuntimeError, StreamDPError):
     """The Redis server may evict keys, and ``redis.allow_eviction`` is false."""
 
 

@@ -13,11 +13,12 @@ import logging
 from prometheus_client import CollectorRegistry, start_http_server
 
 from stream_dp.config import MetricsConfig
+from stream_dp.errors import StreamDPError
 
 log = logging.getLogger(__name__)
 
 
-class MetricsPortError(RuntimeError):
+class MetricsPortError(RuntimeError, StreamDPError):
     """``metrics.port`` cannot be bound (in use, or not allowed)."""
 
 

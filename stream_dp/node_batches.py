@@ -21,6 +21,8 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
+from stream_dp.errors import StreamDPError
+
 __all__ = ["Pending", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
            "run_batched", "run_in_order", "run_reads", "run_with_scripts"]
 
@@ -30,7 +32,7 @@ FAILOVER_ERRORS = (redis.exceptions.AskError, redis.exceptions.ClusterDownError,
                    redis.exceptions.SlotNotCoveredError)
 
 
-class SlotMoved(redis.ConnectionError):
+class SlotMoved(redis.ConnectionError, StreamDPError):
     """A slot's master changed while a batch ran (failover or resharding); retry the batch."""
 
 

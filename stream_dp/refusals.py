@@ -14,8 +14,10 @@ from typing import Any
 
 import redis
 
+from stream_dp.errors import StreamDPError
 
-class Refusal(RuntimeError):
+
+class Refusal(RuntimeError, StreamDPError):
     """A failure retrying cannot heal; the message names the setting to fix or the command to run."""
 
 

@@ -38,12 +38,13 @@ from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 from stream_dp.config import EventsConfig
+from stream_dp.errors import StreamDPError
 from stream_dp.schedule import record_timestamp_ms
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
-class ReplayError(ValueError):
+class ReplayError(ValueError, StreamDPError):
     """The input file or the column mapping is unusable (the message names the file, row or column)."""
 
 

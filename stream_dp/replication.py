@@ -30,12 +30,13 @@ import redis
 from redis.client import Pipeline
 
 from stream_dp.config import AUTO_REPLICAS, RedisConfig
+from stream_dp.errors import StreamDPError
 from stream_dp.node_batches import FAILOVER_ERRORS, is_cluster, node_client, refresh_slots
 
 __all__ = ["NO_REPLICATION", "NotReplicated", "ReplicationPolicy", "resolve_min_replicas", "write_then_wait"]
 
 
-class NotReplicated(redis.ConnectionError):
+class NotReplicated(redis.ConnectionError, StreamDPError):
     """A write was not confirmed on ``redis.min_replicas_acked`` replicas within ``redis.replication_timeout_ms``
     (or its master changed during a failover). Transient: the caller must not act on the write yet and
     retries as after any Redis outage. The message names the settings and never a key's value."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream_dp.config import AUTO_REPLICAS, KafkaConfig
+from stream_dp.errors import StreamDPError
 from stream_dp.wire import MESSAGE_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ UNLIMITED = -1
 CREATE_HINT = "run `stream-dp topics create`"
 
 
-class TopicContractError(RuntimeError):
+class TopicContractError(RuntimeError, StreamDPError):
     """A topic breaks the contract (or the broker cannot be asked); the message is one line naming the
     topic, the config and the fix."""
 

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from stream_dp.errors import StreamDPError
+
 
 def encode(record: Mapping[str, Any]) -> bytes:
     """Canonical bytes of a record (sorted keys): identical records give identical messages. Strict JSON
@@ -30,7 +32,7 @@ DEFAULT_MESSAGE_MAX_BYTES = 900_000
 MESSAGE_OVERHEAD_BYTES = 4096
 
 
-class ReleaseTooLarge(ValueError):
+class ReleaseTooLarge(ValueError, StreamDPError):
     """A release record cannot be cut into parts of ``kafka.release_message_max_bytes``: its fields other than
     ``items``, or one item with them, are already larger."""
 

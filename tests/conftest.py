@@ -1,6 +1,6 @@
 """Shared fixtures: real Kafka-protocol brokers and a real redis-server for the whole session.
 
-The dev stack (:mod:`stream_dp.devstack`) starts them on free loopback ports. Every test that uses a broker
+The dev stack (:mod:`stream_dp.dev.devstack`) starts them on free loopback ports. Every test that uses a broker
 (``bootstrap_servers``) runs on each broker of ``STREAM_DP_TEST_BROKERS`` (default: the embedded Tansu and
 Apache Kafka; see :func:`broker_kind`). To run the suite against external services instead, set
 ``STREAM_DP_TEST_BOOTSTRAP_SERVERS`` and/or ``STREAM_DP_TEST_REDIS_URL`` (nothing is started for a service
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from stream_dp import kafka_sockets
-from stream_dp.devstack import BROKERS, REDIS_DATABASES, DevStack
+from stream_dp.dev.devstack import BROKERS, REDIS_DATABASES, DevStack
 
 EXTERNAL_BROKER = "STREAM_DP_TEST_BOOTSTRAP_SERVERS"
 EXTERNAL_REDIS = "STREAM_DP_TEST_REDIS_URL"
@@ -86,13 +86,13 @@ def _test_brokers() -> list[str]:
 @pytest.fixture(scope="session", params=_test_brokers())
 def broker_kind(request: pytest.FixtureRequest) -> str:
     """The broker this test talks to: ``tansu`` (the embedded dev broker) or ``kafka`` (Apache Kafka, KRaft,
-    one node, Kafka's defaults but a 1 s retention check interval; :mod:`stream_dp.kafka_broker`). Every test
+    one node, Kafka's defaults but a 1 s retention check interval; :mod:`stream_dp.dev.kafka_broker`). Every test
     that uses a broker runs once per broker; Redis-only tests do not depend on it and run once."""
     kind = str(request.param)
     if kind not in BROKERS:
         raise pytest.UsageError(f"{BROKERS_VARIABLE}: unknown broker {kind!r} (choose from {', '.join(BROKERS)})")
     if kind == "kafka" and BROKERS_VARIABLE not in os.environ and not os.environ.get(EXTERNAL_BROKER):
-        from stream_dp.kafka_broker import KafkaUnavailable, ensure_libs, java
+        from stream_dp.dev.kafka_broker import KafkaUnavailable, ensure_libs, java
 
         try:
             java()

@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    from stream_dp.devstack import DevStack
-    from stream_dp.kafka_broker import INITIAL_TASK_DELAY_SECONDS
+    from stream_dp.dev.devstack import DevStack
+    from stream_dp.dev.kafka_broker import INITIAL_TASK_DELAY_SECONDS
 
     work = Path(tempfile.mkdtemp(prefix="backfill-"))
     start = int(time.time()) // DAY * DAY - 40 * DAY

@@ -18,10 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 OWN = {"stream_dp", "workers", "tests", "bench", "eval"}
 
 
+#: Packages whose modules are separate units: ``stream_dp.dev`` groups independent tools (the demo runs the
+#: production processes through :mod:`stream_dp.runtime`, which reads a running dev stack's address file).
+SPLIT = {"stream_dp.dev"}
+
+
 def unit(module: str) -> str:
-    """The top-level package of ``module``: ``stream_dp.release.worker`` -> ``stream_dp.release``."""
+    """The top-level package of ``module``: ``stream_dp.release.worker`` -> ``stream_dp.release``
+    (``stream_dp.dev.demo`` -> itself: :data:`SPLIT`)."""
     parts = [p for p in module.split(".") if p != "__init__"]
-    return f"stream_dp.{parts[1]}" if parts[0] == "stream_dp" and len(parts) > 1 else parts[0]
+    if parts[0] != "stream_dp" or len(parts) == 1:
+        return parts[0]
+    package = f"stream_dp.{parts[1]}"
+    return f"{package}.{parts[2]}" if package in SPLIT and len(parts) > 2 else package
 
 
 def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
@@ -32,7 +41,8 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
         edges.setdefault(src, set())
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] if node.module != "stream_dp" else [f"stream_dp.{a.name}" for a in node.names]
+                names = ([node.module] if node.module not in {"stream_dp", *SPLIT}
+                         else [f"{node.module}.{a.name}" for a in node.names])
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             else:

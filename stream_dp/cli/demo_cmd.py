@@ -64,8 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stream_dp.config import ConfigError
-    from stream_dp.demo import Demo, DemoOptions, install_sigint
-    from stream_dp.devstack import DevStackError
+    from stream_dp.dev.demo import Demo, DemoOptions, install_sigint
+    from stream_dp.dev.devstack import DevStackError
     from stream_dp.replay import ReplayError
 
     for name in ("windows", "duration", "seconds_per_window", "speedup"):

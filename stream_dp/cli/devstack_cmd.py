@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from stream_dp import devstack
-from stream_dp.kafka_broker import KAFKA_VERSION, LIBS_VARIABLE
+from stream_dp.dev import devstack
+from stream_dp.dev.kafka_broker import KAFKA_VERSION, LIBS_VARIABLE
 
 EXAMPLES = """\
 examples:

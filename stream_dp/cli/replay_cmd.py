@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("file", nargs="?", help="input file: .csv/.tsv (header row) or .jsonl/.ndjson, optionally .gz")
     src.add_argument("--generate", action="store_true",
-                     help="replay the in-tree MovieLens-style ratings stream (stream_dp.demo_data) instead of a file")
+                     help="replay the in-tree MovieLens-style ratings stream (stream_dp.dev.demo_data) instead of a file")
     p.add_argument("--config", help="TOML config (default: config/stream-dp.toml); gives broker, topic, field names")
     p.add_argument("--format", choices=("csv", "jsonl"), help="input format (default: from the file name; csv "
                    "with --no-header or --delimiter)")
@@ -98,7 +98,8 @@ def mapping_from_args(args: argparse.Namespace, fields_user: str, fields_key: st
 def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from stream_dp import connections, demo_data, topics
+    from stream_dp import connections, topics
+    from stream_dp.dev import demo_data
     from stream_dp.broker_reach import BOOTSTRAP_ERRORS, unreachable
 
     cfg = load_config_or_report(args.config)

@@ -33,6 +33,7 @@ from stream_dp.client import release_types
 from stream_dp.dashboard.board import ReleaseBoard
 from stream_dp.dashboard.feed import Feed
 from stream_dp.dashboard.trends import DEFAULT_HISTORY_WINDOWS
+from stream_dp.errors import StreamDPError
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_LIMIT = 1000
@@ -41,7 +42,7 @@ KEEPALIVE_SECONDS = 10.0
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-class BadParameter(ValueError):
+class BadParameter(ValueError, StreamDPError):
     """A query parameter out of its allowed values (answered with 400 and this message)."""
 
 

@@ -19,6 +19,7 @@ from stream_dp.config import Config
 from stream_dp.dashboard.app import create_app
 from stream_dp.dashboard.board import ReleaseBoard
 from stream_dp.dashboard.feed import Feed
+from stream_dp.errors import StreamDPError
 
 log = logging.getLogger(__name__)
 GRACEFUL_SHUTDOWN_SECONDS = 2
@@ -41,7 +42,7 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-class PortTaken(OSError):
+class PortTaken(OSError, StreamDPError):
     """The configured dashboard address cannot be bound."""
 
 

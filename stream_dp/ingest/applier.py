@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import redis
 
 from stream_dp.config import Config
+from stream_dp.errors import StreamDPError
 from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
 from stream_dp.ingest.windowing import PartitionClock
@@ -114,7 +115,7 @@ class BatchOutcome:
     failure: Failure | None = None
 
 
-class ApplyFailed(Exception):
+class ApplyFailed(StreamDPError):
     """A batch failed in the applier; ``dependency`` is set when the failure is transient."""
 
     def __init__(self, failure: Failure) -> None:

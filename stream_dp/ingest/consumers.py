@@ -50,6 +50,7 @@ from kafka.structs import OffsetAndMetadata
 from stream_dp.broker_reach import BrokerReach
 from stream_dp.config import KafkaConfig
 from stream_dp.connections import confluent_client_settings
+from stream_dp.errors import StreamDPError
 
 log = logging.getLogger(__name__)
 
@@ -143,13 +144,13 @@ def confluent_settings(cfg: KafkaConfig, *, group_id: str, prefetch_max_kbytes: 
 
 # --- confluent-kafka ---------------------------------------------------------------------------------------
 
-class ConfluentError(KafkaError):
+class ConfluentError(KafkaError, StreamDPError):
     """A confluent-kafka error, raised as a kafka-python ``KafkaError`` (the loop's "kafka" dependency)."""
 
     retriable = True
 
 
-class BrokersUnreachable(KafkaError):
+class BrokersUnreachable(KafkaError, StreamDPError):
     """The consumer reports that no broker can be reached (its ``unreachable()``): the loop's "kafka"
     dependency is down although the poll raised nothing."""
 

@@ -29,6 +29,8 @@ from typing import Any
 import orjson
 from kafka.errors import KafkaError, KafkaTimeoutError
 
+from stream_dp.errors import StreamDPError
+
 log = logging.getLogger(__name__)
 
 #: Bytes of the original value kept in a bounded dead letter.
@@ -39,7 +41,7 @@ PREFIX_BYTES = 1024
 RECORD_OVERHEAD_BYTES = 128
 
 
-class DeadLetterUnavailable(KafkaError):
+class DeadLetterUnavailable(KafkaError, StreamDPError):
     """The dead-letter topic could not be written for a retriable reason; the batch is retried."""
 
     retriable = True

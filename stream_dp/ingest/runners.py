@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
 from stream_dp.config import Config
+from stream_dp.errors import StreamDPError
 from stream_dp.ingest.applier import BatchApplier, BatchOutcome, BatchRequest, Failure, redis_transient
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class ThreadRunner:
 RESUME = "resume"
 
 
-class ApplierDied(RuntimeError):
+class ApplierDied(RuntimeError, StreamDPError):
     """The applier process ended while the loop was waiting for an outcome."""
 
 

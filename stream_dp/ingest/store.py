@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 import redis
 from redis.client import Pipeline
 
+from stream_dp.errors import StreamDPError
 from stream_dp.ingest.bounding import ChunkPlan, WindowBounding, applied_prefix
 from stream_dp.node_batches import is_cluster, run_batched
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
@@ -80,7 +81,7 @@ CATCH_UP_CHUNK_BYTES = 4 << 20
 MAX_SHARD_LOG_BYTES = 4 << 30
 
 
-class StaleBoundingState(RuntimeError):
+class StaleBoundingState(RuntimeError, StreamDPError):
     """Other writers kept changing a window's bounding state faster than this worker could plan on it."""
 
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from stream_dp.errors import StreamDPError
 from stream_dp.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 ADOPT_COMMAND = "stream-dp topics adopt"
 
 
-class TopicRecreated(RuntimeError):
+class TopicRecreated(RuntimeError, StreamDPError):
     """The events topic's id is not the one the applied offsets in Redis belong to (one line: the topic,
     both ids, the recovery command)."""
 

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from stream_dp.accounting.events import DpEvent, PureDpEvent
+from stream_dp.errors import StreamDPError
 from stream_dp.mechanisms.svt_bounds import BranchSelection
 from stream_dp.mechanisms.svt_noise import NOISES, GapTail, default_theta, noise_variance, sample_centred
 from stream_dp.mechanisms.svt_state import STATE_VERSION, validate_state
@@ -45,7 +46,7 @@ from stream_dp.rng import RngLike, make_rng
 MECHANISM = "adaptive_svt"
 
 
-class SVTExhaustedError(RuntimeError):
+class SVTExhaustedError(RuntimeError, StreamDPError):
     """Raised by :meth:`AdaptiveSVT.process` once the instance's budget rule has fired."""
 
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 import redis
 
+from stream_dp.errors import StreamDPError
 from stream_dp.node_batches import Reads, RideAlong, run_batched
 from stream_dp.store import scripts
 from stream_dp.store.keys import Keys
 
-class ClaimLost(RuntimeError):
+class ClaimLost(RuntimeError, StreamDPError):
     """The worker no longer holds the window's claim (it expired and another worker may own it)."""
 
 

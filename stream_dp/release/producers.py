@@ -24,6 +24,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from stream_dp.config import Config
 from stream_dp.connections import confluent_client_settings, kafka_producer
+from stream_dp.errors import StreamDPError
 from stream_dp.wire import MESSAGE_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ DELIVERY_TIMEOUT_MS = 30_000
 WARM_UP_SECONDS = 2.0
 
 
-class ProduceFailed(KafkaError):
+class ProduceFailed(KafkaError, StreamDPError):
     """The broker refused a record, or librdkafka gave up delivering it (a kafka-python error)."""
 
     retriable = True

@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream_dp.config import Config
+from stream_dp.errors import StreamDPError
 from stream_dp.store.keys import Keys
 from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.records import STATUS_RELEASED, Envelope, release_id
 from stream_dp.release.windows import Window
 
 
-class DomainNotPublished(RuntimeError):
+class DomainNotPublished(RuntimeError, StreamDPError):
     """A window's released domain would read a window that is not released, or a record not yet published
     (windows are released in schedule order, so this means a bug or lost state): the pass fails, and is retried."""
 

@@ -21,6 +21,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from stream_dp.client import PartJoiner, ReleaseRecordError, check_record
 from stream_dp.config import KafkaConfig
+from stream_dp.errors import StreamDPError
 from stream_dp.kafka_options import NO_AUTO_CREATE, forbid_auto_create
 
 READ_TIMEOUT_SECONDS = 60.0
@@ -78,7 +79,7 @@ class TopicContents:
         return sorted(p for p, start in self.starts.items() if start > 0)
 
 
-class TopicUnreadable(RuntimeError):
+class TopicUnreadable(RuntimeError, StreamDPError):
     """The releases topic could not be read to its end in time (the broker named by kafka.bootstrap_servers)."""
 
 

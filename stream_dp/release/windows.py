@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
+from stream_dp.errors import StreamDPError
 from stream_dp.node_batches import Pending, Reads, evalsha_item, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
@@ -112,7 +113,7 @@ class _TopOfWindow:
 LOG_READ_BYTES = 4 << 20
 
 
-class WindowLogShort(RuntimeError):
+class WindowLogShort(RuntimeError, StreamDPError):
     """A window shard's bounding log is shorter than its metadata records."""
 
 

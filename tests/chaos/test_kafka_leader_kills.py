@@ -31,7 +31,7 @@ from ingest_helpers import config_mapping, ground_truth, start_worker as start_i
 from ingest_helpers import write_toml
 from release_processes import by_release_id, cli, read_topic, start_worker, stop, wait_for, wait_started
 from stream_dp.config import config_from_mapping
-from stream_dp.devstack import DevStack
+from stream_dp.dev.devstack import DevStack
 from stream_dp.store.keys import Keys
 from topic_helpers import CheckedProducer
 

@@ -1,7 +1,7 @@
 """The tests' Redis Cluster fixtures: a real 3-master (+ replicas) cluster of redis-server processes, and a
 single-node master with one replica.
 
-The cluster runner itself lives in :mod:`stream_dp.devcluster` (the benchmarks start the same clusters);
+The cluster runner itself lives in :mod:`tests.support.devcluster` (the benchmarks start the same clusters);
 this module is the tests' entry point to it.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import redis
 
-from stream_dp.devcluster import LocalCluster, Node, cluster_port, local_cluster, wait_until
-from stream_dp.devstack import Service, find_redis_server, free_port
+from tests.support.devcluster import LocalCluster, Node, cluster_port, local_cluster, wait_until
+from stream_dp.dev.devstack import Service, find_redis_server, free_port
 
 __all__ = ["LocalCluster", "Node", "cluster_port", "local_cluster", "master_with_replica", "wait_until"]
 

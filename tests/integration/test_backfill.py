@@ -25,7 +25,7 @@ from ingest_helpers import config_mapping, ground_truth, start_worker as start_i
 from ingest_helpers import write_toml
 from release_processes import cli, start_worker, stop, wait_for, wait_started
 from stream_dp.config import config_from_mapping
-from stream_dp.kafka_broker import INITIAL_TASK_DELAY_SECONDS, RETENTION_CHECK_INTERVAL_MS
+from stream_dp.dev.kafka_broker import INITIAL_TASK_DELAY_SECONDS, RETENTION_CHECK_INTERVAL_MS
 from stream_dp.store.keys import Keys
 
 pytestmark = pytest.mark.integration

@@ -181,7 +181,7 @@ def test_the_alerts_instance_state_is_replicated_before_its_window_is_marked_rel
     from stream_dp.release.outbox import Outbox
     from stream_dp.release.worker import ReleaseWorker
     from stream_dp.replication import NotReplicated, ReplicationPolicy
-    from stream_dp.testing.windows import set_watermark, write_window
+    from tests.support.windows import set_watermark, write_window
 
     class Collected:
         def __init__(self) -> None:

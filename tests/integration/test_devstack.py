@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from stream_dp.devstack import DevStack, PortTaken, Service, find_redis_server, free_port
+from stream_dp.dev.devstack import DevStack, PortTaken, Service, find_redis_server, free_port
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -60,7 +60,7 @@ def test_context_manager_starts_ready_services_and_stops_them(tmp_path):
 def test_services_die_with_an_owner_killed_by_sigkill(tmp_path):
     code = (
         "import json, sys, time\n"
-        "from stream_dp.devstack import DevStack\n"
+        "from stream_dp.dev.devstack import DevStack\n"
         "s = DevStack().start()\n"
         "print(json.dumps(s.describe()['pids']), flush=True)\n"
         "time.sleep(600)\n"

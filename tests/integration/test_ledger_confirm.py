@@ -18,7 +18,7 @@ import redis
 from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import Ledger
-from stream_dp.devstack import Service
+from stream_dp.dev.devstack import Service
 from stream_dp.store.keys import Keys
 from stream_dp.replication import NotReplicated, ReplicationPolicy
 from cluster_helpers import master_with_replica

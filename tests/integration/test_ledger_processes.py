@@ -17,7 +17,7 @@ from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.processes import die_with_parent
 from stream_dp.accounting.ledger import Cost, Ledger
-from stream_dp.devstack import DevStack
+from stream_dp.dev.devstack import DevStack
 from stream_dp.store.keys import Keys
 import ledger_worker as worker  # tests/integration is on sys.path (pytest rootdir-relative import)
 

@@ -29,7 +29,7 @@ from stream_dp.accounting.budget import LIFETIME_SCOPE, BudgetCap
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.accounting.ledger import Ledger
 from stream_dp.cli import main
-from stream_dp.devstack import Service
+from stream_dp.dev.devstack import Service
 from stream_dp.store.keys import Keys
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox

@@ -20,10 +20,10 @@ from release_processes import (by_release_id, cli, read_topic, start_worker, sto
                                write_config)
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.ledger import BudgetCap, Ledger
-from stream_dp.devstack import DevStack
+from stream_dp.dev.devstack import DevStack
 from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = 60

@@ -16,7 +16,7 @@ from ingest_helpers import REPO, create_topic, stop_worker, wait_for
 from release_processes import write_config
 from stream_dp.config import load_config
 from stream_dp.processes import die_with_parent
-from stream_dp.testing.neighbours import (Scenario, produce_stream, released_domain_scenario, scenarios,
+from tests.support.neighbours import (Scenario, produce_stream, released_domain_scenario, scenarios,
                                           subscriber_view)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -24,8 +24,8 @@ import pytest
 from stream_dp.release.released_domain import (DomainRule, LearnedDomain, ReleasedDomainReader, domain_digest,
                                                learned_domain_of_view, memory_windows)
 from stream_dp.release.windows import Window
-from stream_dp.testing.audit import audit_samples
-from stream_dp.testing.neighbours import Scenario, compare, released_domain_scenario, run_in_process, scenarios
+from tests.support.audit import audit_samples
+from tests.support.neighbours import Scenario, compare, released_domain_scenario, run_in_process, scenarios
 from test_neighbouring_streams import DELTA_KEYS, SIZE, T0, _window_epsilon, harness_cfg
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ import pytest
 from stream_dp.accounting.composition import compose
 from stream_dp.config import Config, config_from_mapping
 from stream_dp.release.windows import Window, WindowReader
-from stream_dp.testing.audit import audit_samples
-from stream_dp.testing.neighbours import Scenario, StreamEvent, compare, run_in_process, scenarios
+from tests.support.audit import audit_samples
+from tests.support.neighbours import Scenario, StreamEvent, compare, run_in_process, scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -137,7 +137,7 @@ def _audit_views(scenario: Scenario, cfg: Config, client, trials: int, *, seed: 
 
 def _window_epsilon(cfg: Config, client) -> tuple[float, float]:
     """Basic-composition (ε, δ) of one window's worst case over the enabled types."""
-    from stream_dp.testing.neighbours import _Collected  # the same wiring as the harness
+    from tests.support.neighbours import _Collected  # the same wiring as the harness
     from prometheus_client import CollectorRegistry
 
     from stream_dp.accounting.ledger import BudgetCap, Ledger

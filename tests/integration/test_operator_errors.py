@@ -24,10 +24,10 @@ from ingest_helpers import (config_mapping, create_topic, make_events, produce, 
 from release_processes import REPO, start_worker, stop, wait_started, write_config
 from stream_dp.broker_reach import BrokerUnreachable
 from stream_dp.client import subscribe
-from stream_dp.devstack import DevStack, find_redis_server
+from stream_dp.dev.devstack import DevStack, find_redis_server
 from stream_dp.store.keys import Keys
 from stream_dp.processes import die_with_parent, free_port
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 
 pytestmark = pytest.mark.integration
 

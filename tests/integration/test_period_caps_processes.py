@@ -19,7 +19,7 @@ from stream_dp.accounting.budget import reported_epsilon
 from stream_dp.accounting.composition import compose
 from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 
 pytestmark = pytest.mark.integration
 SIZE, PERIOD = 60, 600  # ten windows per budget period

@@ -25,7 +25,7 @@ from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of, validate_record
 from stream_dp.release.crashpoints import POINTS
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = 60

@@ -18,7 +18,7 @@ from stream_dp.wire import message_parts
 from stream_dp.release.records import validate_record
 from stream_dp import topics
 from stream_dp.release.service import build_worker
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 
 from topic_helpers import CheckedProducer
 

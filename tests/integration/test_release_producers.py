@@ -69,7 +69,7 @@ def test_the_worker_counts_a_failed_publish_as_the_kafka_dependency(redis_url, t
     """The worker's loop labels a publish that failed with a kafka-python error ``kind="kafka"``, also the
     confluent producer's own error classes (derived from ``KafkaError``), and keeps the release stored."""
     import stream_dp.release.service as service
-    from stream_dp.testing.windows import set_watermark
+    from tests.support.windows import set_watermark
 
     cfg = config_from_mapping({
         "kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}", "releases_topic": topic_name("releases")},

@@ -34,7 +34,7 @@ from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox
 from stream_dp.release.records import Envelope
 from stream_dp.release.worker import ReleaseWorker
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 
 pytestmark = pytest.mark.integration
 SIZE = 60

@@ -15,7 +15,7 @@ from stream_dp.ingest.store import WindowStore
 from stream_dp.store.keys import Keys
 from stream_dp.node_batches import node_client, run_reads
 from stream_dp.release.wakeup import WindowCloses
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 from cluster_helpers import local_cluster
 from test_release_worker import SIZE, make_cfg, make_worker, window_counts
 from waiting import wait_for

@@ -9,7 +9,7 @@ import pytest
 from stream_dp.store.keys import Keys
 from stream_dp.release.claim import ClaimLost, WindowClaims
 from stream_dp.release.windows import Window, WindowReader
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration

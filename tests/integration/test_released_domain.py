@@ -2,7 +2,7 @@
 real redis-server: a window's domain is learned from the records earlier windows *published* -- read back from the
 ledger's outbox in schedule order -- and every record states it, so a subscriber recomputes it from the topic.
 
-Window state is written the way ingest writes it (stream_dp.testing.windows). The histogram runs at ε = 50
+Window state is written the way ingest writes it (tests.support.windows). The histogram runs at ε = 50
 (σ² = 0.142, τ = 4, interval ± 1): a tracked key with count ≥ 3 is re-earned (its interval stays above 0), a
 tracked key with count 0 is not (P[noise ≥ 2] < 1e-6), so the assertions hold for any noise draw.
 """
@@ -22,7 +22,7 @@ from stream_dp.release.records import validate_record
 from stream_dp.release.released_domain import (DomainNotPublished, DomainRule, domain_digest,
                                                learned_domain_of_view)
 from stream_dp.release.windows import Window
-from stream_dp.testing.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_window
 from stream_dp.wire import join_parts
 
 from test_release_worker import drain, make_worker

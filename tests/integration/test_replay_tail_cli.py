@@ -15,7 +15,7 @@ import pytest
 from kafka import KafkaConsumer
 
 from stream_dp.broker_reach import NO_BROKER
-from stream_dp.demo_data import generate_ratings, write_csv
+from stream_dp.dev.demo_data import generate_ratings, write_csv
 from topic_helpers import CheckedProducer, contract_topics
 from waiting import wait_for
 

@@ -13,7 +13,7 @@ import redis
 
 from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
-from stream_dp.devstack import Service
+from stream_dp.dev.devstack import Service
 from stream_dp.replication import NotReplicated, resolve_min_replicas, write_then_wait
 from cluster_helpers import local_cluster, master_with_replica
 

@@ -13,7 +13,7 @@ import redis
 from bounding_oracle import bounded_counts
 from store_helpers import Log, apply_in_batches, random_log
 from stream_dp.config import ConfigError, WindowsConfig
-from stream_dp.devstack import DevStack
+from stream_dp.dev.devstack import DevStack
 from stream_dp.ingest.store import Chunk, WindowStore
 from stream_dp.store.bounding_log import decode_log, log_pieces
 from stream_dp.store.keys import Keys, shard_of

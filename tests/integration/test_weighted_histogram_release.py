@@ -9,7 +9,7 @@ from test_neighbouring_streams import DELTA_KEYS, SIZE, T0, harness_cfg
 
 from stream_dp.mechanisms.weighted_histogram import WEIGHT_UNIT, user_weight
 from stream_dp.release.windows import WindowReader
-from stream_dp.testing.neighbours import StreamEvent, run_in_process, ticks
+from tests.support.neighbours import StreamEvent, run_in_process, ticks
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import pytest
 
 from stream_dp import api
 from stream_dp.config import config_from_mapping
-from stream_dp.demo_data import generate_ratings
+from stream_dp.dev.demo_data import generate_ratings
 from stream_dp.ingest.bounding import bounded_window_counts
 from stream_dp.release.builders import HistogramBuilder, TopkBuilder
 from stream_dp.release.records import validate_record

@@ -1,4 +1,4 @@
-"""The empirical privacy audit helper (stream_dp.testing.audit) and the selection-mechanism audits."""
+"""The empirical privacy audit helper (tests.support.audit) and the selection-mechanism audits."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from stream_dp.testing import selection_audits
-from stream_dp.testing.audit import audit_privacy, audit_samples
+from tests.support import selection_audits
+from tests.support.audit import audit_privacy, audit_samples
 
 
 def _randomized_response(bit, rng):  # exactly ln(3)-DP
@@ -50,7 +50,7 @@ def test_rejects_bad_arguments():
 @pytest.mark.slow  # a statistical audit: 20,000 trials of each mechanism (1-25 s per scenario)
 @pytest.mark.parametrize("name", list(selection_audits.SCENARIOS))
 def test_real_mechanism_passes_and_broken_variant_is_flagged(name):
-    """Each scenario (stream_dp/testing/selection_audits.py) at confidence 0.999: the real mechanism
+    """Each scenario (tests/support/selection_audits.py) at confidence 0.999: the real mechanism
     false-alarms with probability ≤ 1e-3; the broken variant (no ln(min(Δ,k̄)/δ)/ε offset, half the
     noise, or the exponential mechanism's factor 2 forgotten) is flagged with a wide margin at 20,000 trials (see the printed table in the module)."""
     scenario = selection_audits.SCENARIOS[name]

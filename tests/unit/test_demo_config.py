@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stream_dp.config import Config, ConfigError, config_from_mapping, load_config
-from stream_dp.demo_config import DEMO_DEFAULTS, catalogue_domain, config_to_toml, demo_config
+from stream_dp.dev.demo_config import DEMO_DEFAULTS, catalogue_domain, config_to_toml, demo_config
 
 
 def test_written_config_reads_back_equal(tmp_path):
@@ -41,7 +41,7 @@ def test_a_given_config_file_is_used_as_is(tmp_path):
 
 
 def test_a_user_file_is_replayed_in_event_time_order(tmp_path):
-    from stream_dp.demo import Demo, DemoOptions
+    from stream_dp.dev.demo import Demo, DemoOptions
 
     path = tmp_path / "ratings.csv"
     path.write_text("userId,movieId,rating,timestamp\n1,10,4.0,300\n1,11,3.0,100\n2,10,5.0,200\n3,,1.0,50\n")
@@ -58,7 +58,7 @@ def test_the_demo_releases_what_the_release_choice_table_recommends_for_its_stre
     is where the table's best type is the exact-calibrated histogram over the domain; the demo runs that."""
     from collections import defaultdict
 
-    from stream_dp.demo_data import generate_ratings
+    from stream_dp.dev.demo_data import generate_ratings
     from stream_dp.release.budget_plan import plan_for
 
     users: dict[int, set[int]] = defaultdict(set)
@@ -76,7 +76,7 @@ def test_the_demo_releases_what_the_release_choice_table_recommends_for_its_stre
 
 
 def test_the_catalogue_is_every_title_the_generator_can_emit_and_only_for_the_generated_stream(tmp_path):
-    from stream_dp.demo_data import generate_ratings, movie_titles
+    from stream_dp.dev.demo_data import generate_ratings, movie_titles
 
     cfg, said = catalogue_domain(demo_config(None, environ={}), tmp_path / "catalogue.txt", movies=200, seed=3)
     titles = (tmp_path / "catalogue.txt").read_text(encoding="utf-8").splitlines()

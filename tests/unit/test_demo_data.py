@@ -9,7 +9,7 @@ import io
 import numpy as np
 import pytest
 
-from stream_dp.demo_data import CSV_COLUMNS, DAY, DEFAULT_START, daily_popularity, generate_ratings, write_csv
+from stream_dp.dev.demo_data import CSV_COLUMNS, DAY, DEFAULT_START, daily_popularity, generate_ratings, write_csv
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream_dp import devstack
+from stream_dp.dev import devstack
 
 
 def test_two_checkouts_get_two_state_files_and_an_override_wins(monkeypatch, tmp_path) -> None:
@@ -22,3 +22,10 @@ def test_two_checkouts_get_two_state_files_and_an_override_wins(monkeypatch, tmp
     monkeypatch.setenv("STREAM_DP_DEVSTACK_STATE", str(tmp_path / "env.json"))
     assert devstack.state_path() == tmp_path / "env.json"
     assert devstack.state_path(tmp_path / "mine.json") == tmp_path / "mine.json"  # --state wins
+
+
+def test_the_checkout_is_the_source_tree_root() -> None:
+    """The state file is named after the checkout: the dev stack living in ``stream_dp/dev/`` must still name
+    the tree that holds ``pyproject.toml``, so a stack started before the move is still found."""
+    root = Path(__file__).resolve().parents[2]
+    assert devstack.checkout() == root and (root / "pyproject.toml").is_file()

@@ -62,12 +62,13 @@ def test_the_redis_contract_is_shared_through_the_store_only():
 
 
 def test_production_never_imports_the_dev_stack():
-    """The dev stack (Tansu, a local redis-server) is for development; ``stream_dp.processes`` holds the
-    process helpers production shares with it. (``stream_dp.runtime`` reads a running dev stack's state
-    file only when the config names no broker / Redis, lazily.)"""
+    """The dev tooling (``stream_dp.dev``: Tansu or Apache Kafka, a local redis-server, the demo) is for
+    development; ``stream_dp.processes`` holds the process helpers production shares with it.
+    (``stream_dp.runtime`` reads a running dev stack's state file only when the config names no broker / Redis,
+    lazily.)"""
     edges = import_graph()
     for unit in PRODUCTION:
-        assert "stream_dp.devstack" not in edges.get(unit, set()), unit
+        assert not {dst for dst in edges.get(unit, set()) if dst.startswith("stream_dp.dev.")}, unit
 
 
 def test_release_code_reads_no_environment_and_has_no_crash_switch():

@@ -14,7 +14,7 @@ from scipy import stats
 
 from stream_dp.accounting.events import RangeBoundedEvent
 from stream_dp.mechanisms import LimitedDomainTopk, TopKResult, limited_domain_topk
-from stream_dp.testing.peeling import (
+from tests.support.peeling import (
     as_sequence,
     limited_domain,
     peeling_distribution,

@@ -1,5 +1,5 @@
 """A regular (non-editable) install finds the default config (and the release schema) and the Lua scripts: wheel
-package data; the wheel is marked typed (py.typed)."""
+package data; the wheel is marked typed (py.typed) and holds the library and the entry points only."""
 
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ def test_wheel_carries_the_default_config_and_an_install_loads_it(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert "stream_dp/py.typed" in zf.namelist()  # PEP 561: type checkers read the package's annotations
+        # the library and the entry points (no tests): the dev tooling inside the library, the test helpers and
+        # audits (scipy) outside (tests/unit/test_wheel.py checks the imports)
+        assert {n.split("/")[0] for n in zf.namelist() if ".dist-info/" not in n} == {"stream_dp", "workers"}
+        assert {"workers/ingest.py", "workers/release.py",
+                "stream_dp/dev/devstack.py", "stream_dp/errors.py"} <= set(zf.namelist())
+        assert not [n for n in zf.namelist() if n.split("/")[:2] == ["stream_dp", "testing"] or "devcluster" in n]
         packaged = zf.read("stream_dp/defaults/stream-dp.toml")
         schema = zf.read("stream_dp/defaults/release.schema.json")
         # the dashboard's page is served from the package (no CDN): it must be in the wheel

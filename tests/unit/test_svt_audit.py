@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from stream_dp.mechanisms import AdaptiveSVT
-from stream_dp.testing.audit import audit_privacy
+from tests.support.audit import audit_privacy
 
 CONFIDENCE = 0.999
 
@@ -31,7 +31,7 @@ CONFIDENCE = 0.999
 def audit_epsilon_lower_bound(mechanism: Callable[[Any, np.random.Generator], Any], x: Any, x_prime: Any,
                               *, trials: int, event: Callable[[Any], Hashable], rng: int) -> float:
     """Largest Clopper–Pearson lower confidence bound of ln(P[E]/P′[E]) over events E and directions
-    (:func:`stream_dp.testing.audit.audit_privacy` at δ = 0; the claimed ε is compared by each test)."""
+    (:func:`tests.support.audit.audit_privacy` at δ = 0; the claimed ε is compared by each test)."""
     return audit_privacy(mechanism, x, x_prime, epsilon=math.inf, trials=trials, confidence=CONFIDENCE,
                          event=event, rng=rng).epsilon_lower_bound
 

@@ -14,7 +14,7 @@ import pytest
 
 from stream_dp.accounting.events import PureDpEvent
 from stream_dp.mechanisms import svt_with_measures
-from stream_dp.mechanisms.svt_experiments import adaptivity_experiment
+from eval.svt_experiments import adaptivity_experiment
 from stream_dp.mechanisms.svt_measures import measures_mse_ratio
 
 

@@ -5,7 +5,7 @@ A subscriber observes records, their order, their statuses, costs and budget blo
 part of that view -- which windows, which release types, which statuses, how many records, which budget
 scopes -- must not depend on the data at all (it is fixed by the public schedule and by earlier DP
 outputs), so it must be *identical* on D and D′ for every scenario. The values inside the records are DP
-outputs; their distributions are compared with :mod:`stream_dp.testing.audit` over many runs
+outputs; their distributions are compared with :mod:`tests.support.audit` over many runs
 (:func:`run_in_process` is cheap enough for that).
 
 Streams are lists of :class:`StreamEvent` (a Kafka record: partition, record timestamp, and the body's

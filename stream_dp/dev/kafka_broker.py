@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stream_dp.errors import StreamDPError
 from stream_dp.processes import free_port
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ _LOG4J2 = """Configuration:
 """
 
 
-class KafkaUnavailable(RuntimeError):
+class KafkaUnavailable(RuntimeError, StreamDPError):
     """Apache Kafka cannot be run here (no Java or Maven, or the download failed); says which."""
 
 
@@ -270,12 +271,12 @@ def prepare_cluster(workdir: Path, nodes: int = 1, overrides: dict[str, str] | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m stream_dp.kafka_broker fetch``: fetch the pinned Apache Kafka into the cache (CI runs it
+    """``python -m stream_dp.dev.kafka_broker fetch``: fetch the pinned Apache Kafka into the cache (CI runs it
     before the tests, so a download failure is one clear line, not a skipped or failed test later)."""
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m stream_dp.kafka_broker", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m stream_dp.dev.kafka_broker", description=main.__doc__)
     parser.add_argument("action", choices=("fetch",))
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -1,10 +1,10 @@
 """Empirical privacy audits of the selection mechanisms, each paired with a deliberately broken variant.
 
 Each scenario picks neighbours where the mechanism's guarantee is nearly tight, runs
-:func:`~stream_dp.testing.audit.audit_privacy`, and returns the result. The real mechanism must pass and
+:func:`~tests.support.audit.audit_privacy`, and returns the result. The real mechanism must pass and
 the broken one must be flagged (tests/unit/test_audit.py). Print the table with::
 
-    python -m stream_dp.testing.selection_audits
+    python -m tests.support.selection_audits
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from stream_dp.mechanisms.gaussian_histogram import (
     gaussian_histogram,
 )
 from stream_dp.mechanisms import limited_domain as limited_domain_module
-from stream_dp.testing.audit import AuditResult, audit_privacy
+from tests.support.audit import AuditResult, audit_privacy
 
 
 def _no_log_offset(*, k_bar: int, epsilon: float, delta: float, max_keys_per_user: int) -> float:

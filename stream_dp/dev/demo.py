@@ -3,17 +3,17 @@
 What it runs is the production path, not a toy:
 
 1. the config is built by :func:`stream_dp.config.load_config` (default file, or ``--config``, plus any
-   ``STREAM_DP_*`` overrides); without ``--config``, demo-sized defaults (:mod:`stream_dp.demo_config`: one-day
+   ``STREAM_DP_*`` overrides); without ``--config``, demo-sized defaults (:mod:`stream_dp.dev.demo_config`: one-day
    windows, the histogram calibrated for a period of one window, over the generated stream's public catalogue)
    are layered under the environment overrides;
 2. Kafka and Redis: the configured ones, or -- when ``kafka.bootstrap_servers`` / ``redis.url`` are empty --
-   the embedded dev stack (:class:`stream_dp.devstack.DevStack`). With external services the demo uses topic
+   the embedded dev stack (:class:`stream_dp.dev.devstack.DevStack`). With external services the demo uses topic
    names and a Redis key prefix of its own, so it never mixes with production data;
 3. the final config is written to a TOML file and the **ingest and release workers are started as
    subprocesses** with ``python -m workers.ingest --config FILE`` / ``python -m workers.release --config FILE``,
    each serving /metrics on its own port;
 4. a stream is replayed into the events topic (:mod:`stream_dp.replay`): the generated MovieLens-style
-   ratings (:mod:`stream_dp.demo_data`) or a user file, paced so a window of event time passes every few
+   ratings (:mod:`stream_dp.dev.demo_data`) or a user file, paced so a window of event time passes every few
    seconds;
 5. releases are followed on the releases topic and printed (:mod:`stream_dp.tail`);
 6. unless turned off, ``stream-dp dashboard`` runs as a process too (a subscriber of the releases topic)
@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stream_dp.config import Config
-from stream_dp.demo_config import catalogue_domain, config_to_toml, demo_config
-from stream_dp.devstack import DevStack
+from stream_dp.dev.demo_config import catalogue_domain, config_to_toml, demo_config
+from stream_dp.dev.devstack import DevStack
 from stream_dp.processes import die_with_parent, free_port
 from stream_dp.redact import redact_url
 from stream_dp.schedule import window_start
@@ -273,7 +273,7 @@ class Demo:
 
     # ---- replay -----------------------------------------------------------------------------------
     def _events(self, cfg: Config) -> tuple[list[Any], str]:
-        from stream_dp import demo_data
+        from stream_dp.dev import demo_data
         from stream_dp.replay import ColumnMapping, read_rows, sort_by_time
 
         o = self.opts

@@ -84,14 +84,14 @@ def demo_config(config_path: str | None, environ: Mapping[str, str] | None = Non
 
 
 def catalogue_domain(cfg: Config, path: Path, *, movies: int, seed: int) -> tuple[Config, str]:
-    """``cfg`` with the generated stream's catalogue (every title :func:`~stream_dp.demo_data.movie_titles`
+    """``cfg`` with the generated stream's catalogue (every title :func:`~stream_dp.dev.demo_data.movie_titles`
     makes for ``movies`` and ``seed``, written to ``path``) as ``releases.histogram.domain_file``, and the line
     the demo prints about it. Unchanged (and no line) when the histogram is off or has a domain already.
 
     The catalogue holds every key the stream can emit, so a domain learned from earlier releases
     (``domain_from_released``, on by default for a stream without a catalogue) could add no key to it: it is
     turned off, and each record's ``domain`` block says the catalogue alone (``{"size": n, "static": n}``)."""
-    from stream_dp.demo_data import movie_titles
+    from stream_dp.dev.demo_data import movie_titles
 
     h = cfg.releases.histogram
     if not h.enabled or h.domain or h.domain_file:

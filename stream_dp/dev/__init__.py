@@ -1,0 +1,12 @@
+"""Development tooling, shipped for the CLI but never imported by the production path.
+
+- :mod:`stream_dp.dev.devstack` -- a local Kafka-protocol broker (embedded Tansu, or Apache Kafka through
+  :mod:`stream_dp.dev.kafka_broker`) and redis-server: ``stream-dp devstack``, the integration tests'
+  fixtures, the benchmarks;
+- :mod:`stream_dp.dev.demo` -- ``stream-dp demo``: the whole service on a dev stack, with its settings
+  (:mod:`stream_dp.dev.demo_config`) and a generated MovieLens-style stream (:mod:`stream_dp.dev.demo_data`).
+
+Production modules (ingest, release, accounting, mechanisms, ...) never import this package
+(tests/unit/test_import_graph.py); :mod:`stream_dp.runtime` reads a running dev stack's addresses only when
+the configuration names no broker or Redis, lazily.
+"""

@@ -1,1 +1,0 @@
-"""Test and audit helpers: reference oracles and empirical privacy audits (no I/O, numpy/scipy only)."""
