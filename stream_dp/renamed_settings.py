@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any
+from stream_dp.errors import StreamDPError
 
 log = logging.getLogger("stream_dp.config")
 
@@ -42,7 +43,7 @@ RENAMED: dict[str, dict[str, tuple[str, str | None]]] = {
 _warned: set[str] = set()
 
 
-class BothSet(ValueError):
+class BothSet(ValueError, StreamDPError):
     """An old key and its replacement are both set."""
 
     def __init__(self, old: str, new: str) -> None:

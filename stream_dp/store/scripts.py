@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any
 
 from stream_dp.store.window_state import lua_constants
+from stream_dp.errors import StreamDPError
 
 #: script name → the preludes its text starts with, in order.
 SCRIPTS: dict[str, tuple[str, ...]] = {
@@ -64,7 +65,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 PRELUDE_FILES: tuple[str, ...] = ("release_shard", "ledger_common")
 
 
-class UnknownScript(KeyError):
+class UnknownScript(KeyError, StreamDPError):
     """A script name that is not in :data:`SCRIPTS`."""
 
 
