@@ -106,10 +106,18 @@ class Reads:
     ``(key, queue)`` items (one command each) and ``parse``, which turns their replies into the result."""
 
     def __init__(self, items: Sequence[tuple[str, Callable[[Pipeline], object]]],
-                 parse: Callable[[list[Any]], Any], scripts: Sequence[Any] = ()) -> None:
+                 parse: Callable[[list[Any]], Any], scripts: Sequence[Any] = (), *, client: Any = None) -> None:
         self.items = list(items)
         self.parse = parse
         self.scripts = list(scripts)  # the scripts its items run by SHA (evalsha_item)
+        self.client = client  # the client :meth:`now` sends them on (the store's that made them)
+
+    def now(self) -> Any:
+        """Send these reads now, in a round trip of their own, and return the parsed result (the other way to
+        use them: queued on a :class:`RideAlong` with :meth:`RideAlong.read`, to go with another step)."""
+        if self.client is None:
+            raise RuntimeError("these reads were made without a client: send them with run_reads")
+        return run_reads(self.client, self)[0]
 
 
 def joined(*reads: Reads) -> Reads:

@@ -215,7 +215,7 @@ class ReleaseWorker:
         # ... with the other reads a release of the window starts with, sent right after the claim's SET
         scope, rids = self.scope_for(window.start), [release_id(window, t) for t in self.types]
         ride = RideAlong()
-        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self.outbox.stored_all_reads(scope, rids))]
+        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self.outbox.stored_all(scope, rids))]
         watch_read = ride.read(self._watchlist_reads(window)) if watch is None else None
         state_read = ride.read(self.alerts_store.load_reads()) if alerts_state is UNREAD else None
         self._forget_ahead()  # nothing of an earlier pass that failed midway
@@ -272,12 +272,9 @@ class ReleaseWorker:
         so that the first window of each budget period reserves and commits in the same round trips as the
         others instead of adding its scope first. Only ledger bookkeeping: nothing a subscriber sees depends on
         it. Best effort: a scope not confirmed on the replicas is added by the release's own first step."""
-        index_ahead = getattr(self.ledger, "index_ahead", None)  # optional in ReleaseLedger
-        if index_ahead is None:
-            return
         scope = self.scope_for(window.start)
         try:
-            index_ahead(scope)
+            self.ledger.index_ahead(scope)
         except NotReplicated as exc:
             log.debug("budget scope %s not indexed ahead: %s", scope, exc)
 
@@ -300,7 +297,7 @@ class ReleaseWorker:
         reads = topk.read_in_batch(self.reader, window, [])  # top-k's data and skip reason ignore the watchlist
         if reads is None:
             return None
-        hold = self.outbox.reserve_later(scope, release_id(window, "topk"), topk.measurement.privacy_map(), ride)
+        hold = self.outbox.reserve(scope, release_id(window, "topk"), topk.measurement.privacy_map()).later(ride)
         return None if hold is None else TopkAhead(hold, ride.read(reads))
 
     def _watched_reads(self, window: Window, watch: list[str], ride: RideAlong) -> Pending | None:
@@ -364,7 +361,8 @@ class ReleaseWorker:
                 watch, self._watch_block = self.watchlist.learned_for(window)
         self._alerts_state = alerts_state
         if stored is None:
-            stored = self.outbox.stored_all(scope, [release_id(window, t) for t in self.types])
+            rids = [release_id(window, t) for t in self.types]
+            stored = self.outbox.stored_from(scope, rids, self.outbox.stored_all(scope, rids).now())
         ride = RideAlong()
         topk_stored = stored.get(release_id(window, "topk")) is not None
         alerts_stored = stored.get(release_id(window, "alerts")) is not None
@@ -445,7 +443,7 @@ class ReleaseWorker:
         skip = builder.skip_reason(watch)  # decided from public facts only (config, watchlist)
         if skip is not None:
             draft = RecordDraft(window, builder.type, builder.mechanism, builder.parameters(), info={"skipped": skip})
-            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), (), ride=ride)
+            return self.outbox.commit(scope, rid, Envelope(draft.to_record()), (), settle=False).now(ride)
         # the mechanism's data, when one command reads it, comes back in the reservation's round trip (top-k's:
         # in the claim's, :meth:`_topk_in_claim`): reading a closed window reveals nothing, and the mechanism
         # still runs only once the hold is accepted
@@ -458,13 +456,13 @@ class ReleaseWorker:
         else:
             reads = builder.read_in_batch(self.reader, window, watch)
             batched = ride.read(reads) if reads is not None else None
-            hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map(), ride=ride)
+            hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map()).now(ride)
         if hold.duplicate and hold.payload is not None:  # another worker settled it meanwhile
             return self.outbox.stored(scope, rid)  # type: ignore[return-value]
         if not hold.accepted:
             draft = exhausted_draft(window, builder.type, builder.mechanism, builder.parameters(), hold.reason)
             self._answer_alerts_ahead(builder.type, scope, ride)
-            return self.outbox.charge(scope, rid, Envelope(draft.to_record()), (), ride=ride)
+            return self.outbox.commit(scope, rid, Envelope(draft.to_record()), (), settle=False).now(ride)
         if batched is not None and batched.done:
             data = batched.value
         else:
@@ -474,7 +472,7 @@ class ReleaseWorker:
             draft = builder.run(window, data, self.rng)
         del data, batched
         self._answer_alerts_ahead(builder.type, scope, ride)
-        return self.outbox.settle(scope, rid, Envelope(draft.to_record()), draft.events, ride=ride)
+        return self.outbox.commit(scope, rid, Envelope(draft.to_record()), draft.events, settle=True).now(ride)
 
     def _alerts_ahead(self, window: Window, scope: str, watch: list[str], stored: dict[str, Committed | None],
                       ride: RideAlong) -> AlertsAhead | None:
@@ -499,7 +497,7 @@ class ReleaseWorker:
                         watch, rng=self.rng, domain=self._watch_block)
         hold = None
         if run.open_events:
-            hold = self.outbox.reserve_later(scope, rid, run.open_events, ride)
+            hold = self.outbox.reserve(scope, rid, run.open_events).later(ride)
             if hold is None:
                 return None
         return AlertsAhead(run, rid, hold)
@@ -526,14 +524,14 @@ class ReleaseWorker:
             if not hold.accepted:
                 draft, state = run.exhausted(hold.reason)
                 ahead.envelope = self._alerts_envelope(draft, state, ride)
-                ahead.commit = self.outbox.commit_later(scope, ahead.rid, ahead.envelope, (), ride, settle=False)
+                ahead.commit = self.outbox.commit(scope, ahead.rid, ahead.envelope, (), settle=False).later(ride)
                 return
         self._watched = None
         with self.metrics.phase("mechanism"):
             draft, state = run.answer(watched.value)  # type: ignore[union-attr]
         ahead.envelope = self._alerts_envelope(draft, state, ride)
-        ahead.commit = self.outbox.commit_later(scope, ahead.rid, ahead.envelope, draft.events if settle else (),
-                                                ride, settle=settle)
+        ahead.commit = self.outbox.commit(scope, ahead.rid, ahead.envelope, draft.events if settle else (),
+                                          settle=settle).later(ride)
 
     def _alerts_committed_with(self, rtype: str) -> bool:
         """Whether the window's alerts were committed in the round trip of ``rtype``'s commit (top-k's), so
@@ -565,21 +563,21 @@ class ReleaseWorker:
                 current = self.alerts_store.load() if raw is UNREAD else self.alerts_store.from_stored(raw)
             run = AlertsRun(self.cfg.releases.alerts, window, scope, current, watch, rng=self.rng,
                             domain=self._watch_block)
-            hold = self.outbox.reserve(scope, rid, run.open_events, ride=ride) if run.open_events else None
+            hold = self.outbox.reserve(scope, rid, run.open_events).now(ride) if run.open_events else None
         if hold is not None:
             if hold.duplicate and hold.payload is not None:
                 return self.outbox.stored(scope, rid)  # type: ignore[return-value]
             if not hold.accepted:
                 draft, state = run.exhausted(hold.reason)
-                return self.outbox.charge(scope, rid, self._alerts_envelope(draft, state, ride), (), ride=ride)
+                return self.outbox.commit(scope, rid, self._alerts_envelope(draft, state, ride), (), settle=False).now(ride)
         counts = self._watched_counts(window, run.watchlist, ride)
         with self.metrics.phase("mechanism"):
             draft, state = run.answer(counts)
         del counts
         env = self._alerts_envelope(draft, state, ride)
         if run.open_events:
-            return self.outbox.settle(scope, rid, env, draft.events, ride=ride)
-        return self.outbox.charge(scope, rid, env, (), ride=ride)
+            return self.outbox.commit(scope, rid, env, draft.events, settle=True).now(ride)
+        return self.outbox.commit(scope, rid, env, (), settle=False).now(ride)
 
     def _watched_counts(self, window: Window, watchlist: list[str], ride: RideAlong) -> dict[str, float]:
         """The watched keys' counts: as read with an earlier round trip of the window, else now (with what

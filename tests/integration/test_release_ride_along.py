@@ -465,14 +465,21 @@ def test_a_worker_that_loses_the_window_after_its_poll_leaves_no_hold_behind(red
     assert b.run_once() is not None  # b released window 0 (scope indexed): its next guess is window 1
     set_watermark(redis_client, keys, 2 * SIZE)
     sent: list[Any] = []
-    reserve_later = b.outbox.reserve_later
+    reserve = b.outbox.reserve
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        pending = reserve_later(*args, **kwargs)
-        sent.append((args[1], pending))
-        return pending
+    def spy(scope: str, rid: str, events: tuple) -> Any:  # records the reservations queued on a ride-along
+        step = reserve(scope, rid, events)
+        later = step.later
 
-    monkeypatch.setattr(b.outbox, "reserve_later", spy)
+        def queued(ride: Any) -> Any:
+            pending = later(ride)
+            sent.append((rid, pending))
+            return pending
+
+        step.later = queued  # type: ignore[method-assign]
+        return step
+
+    monkeypatch.setattr(b.outbox, "reserve", spy)
     acquire = b.claims.acquire_then_read
 
     def a_first(*args: Any, **kwargs: Any) -> Any:
