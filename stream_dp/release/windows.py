@@ -349,15 +349,11 @@ class WindowReader:
             cursor = starts[-1]
         return out[:limit]
 
-    def release_state(self, window: Window) -> tuple[bool, float | None]:
-        """:meth:`is_released` and :meth:`closed_at` in one batch of reads (one round trip on a single
-        Redis, one per master on a cluster). Called under the window's claim: the released mark is fenced
-        by that claim, so it cannot change while the caller holds it."""
-        reads = self.release_state_reads(window)
-        return reads.parse(run_batched(self.r, reads.items))
-
-    def release_state_reads(self, window: Window) -> Reads:
-        """The reads of :meth:`release_state`, to send in a batch with others (:func:`run_reads`)."""
+    def release_state(self, window: Window) -> Reads:
+        """:meth:`is_released` and :meth:`closed_at` as one batch of reads (``.now()``: one round trip on a
+        single Redis, one per master on a cluster; or in a batch with others), parsing to ``(released,
+        closed_at)``. Read under the window's claim: the released mark is fenced by that claim, so it cannot
+        change while the caller holds it."""
         k = self.keys
         released_index, meta, marker = k.release_index("released"), k.window_meta(window.start), k.window_released(window.start)
         items = [(released_index, lambda pipe: pipe.zscore(released_index, str(window.start))),
@@ -370,7 +366,7 @@ class WindowReader:
             released = in_index is not None or state == b"released" or bool(rest and rest[0])
             return released, None if closed is None else float(closed)
 
-        return Reads(items, parse)
+        return Reads(items, parse, client=self.r)
 
     def closed_at(self, window: Window) -> float | None:
         """When ingest closed the window, if it recorded it (meta ``closed_at``), else None."""

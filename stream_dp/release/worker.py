@@ -215,9 +215,9 @@ class ReleaseWorker:
         # ... with the other reads a release of the window starts with, sent right after the claim's SET
         scope, rids = self.scope_for(window.start), [release_id(window, t) for t in self.types]
         ride = RideAlong()
-        first = [ride.read(r) for r in (self.reader.release_state_reads(window), self.outbox.stored_all(scope, rids))]
+        first = [ride.read(r) for r in (self.reader.release_state(window), self.outbox.stored_all(scope, rids))]
         watch_read = ride.read(self._watchlist_reads(window)) if watch is None else None
-        state_read = ride.read(self.alerts_store.load_reads()) if alerts_state is UNREAD else None
+        state_read = ride.read(self.alerts_store.load()) if alerts_state is UNREAD else None
         self._forget_ahead()  # nothing of an earlier pass that failed midway
         self._topk_ahead = self._topk_in_claim(window, scope, ride)
         if watch is not None:
@@ -262,7 +262,7 @@ class ReleaseWorker:
         that poll, and only a release of the guessed window itself changes them after: that part of the
         watchlist never (``ZADD NX``), the state once the window's alerts are stored, which the claim's
         round trip then reads (a stored release is published as stored, never run again)."""
-        state = (self.alerts_store.load_reads() if "alerts" in self.types
+        state = (self.alerts_store.load() if "alerts" in self.types
                  else Reads([], lambda replies: UNREAD))
         return joined(self.claims.precheck_reads(guess.start), self._watchlist_reads(guess), state)
 
@@ -332,7 +332,7 @@ class ReleaseWorker:
 
     def _watchlist_reads(self, window: Window) -> Reads:
         if "alerts" in self.types or "watch_topk" in self.types:
-            return self.watchlist.for_window_reads(window)
+            return self.watchlist.for_window(window)
         return Reads([], lambda replies: [])
 
     def release_window(self, window: Window, claim: Claim, *, closed_at: float | None = None,
@@ -342,7 +342,7 @@ class ReleaseWorker:
 
         Read under the claim by the caller (else here): ``closed_at``, when ingest closed the window (else
         when this worker first saw it closable), for the latency metric; ``watch``, its watchlist;
-        ``alerts_state``, the stored alerts field (:meth:`AlertsStore.load_reads`); ``stored``, the stored
+        ``alerts_state``, the stored alerts field (:meth:`AlertsStore.load`); ``stored``, the stored
         releases of the window (:meth:`Outbox.stored_all`). Nothing else changes them while the claim is
         held: windows are released in order, each under its own claim (a release stored meanwhile by a
         worker that took the claim over still wins: every commit returns the *first* stored record).
@@ -560,7 +560,7 @@ class ReleaseWorker:
             hold = self.outbox.hold_of(ahead.hold)
         else:
             with self.metrics.phase("redis"):
-                current = self.alerts_store.load() if raw is UNREAD else self.alerts_store.from_stored(raw)
+                current = self.alerts_store.from_stored(self.alerts_store.load().now() if raw is UNREAD else raw)
             run = AlertsRun(self.cfg.releases.alerts, window, scope, current, watch, rng=self.rng,
                             domain=self._watch_block)
             hold = self.outbox.reserve(scope, rid, run.open_events).now(ride) if run.open_events else None
