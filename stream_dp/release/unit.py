@@ -19,7 +19,8 @@ retention TTL on the window's keys and mark it released (fenced).
 Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the window's first reads,
 top-k's reservation and data and the alerts' watched counts go with the claim's ``SET``
 (:meth:`WindowRelease._topk_in_claim`); the alerts' commit (or an opening instance's reservation) with
-top-k's settle (the alerts watch keys of earlier windows only, :meth:`WindowRelease._alerts_ahead`), and the
+top-k's settle (the alerts watch keys of earlier windows only, :meth:`WindowAlerts.set_up_ahead
+<stream_dp.release.unit_alerts.WindowAlerts.set_up_ahead>`), and the
 two records then go to the broker together; a release's mark-published and after-commit writes go ahead of
 the next ledger step (docs/privacy.md §4). Every ledger step is one :meth:`Outbox.reserve
 <stream_dp.release.outbox.Outbox.reserve>` / :meth:`Outbox.commit <stream_dp.release.outbox.Outbox.commit>`
@@ -36,12 +37,11 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from stream_dp.node_batches import Pending, RideAlong, run_reads
-from stream_dp.release.alerts import AlertsRun, InstanceState
 from stream_dp.release.builders import Builder
 from stream_dp.release.claim import Claim, ClaimLost
-from stream_dp.release.ledger_port import ChargeOutcome
 from stream_dp.release.outbox import Committed
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, release_id
+from stream_dp.release.unit_alerts import UNREAD, WindowAlerts
 from stream_dp.release.windows import Window
 
 if TYPE_CHECKING:
@@ -49,20 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UNREAD = object()  # the caller did not read it (the stored release; the alerts state field)
-
-
-@dataclass
-class AlertsAhead:
-    """A window's alerts release travelling in top-k's round trips (:meth:`WindowRelease._alerts_ahead`): the
-    run (no noise drawn yet), the opening's hold queued with top-k's reservation, then the commit queued
-    with top-k's settle and the envelope it stores."""
-
-    run: AlertsRun
-    rid: str
-    hold: Pending | None
-    commit: Pending | None = None
-    envelope: Envelope | None = None
 
 
 @dataclass
@@ -85,10 +71,7 @@ class WindowRelease:
         self._client = worker.client
         self.window = window
         self.scope = worker.scope_for(window.start)
-        self._watch_block: dict[str, Any] | None = None  # a learned watchlist's record block
-        self._alerts_state: Any = UNREAD  # the alerts state field as read with the window's first batch
-        self._watched: Pending | None = None  # the alerts' watched counts, queued on the window's ride-along
-        self._ahead: AlertsAhead | None = None  # the window's alerts, riding on top-k's round trips
+        self.alerts = WindowAlerts(self)  # the window's alerts release and what of it rides on which round trip
         self._topk_ahead: TopkAhead | None = None  # top-k's hold and data, sent with the claim
 
     # --- claim ------------------------------------------------------------------------------------
@@ -110,10 +93,10 @@ class WindowRelease:
         state_read = ride.read(self.alerts_store.load()) if alerts_state is UNREAD else None
         self._topk_ahead = self._topk_in_claim(window, scope, ride)
         if watch is not None:
-            self._watched = self._watched_reads(window, watch, ride)
+            self.alerts.watched = self.alerts.watched_reads(window, watch, ride)
             if alerts_state is not UNREAD:  # the alerts' opening (if any) reserves right after top-k
-                self._alerts_state = alerts_state
-                self._ahead = self._alerts_ahead(window, scope, watch, {}, ride)
+                self.alerts.state = alerts_state
+                self.alerts.ahead = self.alerts.set_up_ahead(window, scope, watch, {}, ride)
         with self.metrics.phase("redis"):
             claim = self.claims.acquire_then_read(window.start, ride, prechecked)
         if claim is None:
@@ -152,13 +135,6 @@ class WindowRelease:
         hold = self.outbox.reserve(scope, release_id(window, "topk"), topk.measurement.privacy_map()).later(ride)
         return None if hold is None else TopkAhead(hold, ride.read(reads))
 
-    def _watched_reads(self, window: Window, watch: list[str], ride: RideAlong) -> Pending | None:
-        """Queue the alerts' watched counts (a public key list, read-only) on ``ride``."""
-        if "alerts" not in self.types:
-            return None
-        reads = self.reader.counts_of_reads(window, watch)
-        return ride.read(reads) if reads is not None else None
-
 
     # --- release under the claim -------------------------------------------------------------------
     def release(self, claim: Claim, *, closed_at: float | None, watch: list[str] | None, alerts_state: Any,
@@ -178,7 +154,7 @@ class WindowRelease:
         acknowledgement, still before anything later); the alerts' watched counts are read in the round trip
         of top-k's reservation. Whatever is still queued is sent before the window is marked released."""
         watch = self._watchlist_under_claim(watch)
-        self._alerts_state = alerts_state
+        self.alerts.state = alerts_state
         ride = RideAlong()
         self._plan_rides(watch, stored, ride)
         try:
@@ -187,10 +163,10 @@ class WindowRelease:
             self._send_queued_after_error(ride)
             raise
         finally:
-            self._ahead = self._topk_ahead = None
+            self.alerts.ahead = self._topk_ahead = None
         with self.metrics.phase("ledger"):
             ride.flush(self._client)  # the last mark published, before the window is marked released
-        self._watched = None
+        self.alerts.watched = None
         self._mark_released(claim, closed_at)
 
     def _watchlist_under_claim(self, watch: list[str] | None) -> list[str]:
@@ -199,10 +175,10 @@ class WindowRelease:
         if watch is None:
             with self.metrics.phase("redis"):
                 watch = run_reads(self._client, self.worker.watchlist_reads(self.window))[0]
-        self._watch_block = None
+        self.alerts.watch_block = None
         if watch is None:
             with self.metrics.phase("redis"):
-                watch, self._watch_block = self.watchlist.learned_for(self.window)
+                watch, self.alerts.watch_block = self.watchlist.learned_for(self.window)
         return watch
 
     def _plan_rides(self, watch: list[str], stored: dict[str, Committed | None], ride: RideAlong) -> None:
@@ -213,15 +189,15 @@ class WindowRelease:
         topk_stored = stored.get(release_id(window, "topk")) is not None
         alerts_stored = stored.get(release_id(window, "alerts")) is not None
         if alerts_stored:
-            self._watched = None
-        elif self._watched is None:
-            self._watched = self._watched_reads(window, watch, ride)
+            self.alerts.watched = None
+        elif self.alerts.watched is None:
+            self.alerts.watched = self.alerts.watched_reads(window, watch, ride)
         if topk_stored:
             self._topk_ahead = None
-        if self._ahead is None:
-            self._ahead = self._alerts_ahead(window, scope, watch, stored, ride)
+        if self.alerts.ahead is None:
+            self.alerts.ahead = self.alerts.set_up_ahead(window, scope, watch, stored, ride)
         elif topk_stored or alerts_stored:
-            self._ahead = None  # set up with the claim, before the stored releases were read (a queued hold is idempotent)
+            self.alerts.ahead = None  # set up with the claim, before the stored releases were read (a queued hold is idempotent)
 
     def _release_types(self, claim: Claim, watch: list[str], stored: dict[str, Committed | None],
                        ride: RideAlong) -> None:
@@ -234,7 +210,7 @@ class WindowRelease:
                 continue
             self.claims.renew_if_due(claim)
             batch = [(rtype, self.release_type(rtype, watch, stored=stored[release_id(window, rtype)], ride=ride))]
-            if self._alerts_committed_with(rtype):  # committed in top-k's round trip: published with it
+            if self.alerts.committed_with(rtype):  # committed in top-k's round trip: published with it
                 batch.append(("alerts", self.release_type("alerts", watch, stored=None, ride=ride)))
             self.outbox.publish_all([committed for _, committed in batch], ride=ride)
             for t, committed in batch:
@@ -265,7 +241,7 @@ class WindowRelease:
         if isinstance(existing, Committed):
             return existing
         if rtype == "alerts":
-            return self._release_alerts(window, scope, rid, watch, ride)
+            return self.alerts.release(window, scope, rid, watch, ride)
         return self._release_batch(window, self.builders[rtype], scope, rid, watch, ride)
 
     def _release_batch(self, window: Window, builder: Builder, scope: str, rid: str, watch: list[str],
@@ -291,7 +267,7 @@ class WindowRelease:
             return self.outbox.stored(scope, rid)  # type: ignore[return-value]
         if not hold.accepted:
             draft = exhausted_draft(window, builder.type, builder.mechanism, builder.parameters(), hold.reason)
-            self._answer_alerts_ahead(builder.type, scope, ride)
+            self.alerts.answer_ahead(builder.type, scope, ride)
             return self.outbox.commit(scope, rid, Envelope(draft.to_record()), (), settle=False).now(ride)
         if batched is not None and batched.done:
             data = batched.value
@@ -301,137 +277,8 @@ class WindowRelease:
         with self.metrics.phase("mechanism"):
             draft = builder.run(window, data, self.rng)
         del data, batched
-        self._answer_alerts_ahead(builder.type, scope, ride)
+        self.alerts.answer_ahead(builder.type, scope, ride)
         return self.outbox.commit(scope, rid, Envelope(draft.to_record()), draft.events, settle=True).now(ride)
-
-    def _alerts_ahead(self, window: Window, scope: str, watch: list[str], stored: dict[str, Committed | None],
-                      ride: RideAlong) -> AlertsAhead | None:
-        """Set the window's alerts up to ride on top-k's round trips, when both are released fresh here.
-
-        The alerts of a window watch keys of *earlier* windows, so they do not wait for this window's top-k:
-        the mechanism runs right after top-k's -- only once its hold (if it opens an instance) was accepted,
-        and in the same order of noise draws as before -- and its commit (the stored record, charged) goes
-        after top-k's settle; both records are then handed to the broker together. An opening's reservation
-        is queued to go with top-k's next round trip: its reservation when top-k reserves on its own, else
-        (top-k reserved with the claim) its settle, and then the alerts commit in a round trip of their own
-        right after top-k's publication (:meth:`_release_alerts`). Each step keeps its guarantees (charged
-        before visible, stored once, never re-rolled); whenever a step cannot be queued (a lifetime cap, a
-        scope not indexed yet, top-k not computed here) the alerts take their usual path."""
-        rid = release_id(window, "alerts")
-        topk = self.builders.get("topk")
-        if (self._watched is None or topk is None or "alerts" not in self.types or self._alerts_state is UNREAD
-                or stored.get(rid) is not None or stored.get(release_id(window, "topk")) is not None
-                or topk.skip_reason(watch) is not None):
-            return None
-        run = AlertsRun(self.cfg.releases.alerts, window, scope, self.alerts_store.from_stored(self._alerts_state),
-                        watch, rng=self.rng, domain=self._watch_block)
-        hold = None
-        if run.open_events:
-            hold = self.outbox.reserve(scope, rid, run.open_events).later(ride)
-            if hold is None:
-                return None
-        return AlertsAhead(run, rid, hold)
-
-    def _answer_alerts_ahead(self, rtype: str, scope: str, ride: RideAlong) -> None:
-        """Right before top-k's commit: answer the window's alerts and queue their commit after it."""
-        ahead = self._ahead
-        if rtype != "topk" or ahead is None:
-            return
-        watched = self._watched
-        if ahead.hold is not None and not ahead.hold.done:
-            return  # the opening's hold goes with top-k's commit; the alerts follow on their own (_release_alerts)
-        ready = watched is not None and watched.done
-        if not ready or not self.outbox.can_commit_later(scope, ahead.run.open_events):
-            self._ahead = None  # the usual path (a queued hold is idempotent: it is reserved once)
-            return
-        run = ahead.run
-        settle = bool(run.open_events)
-        if ahead.hold is not None:
-            hold = self.outbox.hold_of(ahead.hold)
-            if hold.duplicate and hold.payload is not None:  # another worker settled it: the usual path reads it
-                self._ahead = None
-                return
-            if not hold.accepted:
-                draft, state = run.exhausted(hold.reason)
-                ahead.envelope = self._alerts_envelope(draft, state, ride)
-                ahead.commit = self.outbox.commit(scope, ahead.rid, ahead.envelope, (), settle=False).later(ride)
-                return
-        self._watched = None
-        with self.metrics.phase("mechanism"):
-            draft, state = run.answer(watched.value)  # type: ignore[union-attr]
-        ahead.envelope = self._alerts_envelope(draft, state, ride)
-        ahead.commit = self.outbox.commit(scope, ahead.rid, ahead.envelope, draft.events if settle else (),
-                                          settle=settle).later(ride)
-
-    def _alerts_committed_with(self, rtype: str) -> bool:
-        """Whether the window's alerts were committed in the round trip of ``rtype``'s commit (top-k's), so
-        that both records are handed to the broker together (:meth:`Outbox.publish_all`: each was charged
-        and stored before either is sent). Decided from which steps were queued, never from the data."""
-        ahead = self._ahead
-        return (rtype == "topk" and ahead is not None and ahead.envelope is not None and ahead.commit is not None
-                and ahead.commit.done)
-
-    def _release_alerts(self, window: Window, scope: str, rid: str, watch: list[str], ride: RideAlong) -> Committed:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead.commit is not None and ahead.envelope is not None:
-            self._alerts_state = UNREAD
-            if not ahead.commit.done:  # top-k took another path: send what is queued now
-                with self.metrics.phase("ledger"):
-                    ride.flush(self._client)
-            return self.outbox.committed_of(scope, rid, ahead.envelope, ahead.commit)
-        raw, self._alerts_state = self._alerts_state, UNREAD  # read with the window's first batch, used once
-        hold: ChargeOutcome | None
-        if ahead is not None and ahead.commit is None and ahead.hold is not None:
-            # an opening whose hold went with top-k's commit (a queued hold not sent yet goes now)
-            run = ahead.run
-            if not ahead.hold.done:
-                with self.metrics.phase("ledger"):
-                    ride.flush(self._client)
-            hold = self.outbox.hold_of(ahead.hold)
-        else:
-            with self.metrics.phase("redis"):
-                current = self.alerts_store.from_stored(self.alerts_store.load().now() if raw is UNREAD else raw)
-            run = AlertsRun(self.cfg.releases.alerts, window, scope, current, watch, rng=self.rng,
-                            domain=self._watch_block)
-            hold = self.outbox.reserve(scope, rid, run.open_events).now(ride) if run.open_events else None
-        if hold is not None:
-            if hold.duplicate and hold.payload is not None:
-                return self.outbox.stored(scope, rid)  # type: ignore[return-value]
-            if not hold.accepted:
-                draft, state = run.exhausted(hold.reason)
-                return self.outbox.commit(scope, rid, self._alerts_envelope(draft, state, ride), (), settle=False).now(ride)
-        counts = self._watched_counts(window, run.watchlist, ride)
-        with self.metrics.phase("mechanism"):
-            draft, state = run.answer(counts)
-        del counts
-        env = self._alerts_envelope(draft, state, ride)
-        if run.open_events:
-            return self.outbox.commit(scope, rid, env, draft.events, settle=True).now(ride)
-        return self.outbox.commit(scope, rid, env, (), settle=False).now(ride)
-
-    def _watched_counts(self, window: Window, watchlist: list[str], ride: RideAlong) -> dict[str, float]:
-        """The watched keys' counts: as read with an earlier round trip of the window, else now (with what
-        the ride-along holds)."""
-        pending = self._watched
-        self._watched = None
-        with self.metrics.phase("redis"):
-            if pending is not None and not pending.done:
-                ride.flush(self._client)
-            if pending is not None and pending.done:
-                return pending.value
-            ride.flush(self._client)
-            return self.reader.counts_of(window, watchlist)
-
-    def _alerts_envelope(self, draft: RecordDraft, state: InstanceState | None,
-                         ride: RideAlong | None = None) -> Envelope:
-        """The envelope of an alerts release: the record and only a *reference* to the staged SVT state (the
-        secret state itself stays out of the outbox, :mod:`stream_dp.release.alerts`). With ``ride`` the
-        staging write goes ahead of the commit, in its round trip."""
-        if state is None:
-            return Envelope(draft.to_record())
-        with self.metrics.phase("redis"):
-            ref = self.alerts_store.stage(state, ride=ride)
-        return Envelope(draft.to_record(), {"alerts_state_ref": ref})
 
     def _after_commit(self, rtype: str, window: Window, committed: Committed, ride: RideAlong | None = None) -> None:
         """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired). With
