@@ -145,13 +145,13 @@ class ReleaseWorker:
         notices (:mod:`stream_dp.release.wakeup`): it returns when a window closes or after that long, and
         the poll's reads run right behind it. That wait (and the poll riding on it) is not phase time."""
         self.start()
-        pending, polled = self._poll(wait_seconds)
+        pending, polled = self._closable_windows(wait_seconds)
         if not pending:
             return None
         window = pending[0]
         return window if WindowRelease(self, window).run(polled) else None
 
-    def _poll(self, wait_seconds: float) -> tuple[list[Window], tuple[Any, Any, Any]]:
+    def _closable_windows(self, wait_seconds: float) -> tuple[list[Window], tuple[Any, Any, Any]]:
         """The closable windows, oldest first, and what the poll read for the oldest one when it was the
         window guessed next (:meth:`_poll_reads`; else ``(None, None, UNREAD)``: the unit reads them with its
         claim). The ledger epoch (:mod:`stream_dp.release.ledger_guard`) is read in every poll, after its
