@@ -21,7 +21,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-__all__ = ["Pending", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
+__all__ = ["Pending", "ReadStep", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
            "run_batched", "run_in_order", "run_reads", "run_with_scripts"]
 
 #: Replies meaning "the key's master is changing" (failover, resharding, loading): retry later.
@@ -276,3 +276,20 @@ class RideAlong:
         """Send what is queued on its own (nothing when the queue is empty)."""
         if self:
             self.run(client)
+
+
+@dataclass(frozen=True)
+class ReadStep:
+    """A store's read, one API for both ways to send it: :meth:`now` runs it (in round trips of its own),
+    :meth:`later` queues it on a :class:`RideAlong` to go after the ride's next step -- only when it is one
+    batch of commands (``batch``; e.g. not a sharded window's merge, read in rounds): else None, and the
+    caller runs it :meth:`now` when it needs the data."""
+
+    run: Callable[[], Any]
+    batch: Reads | None = None
+
+    def now(self) -> Any:
+        return self.run()
+
+    def later(self, ride: RideAlong) -> Pending | None:
+        return None if self.batch is None else ride.read(self.batch)

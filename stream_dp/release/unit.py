@@ -129,11 +129,11 @@ class WindowRelease:
         topk = self.builders.get("topk")
         if topk is None or self.types[0] != "topk":
             return None
-        reads = topk.read_in_batch(self.reader, window, [])  # top-k's data and skip reason ignore the watchlist
-        if reads is None:
+        data = topk.read(self.reader, window, [])  # top-k's data and skip reason ignore the watchlist
+        if data.batch is None:
             return None
         hold = self.outbox.reserve(scope, release_id(window, "topk"), topk.measurement.privacy_map()).later(ride)
-        return None if hold is None else TopkAhead(hold, ride.read(reads))
+        return None if hold is None else TopkAhead(hold, ride.read(data.batch))
 
 
     # --- release under the claim -------------------------------------------------------------------
@@ -257,11 +257,11 @@ class WindowRelease:
         if builder.type == "topk":
             ahead, self._topk_ahead = self._topk_ahead, None
         batched: Pending | None
+        read = builder.read(self.reader, window, watch)  # nothing read yet
         if ahead is not None and ahead.hold.done:
             batched, hold = ahead.data, self.outbox.hold_of(ahead.hold)
         else:
-            reads = builder.read_in_batch(self.reader, window, watch)
-            batched = ride.read(reads) if reads is not None else None
+            batched = read.later(ride)
             hold = self.outbox.reserve(scope, rid, builder.measurement.privacy_map()).now(ride)
         if hold.duplicate and hold.payload is not None:  # another worker settled it meanwhile
             return self.outbox.stored(scope, rid)  # type: ignore[return-value]
@@ -273,10 +273,10 @@ class WindowRelease:
             data = batched.value
         else:
             with self.metrics.phase("redis"):
-                data = builder.read(self.reader, window, watch)
+                data = read.now()
         with self.metrics.phase("mechanism"):
             draft = builder.run(window, data, self.rng)
-        del data, batched
+        del data, batched, read
         self.alerts.answer_ahead(builder.type, scope, ride)
         return self.outbox.commit(scope, rid, Envelope(draft.to_record()), draft.events, settle=True).now(ride)
 

@@ -60,8 +60,7 @@ class WindowAlerts:
         """Queue the alerts' watched counts (a public key list, read-only) on ``ride``."""
         if "alerts" not in self.types:
             return None
-        reads = self.reader.counts_of_reads(window, watch)
-        return ride.read(reads) if reads is not None else None
+        return self.reader.counts_of(window, watch).later(ride)
 
     def set_up_ahead(self, window: Window, scope: str, watch: list[str], stored: dict[str, Committed | None],
                       ride: RideAlong) -> AlertsAhead | None:
@@ -179,7 +178,7 @@ class WindowAlerts:
             if pending is not None and pending.done:
                 return pending.value
             ride.flush(self._client)
-            return self.reader.counts_of(window, watchlist)
+            return self.reader.counts_of(window, watchlist).now()
 
     def envelope(self, draft: RecordDraft, state: InstanceState | None,
                          ride: RideAlong | None = None) -> Envelope:

@@ -420,7 +420,7 @@ def test_sample_of_an_empty_window_is_released_empty_and_charged(redis_client) -
                                                     "epsilon": 2.0, "delta": 1e-6})
     worker, _, _ = make_worker(redis_client, cfg)
     builder = SampleBuilder(cfg)
-    data = builder.read(worker.reader, Window(0, SIZE), [])
+    data = builder.read(worker.reader, Window(0, SIZE), []).now()
     assert data[0] == []
     draft = builder.run(Window(0, SIZE), data, 1)
     assert draft.items == [] and draft.info == {"sampled": 0}
