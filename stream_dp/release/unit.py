@@ -135,7 +135,6 @@ class WindowRelease:
         hold = self.outbox.reserve(scope, release_id(window, "topk"), topk.measurement.privacy_map()).later(ride)
         return None if hold is None else TopkAhead(hold, ride.read(data.batch))
 
-
     # --- release under the claim -------------------------------------------------------------------
     def release(self, claim: Claim, *, closed_at: float | None, watch: list[str] | None, alerts_state: Any,
                 stored: dict[str, Committed | None]) -> None:
