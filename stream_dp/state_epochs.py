@@ -29,6 +29,7 @@ from typing import Any
 
 from stream_dp.node_batches import Reads
 from stream_dp.refusals import Refusal
+from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 
 
 class StateLost(Refusal):
@@ -68,9 +69,22 @@ class Epoch:
 class EpochMarker:
     """One epoch key in Redis (``key``: :meth:`Keys.ledger_epoch` or :meth:`Keys.ingest_epoch`)."""
 
-    def __init__(self, client: Any, key: str) -> None:
+    def __init__(self, client: Any, key: str, replication: ReplicationPolicy = NO_REPLICATION) -> None:
         self.client = client
         self.key = key
+        self.replication = replication  # redis.min_replicas_acked: create() and confirm() WAIT for replicas
+
+    def confirm(self) -> None:
+        """Return once ``redis.min_replicas_acked`` replicas hold the marker (a no-op without replication):
+        a write in the marker's slot, then ``WAIT`` on the same connection -- replication is ordered, so the
+        replicas then hold every earlier write of that master, the marker included. Raises the transient
+        :class:`~stream_dp.replication.NotReplicated` otherwise. A worker that counts (or commits) under a
+        marker no replica holds would take a failover that loses the marker for a loss of its state."""
+        if not self.replication.replicas:
+            return
+        fence = f"{self.key}:confirmed"  # the same hash tag: the marker's slot, so its master
+        write_then_wait(self.client, self.key, self.replication.replicas, self.replication.timeout_ms,
+                        lambda pipe: pipe.set(fence, "1"))
 
     def read(self) -> Epoch | None:
         return Epoch.loads(self.client.get(self.key))
@@ -83,6 +97,7 @@ class EpochMarker:
         """Write a new marker unless one exists (``SET NX``: concurrent first starts agree on one); returns
         the marker now in Redis."""
         self.client.set(self.key, Epoch(uuid.uuid4().hex, time.time(), origin).dumps(), nx=True)
+        self.confirm()
         epoch = self.read()
         if epoch is None:  # pragma: no cover - deleted between the SET and the GET
             raise StateLost(f"the marker {self.key} vanished right after it was written", recovery="a restart")

@@ -30,6 +30,7 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.keys import Keys
 from stream_dp.refusals import refusal_of
+from stream_dp.replication import ReplicationPolicy
 from stream_dp.state_epochs import Epoch, EpochMarker, StateLost
 
 log = logging.getLogger(__name__)
@@ -69,9 +70,13 @@ def check(cfg: Config, client: Any, *, accept_loss: bool = False, committed: dic
     """The ingest epoch this worker counts under, by the rule of the module docstring (``committed``: the
     group's committed offsets, read from the broker when not given)."""
     keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
-    marker = EpochMarker(client, keys.ingest_epoch())
+    # the marker is confirmed on redis.min_replicas_acked replicas before ingest counts under it: window writes
+    # are (each batch WAITs before its offsets are committed), and a failover must not take the marker back
+    # alone -- its absence would then read as a loss of the state it guards
+    marker = EpochMarker(client, keys.ingest_epoch(), ReplicationPolicy.from_config(cfg.redis, client))
     epoch = marker.read()
     if epoch is not None:
+        marker.confirm()
         return epoch
     committed = committed_offsets(cfg) if committed is None else committed
     group = cfg.kafka.ingest_group_id

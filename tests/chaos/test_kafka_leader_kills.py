@@ -124,8 +124,7 @@ def test_leader_kills_on_a_three_broker_cluster_keep_counts_and_releases_exact(t
         data["kafka"].update({"releases_topic": "releases", "events_partitions": PARTITIONS})
         data["windows"]["start"] = str(T0 // SIZE * SIZE)
         # the three types this test checks (the defaults run the histogram only)
-        data.setdefault("releases", {}).update({t: {"enabled": True} for t in TYPES})
-        data["releases"]["histogram"] = {"enabled": False}
+        data["releases"] = {**{t: {"enabled": True} for t in TYPES}, "histogram": {"enabled": False}}
         cfg_file = write_toml(tmp_path / "stream-dp.toml", data)
         cfg = config_from_mapping(data, environ={})
         made = cli("topics", "create", "--config", str(cfg_file))

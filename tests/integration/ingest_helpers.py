@@ -106,11 +106,18 @@ def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, si
 
 
 def write_toml(path: Path, data: dict[str, Any]) -> Path:
-    lines = []
-    for section, values in data.items():
-        lines.append(f"[{section}]")
+    """``data`` (section -> settings; a dict value is a sub-table, e.g. ``releases`` -> ``topk``) as TOML."""
+    lines: list[str] = []
+
+    def table(name: str, values: dict[str, Any]) -> None:
+        lines.append(f"[{name}]")
+        lines.extend(f"{k} = {json.dumps(v)}" for k, v in values.items() if not isinstance(v, dict))
         for k, v in values.items():
-            lines.append(f"{k} = {json.dumps(v)}")
+            if isinstance(v, dict):
+                table(f"{name}.{k}", v)
+
+    for section, values in data.items():
+        table(section, values)
     path.write_text("\n".join(lines) + "\n")
     return path
 
