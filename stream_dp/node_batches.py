@@ -23,7 +23,7 @@ from redis.client import Pipeline
 
 from stream_dp.errors import StreamDPError
 
-__all__ = ["Pending", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
+__all__ = ["Pending", "ReadStep", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
            "run_batched", "run_in_order", "run_reads", "run_with_scripts"]
 
 #: Replies meaning "the key's master is changing" (failover, resharding, loading): retry later.
@@ -108,10 +108,18 @@ class Reads:
     ``(key, queue)`` items (one command each) and ``parse``, which turns their replies into the result."""
 
     def __init__(self, items: Sequence[tuple[str, Callable[[Pipeline], object]]],
-                 parse: Callable[[list[Any]], Any], scripts: Sequence[Any] = ()) -> None:
+                 parse: Callable[[list[Any]], Any], scripts: Sequence[Any] = (), *, client: Any = None) -> None:
         self.items = list(items)
         self.parse = parse
         self.scripts = list(scripts)  # the scripts its items run by SHA (evalsha_item)
+        self.client = client  # the client :meth:`now` sends them on (the store's that made them)
+
+    def now(self) -> Any:
+        """Send these reads now, in a round trip of their own, and return the parsed result (the other way to
+        use them: queued on a :class:`RideAlong` with :meth:`RideAlong.read`, to go with another step)."""
+        if self.client is None:
+            raise RuntimeError("these reads were made without a client: send them with run_reads")
+        return run_reads(self.client, self)[0]
 
 
 def joined(*reads: Reads) -> Reads:
@@ -270,3 +278,20 @@ class RideAlong:
         """Send what is queued on its own (nothing when the queue is empty)."""
         if self:
             self.run(client)
+
+
+@dataclass(frozen=True)
+class ReadStep:
+    """A store's read, one API for both ways to send it: :meth:`now` runs it (in round trips of its own),
+    :meth:`later` queues it on a :class:`RideAlong` to go after the ride's next step -- only when it is one
+    batch of commands (``batch``; e.g. not a sharded window's merge, read in rounds): else None, and the
+    caller runs it :meth:`now` when it needs the data."""
+
+    run: Callable[[], Any]
+    batch: Reads | None = None
+
+    def now(self) -> Any:
+        return self.run()
+
+    def later(self, ride: RideAlong) -> Pending | None:
+        return None if self.batch is None else ride.read(self.batch)

@@ -43,21 +43,19 @@ import redis
 
 from stream_dp.accounting.budget import (
     LIFETIME_SCOPE,
-    REASON_DELTA,
-    REASON_EPSILON,
     BudgetCap,
     check_budget_covers,
     reported_delta,
     reported_epsilon,
     scope_for,
 )
-from stream_dp.accounting.composition import Spent
+from stream_dp.accounting.charge_result import ChargeResult
 from stream_dp.accounting import ledger_args
 from stream_dp.accounting.ledger_log import (Cost, HistoryEntry, VerifyReport, as_dict, check_scope, decode,
                                              history_entry, stored_totals)
 from stream_dp.accounting.period_caps import CapNotices, protocol_cap, stored_cap
 from stream_dp.accounting.events import DpEvent
-from stream_dp.node_batches import Reads, RideAlong, evalsha_item
+from stream_dp.node_batches import Pending, Reads, RideAlong, evalsha_item
 from stream_dp.replication import NO_REPLICATION, NotReplicated, ReplicationPolicy, write_then_wait
 from stream_dp.store import scripts
 from stream_dp.store.keys import Keys
@@ -68,57 +66,42 @@ __all__ = [
     "Cost",
     "HistoryEntry",
     "Ledger",
+    "LedgerStep",
     "VerifyReport",
     "check_budget_covers",
     "scope_for",
 ]
 
-EXHAUSTED_REASONS = frozenset({REASON_EPSILON, REASON_DELTA, f"lifetime_{REASON_EPSILON}",
-                               f"lifetime_{REASON_DELTA}"})
 
 
 @dataclass(frozen=True)
-class ChargeResult:
-    """Outcome of charge / reserve / settle. ``spent`` counts committed charges plus open reservations."""
+class LedgerStep:
+    """One ledger operation (``charge``, ``reserve`` or ``settle``; :meth:`Ledger.step`), its arguments checked
+    once, and the two ways to send it -- the same script with the same guarantees either way:
 
-    accepted: bool
-    duplicate: bool
-    reason: str
-    spent: Spent
-    epsilon_spent: float
-    delta_spent: float
-    epsilon_remaining: float
-    delta_remaining: float
+    - :meth:`now`: run it (the commands queued on ``ride`` go in the same round trip: writes ahead, reads
+      after); with a lifetime cap a costly step is several scripts in two slots, run in their order;
+    - :meth:`later`: queue its one script on a :class:`~stream_dp.node_batches.RideAlong`, to go after the
+      ride's next step; None when it cannot be one command now (:meth:`Ledger.queueable`)."""
+
+    ledger: Ledger
+    op: str
+    scope: str
+    events: list[DpEvent]
+    events_json: str
+    release_id: str | None = None
+    reservation_id: str | None = None
     payload: str | None = None
-    scope: str = ""
-    cap: BudgetCap | None = None  # the cap the scope is checked against (stored with its first charge)
-    published_block: dict[str, Any] | None = None  # a charge restored from the topic: the block it was published with
 
-    @property
-    def exhausted(self) -> bool:
-        """True when refused because the budget (period or lifetime) cannot cover the cost."""
-        return self.reason in EXHAUSTED_REASONS
+    def now(self, ride: RideAlong | None = None) -> ChargeResult:
+        run = {"charge": self.ledger._charge_now, "reserve": self.ledger._reserve_now,
+               "settle": self.ledger._settle_now}[self.op]
+        return run(self, ride)
 
-    def budget_block(self, scope: str, cap: BudgetCap | None = None) -> dict[str, Any]:
-        """The ``budget`` block of a release record (and of ``stream-dp budget show``): what ``scope`` has
-        spent and has left after this result, plus the caps: the scope's own (:attr:`cap`, the cap it was
-        first charged under), else ``cap`` when given (a result of a ledger older than stored caps). The one
-        place its fields are written. A charge restored from the releases topic (``stream-dp budget rebuild``)
-        gives the block it was published with, so that its republication is identical."""
-        if self.published_block is not None:
-            return dict(self.published_block)
-        cap = self.cap if self.cap is not None else cap
-        block: dict[str, Any] = {
-            "scope": scope,
-            "epsilon_spent": float(self.epsilon_spent),
-            "delta_spent": float(self.delta_spent),
-            "epsilon_remaining": float(self.epsilon_remaining),
-            "delta_remaining": float(self.delta_remaining),
-        }
-        if cap is not None:
-            block["epsilon_cap"] = float(cap.epsilon)
-            block["delta_cap"] = float(cap.delta)
-        return block
+    def later(self, ride: RideAlong) -> Pending | None:
+        if not self.ledger.queueable(self.scope, self.events):
+            return None
+        return ride.read(self.ledger._queued(self.op, self.scope, self.ledger._step_argv(self)))
 
 
 class Ledger:
@@ -219,41 +202,27 @@ class Ledger:
             self._indexed.add(scope)
 
     def queueable(self, scope: str, events: Sequence[DpEvent]) -> bool:
-        """Whether an operation of ``events`` on ``scope`` can be one queued command now (:meth:`charge_reads`
-        and its siblings): not with a lifetime cap (a costly operation is then several scripts in two slots,
-        in an order that matters), nor before the scope is known to be indexed (that takes a write first)."""
+        """Whether an operation of ``events`` on ``scope`` can be one queued command now (:meth:`LedgerStep.later`):
+        not with a lifetime cap (a costly operation is then several scripts in two slots, in an order that
+        matters), nor before the scope is known to be indexed (that takes a write first)."""
         return ((self.lifetime_cap is None or scope == LIFETIME_SCOPE or not events)
                 and scope in self._indexed)
 
-    def charge_reads(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
-                     payload: str | None = None) -> Reads | None:
-        """:meth:`charge` as one command to queue after another step (:meth:`RideAlong.read`): same script,
-        same guarantees, its result in the :class:`~stream_dp.node_batches.Pending`. None when it cannot
-        be one command now (:meth:`queueable`): call :meth:`charge` instead."""
-        self._check_id("release_id", release_id)
-        events, events_json = self._events(events, allow_empty=payload is not None)
-        if not self.queueable(scope, events):
-            return None
-        return self._queued("charge", scope, self._charge_argv(scope, release_id, events, events_json, payload))
-
-    def reserve_reads(self, scope: str, reservation_id: str, events: Iterable[DpEvent]) -> Reads | None:
-        """:meth:`reserve` as one command to queue (see :meth:`charge_reads`)."""
-        self._check_id("reservation_id", reservation_id)
-        events, events_json = self._events(events)
-        if not self.queueable(scope, events):
-            return None
-        return self._queued("reserve", scope, self._reserve_argv(scope, reservation_id, events, events_json))
-
-    def settle_reads(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
-                     payload: str | None = None) -> Reads | None:
-        """:meth:`settle` as one command to queue (see :meth:`charge_reads`)."""
-        self._check_id("reservation_id", reservation_id)
-        self._check_id("release_id", release_id)
-        events, events_json = self._events(events)
-        if not self.queueable(scope, events):
-            return None
-        return self._queued("settle", scope,
-                            self._settle_argv(scope, reservation_id, release_id, events, events_json, payload))
+    def step(self, op: str, scope: str, events: Iterable[DpEvent], *, release_id: str | None = None,
+             reservation_id: str | None = None, payload: str | None = None) -> LedgerStep:
+        """The ledger operation ``op`` (``charge``: ``release_id``; ``reserve``: ``reservation_id``; ``settle``:
+        both) checked once, as a :class:`LedgerStep` to run now or to queue after another step. ``charge``
+        with a ``payload`` may have no events (a zero-cost record); the others need at least one."""
+        if op not in ("charge", "reserve", "settle"):
+            raise ValueError(f"not a ledger operation: {op!r}")
+        if op != "charge":
+            self._check_id("reservation_id", reservation_id)  # type: ignore[arg-type]
+        if op != "reserve":
+            self._check_id("release_id", release_id)  # type: ignore[arg-type]
+        if payload is not None and not isinstance(payload, str):
+            raise ValueError("payload must be a string (the serialised release record) or None")
+        events, events_json = self._events(events, allow_empty=op == "charge" and payload is not None)
+        return LedgerStep(self, op, scope, events, events_json, release_id, reservation_id, payload)
 
     def _result(self, scope: str, duplicate: bool, data: dict[str, Any], payload: str | None) -> ChargeResult:
         configured = self._cap_for(scope)
@@ -340,7 +309,8 @@ class Ledger:
     # --- public API -------------------------------------------------------------------------------
     def charge(self, scope: str, release_id: str, events: Iterable[DpEvent], *,
                payload: str | None = None, ride: RideAlong | None = None) -> ChargeResult:
-        """Charge ``events`` to ``scope`` as release ``release_id`` and store ``payload`` with it, atomically.
+        """Charge ``events`` to ``scope`` as release ``release_id`` and store ``payload`` with it, atomically
+        (:meth:`step` ``charge``, run now; ``ride``'s commands in its round trip).
 
         Refused (``accepted=False``, ``reason`` says which cap) when the cost does not fit: nothing is
         written. Idempotent: a repeat returns the first result and the first payload (``duplicate=True``).
@@ -350,10 +320,30 @@ class Ledger:
         under the same id (:meth:`reserve`) is dropped when the charge is accepted: nothing else can be
         published under the id any more, and a hold that nothing settles would count against the cap for good.
         """
-        self._check_id("release_id", release_id)
-        events, events_json = self._events(events, allow_empty=payload is not None)
-        if payload is not None and not isinstance(payload, str):
-            raise ValueError("payload must be a string (the serialised release record) or None")
+        return self.step("charge", scope, events, release_id=release_id, payload=payload).now(ride)
+
+    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent], *,
+                ride: RideAlong | None = None) -> ChargeResult:
+        """Hold the maximum cost ``events`` before running a mechanism whose final cost is known only after
+        (:meth:`step` ``reserve``, run now).
+
+        The hold counts against the cap until :meth:`settle` (or :meth:`cancel`). Idempotent per
+        reservation id (a repeat returns the first result; if already settled, the settled charge; an id
+        already charged as a release -- e.g. a status record -- returns that charge and holds nothing).
+        """
+        return self.step("reserve", scope, events, reservation_id=reservation_id).now(ride)
+
+    def settle(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
+               payload: str | None = None, ride: RideAlong | None = None) -> ChargeResult:
+        """Replace reservation ``reservation_id`` by the actual cost ``events``, charged as ``release_id``,
+        and store ``payload`` -- one atomic step (:meth:`step` ``settle``, run now). Refused with
+        ``unknown_reservation`` if there is no such hold; a repeat returns the first result and payload."""
+        return self.step("settle", scope, events, release_id=release_id, reservation_id=reservation_id,
+                         payload=payload).now(ride)
+
+    def _charge_now(self, s: LedgerStep, ride: RideAlong | None) -> ChargeResult:
+        scope, release_id, events, events_json, payload = s.scope, s.release_id, s.events, s.events_json, s.payload
+        assert release_id is not None
         if self.lifetime_cap is None or scope == LIFETIME_SCOPE or not events:  # zero cost: no lifetime hold
             return self._charge_one(scope, release_id, events, events_json, payload, ride)
         self._ride_alone(ride)
@@ -368,16 +358,9 @@ class Ledger:
             self.cancel(LIFETIME_SCOPE, hold_id)
         return result
 
-    def reserve(self, scope: str, reservation_id: str, events: Iterable[DpEvent], *,
-                ride: RideAlong | None = None) -> ChargeResult:
-        """Hold the maximum cost ``events`` before running a mechanism whose final cost is known only after.
-
-        The hold counts against the cap until :meth:`settle` (or :meth:`cancel`). Idempotent per
-        reservation id (a repeat returns the first result; if already settled, the settled charge; an id
-        already charged as a release -- e.g. a status record -- returns that charge and holds nothing).
-        """
-        self._check_id("reservation_id", reservation_id)
-        events, events_json = self._events(events)
+    def _reserve_now(self, s: LedgerStep, ride: RideAlong | None) -> ChargeResult:
+        scope, reservation_id, events, events_json = s.scope, s.reservation_id, s.events, s.events_json
+        assert reservation_id is not None
         if self.lifetime_cap is None or scope == LIFETIME_SCOPE:
             return self._reserve_one(scope, reservation_id, events, events_json, ride)
         self._ride_alone(ride)
@@ -390,16 +373,10 @@ class Ledger:
             self.cancel(LIFETIME_SCOPE, hold_id)
         return result
 
-    def settle(self, scope: str, reservation_id: str, release_id: str, events: Iterable[DpEvent], *,
-               payload: str | None = None, ride: RideAlong | None = None) -> ChargeResult:
-        """Replace reservation ``reservation_id`` by the actual cost ``events``, charged as ``release_id``,
-        and store ``payload`` -- one atomic step. Refused with ``unknown_reservation`` if there is no such
-        hold; a repeat returns the first result and payload."""
-        self._check_id("reservation_id", reservation_id)
-        self._check_id("release_id", release_id)
-        events, events_json = self._events(events)
-        if payload is not None and not isinstance(payload, str):
-            raise ValueError("payload must be a string (the serialised release record) or None")
+    def _settle_now(self, s: LedgerStep, ride: RideAlong | None) -> ChargeResult:
+        scope, reservation_id, release_id, events, events_json = (s.scope, s.reservation_id, s.release_id,
+                                                                  s.events, s.events_json)
+        assert reservation_id is not None and release_id is not None
         if self.lifetime_cap is not None and scope != LIFETIME_SCOPE:
             self._ride_alone(ride)
             hold_id = self._lifetime_id(scope, reservation_id)
@@ -409,7 +386,16 @@ class Ledger:
                 life = self._charge_one(LIFETIME_SCOPE, hold_id, events, events_json, None)
             if not life.accepted:  # the actual cost exceeds the hold and does not fit: nothing may be stored
                 return self._refused_by_lifetime(scope, life)
-        return self._settle_one(scope, reservation_id, release_id, events, events_json, payload, ride)
+        return self._settle_one(scope, reservation_id, release_id, events, events_json, s.payload, ride)
+
+    def _step_argv(self, s: LedgerStep) -> list[str]:
+        """The ARGV of the step's one script on its period scope (:meth:`LedgerStep.later`)."""
+        if s.op == "charge":
+            return self._charge_argv(s.scope, s.release_id or "", s.events, s.events_json, s.payload)
+        if s.op == "reserve":
+            return self._reserve_argv(s.scope, s.reservation_id or "", s.events, s.events_json)
+        return self._settle_argv(s.scope, s.reservation_id or "", s.release_id or "", s.events, s.events_json,
+                                 s.payload)
 
     def confirm(self, scope: str, release_id: str, *, events: Iterable[DpEvent] = ()) -> None:
         """Return once everything the ledger holds for ``scope`` (the charge and stored payload of
@@ -488,22 +474,16 @@ class Ledger:
         value = self.redis.hget(self.keys.ledger(scope, "outbox"), release_id)
         return None if value is None else decode(value)
 
-    def stored_many(self, scope: str, release_ids: Sequence[str]) -> dict[str, str | None]:
-        """:meth:`stored` of several release ids of one scope in one round trip (``HMGET``)."""
-        if not release_ids:
-            return {}
-        values = self.redis.hmget(self.keys.ledger(scope, "outbox"), list(release_ids))
-        return {rid: None if v is None else decode(v) for rid, v in zip(release_ids, values)}
-
-    def stored_many_reads(self, scope: str, release_ids: Sequence[str]) -> Reads:
-        """The read of :meth:`stored_many`, to send in a batch with others (:func:`~stream_dp.node_batches.run_reads`)."""
+    def stored_many(self, scope: str, release_ids: Sequence[str]) -> Reads:
+        """:meth:`stored` of several release ids of one scope as one read (``HMGET``): ``.now()`` sends it in a
+        round trip of its own, or it goes in a batch with others; parses to ``{release id: payload or None}``."""
         ids, outbox = list(release_ids), self.keys.ledger(scope, "outbox")
 
         def parse(replies: list[Any]) -> dict[str, str | None]:
             values = replies[0] if replies else []
             return {rid: None if v is None else decode(v) for rid, v in zip(ids, values)}
 
-        return Reads([(outbox, lambda pipe: pipe.hmget(outbox, ids))] if ids else [], parse)
+        return Reads([(outbox, lambda pipe: pipe.hmget(outbox, ids))] if ids else [], parse, client=self.redis)
 
     def mark_published(self, scope: str, release_id: str, *, ride: RideAlong | None = None,
                        on_sent: Any = None) -> None:

@@ -49,7 +49,7 @@ import redis
 
 from stream_dp.config import AlertsConfig
 from stream_dp.mechanisms.svt import SVTAnswer, published_lower_bounds
-from stream_dp.node_batches import Reads, RideAlong, evalsha_item, run_batched
+from stream_dp.node_batches import Reads, RideAlong, evalsha_item
 from stream_dp.release.records import RecordDraft, exhausted_draft
 from stream_dp.release.windows import Window
 from stream_dp.replication import ReplicationPolicy, write_then_wait
@@ -96,18 +96,12 @@ class Watchlist:
         else:
             ride.write((self.name, lambda pipe: pipe.zadd(self.name, mapping, nx=True)))
 
-    def for_window(self, window: Window) -> list[str]:
-        """The watchlist of ``window``: config keys, then keys released by top-k in windows before it (or learned)."""
+    def for_window(self, window: Window) -> Reads:
+        """The watchlist of ``window`` as one read (none without released keys; ``.now()`` or batched with
+        others): config keys, then keys released by top-k in windows before it. A learned watchlist parses to
+        None: it is read under the window's claim (:meth:`learned_for`)."""
         if self.learns:
-            return self.learned_for(window)[0]
-        reads = self.for_window_reads(window)
-        return reads.parse(run_batched(self.r, reads.items) if reads.items else [])
-
-    def for_window_reads(self, window: Window) -> Reads:
-        """The read of :meth:`for_window` (none without released keys), to batch with others (:func:`run_reads`).
-        A learned watchlist parses to None: it is read under the window's claim (:meth:`learned_for`)."""
-        if self.learns:
-            return Reads([], lambda replies: None)
+            return Reads([], lambda replies: None, client=self.r)
         items = []
         if self.include_released:
             items.append((self.name, lambda pipe: pipe.zrangebyscore(self.name, "-inf", f"({window.start}",
@@ -120,7 +114,7 @@ class Watchlist:
                 keys.extend(k for _, k in ordered)
             return list(dict.fromkeys(keys))
 
-        return Reads(items, parse)
+        return Reads(items, parse, client=self.r)
 
 
 def rotate(keys: list[str], window: Window) -> list[str]:
@@ -178,17 +172,16 @@ class AlertsStore:
         """The state's Lua scripts (compare-and-set, apply staged), loaded when the worker starts."""
         return (self._cas, self._apply)
 
-    def load(self) -> InstanceState | None:
-        """The stored state. A state written by a version before issue 16 carries the generator state
-        (``svt.rng``), from which past noise can be recomputed: it is closed and overwritten at once."""
-        return self.from_stored(self.r.hget(self.key, "state"))
-
-    def load_reads(self) -> Reads:
-        """The read of :meth:`load`, to batch with others (:func:`run_reads`); parse with :meth:`from_stored`."""
-        return Reads([(self.key, lambda pipe: pipe.hget(self.key, "state"))], lambda replies: replies[0])
+    def load(self) -> Reads:
+        """The read of the stored state's field (``.now()`` or batched with others); turn it into the state
+        with :meth:`from_stored`."""
+        return Reads([(self.key, lambda pipe: pipe.hget(self.key, "state"))], lambda replies: replies[0],
+                     client=self.r)
 
     def from_stored(self, raw: bytes | str | None) -> InstanceState | None:
-        """:meth:`load`'s result from the stored field (closing a legacy state that carries ``svt.rng``)."""
+        """The stored state from the field :meth:`load` read. A state written by a version before issue 16
+        carries the generator state (``svt.rng``), from which past noise can be recomputed: it is closed and
+        overwritten at once."""
         if raw is None:
             return None
         state = InstanceState.from_dict(json.loads(raw))
@@ -240,7 +233,7 @@ class AlertsStore:
         result = int(raw)
         if result != -1:
             return result == 1
-        current = self.load()
+        current = self.from_stored(self.load().now())
         opened_here = current.opened_in_scope if current is not None and current.scope == scope else 0
         return self.advance(InstanceState(instance, scope, None, window, opened_here + int(opened)))
 

@@ -7,9 +7,9 @@ A builder is a small object with one job per step, so the worker treats every ty
   the mechanism runs (a release the budget cannot cover never runs, docs/privacy.md §4);
 - ``read(reader, window, watchlist)`` -- only the data the mechanism needs (top k̄+1 for top-k, the watched
   keys' counts for watch_topk, the count histogram and then the reported keys for sampling, the whole window
-  for the large-margin mechanism); ``read_in_batch`` -- the same read as one command, when it is one, so the
-  worker sends it in the round trip of the reservation (the mechanism still runs only once the hold is
-  accepted: reading a closed window reveals nothing), else None;
+  for the large-margin mechanism), as a :class:`~stream_dp.node_batches.ReadStep`: read ``now``, or -- when it
+  is one command -- ``later``, in the round trip of the reservation (the mechanism still runs only once the
+  hold is accepted: reading a closed window reveals nothing);
 - ``run(window, data, rng)`` -- call the pure mechanism and build the record draft whose events are
   ``measurement.realized(result)``, what the release actually cost (pay-what-you-get for top-k: the outcomes
   returned, DR19 Theorem 3).
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from stream_dp.config import AlertsConfig, Config
 from stream_dp.mechanisms.measurement import Measurement
-from stream_dp.node_batches import Reads
+from stream_dp.node_batches import ReadStep
 from stream_dp.release import drafts, window_budget
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.released_domain import Domained, DomainRule, PublicDomain
@@ -48,10 +48,9 @@ class Builder(Protocol):
 
     def skip_reason(self, watchlist: list[str]) -> str | None: ...
 
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any: ...
-
-    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
-        """``read`` as one batchable command (sent in the round trip of the reservation), or None."""
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> ReadStep:
+        """What the mechanism needs: ``.now()``, or -- when it is one command -- ``.later(ride)``, in the round
+        trip of the reservation. Making the step reads nothing."""
         ...
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft: ...
@@ -120,22 +119,23 @@ class TopkBuilder:
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
 
-    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
-        t = self.cfg.releases.topk
-        return None if t.has_domain else reader.top_counts_reads(window, t.k_bar + 1)
-
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> ReadStep:
         t = self.cfg.releases.topk
         if not t.has_domain:
             return reader.top_counts(window, t.k_bar + 1)
+        return ReadStep(lambda: self._read_with_domain(reader, window))
+
+    def _read_with_domain(self, reader: WindowReader, window: Window) -> Domained:
+        """The domain's counts and the keys outside it (the top k̄+1, or every key for threshold discovery)."""
+        t = self.cfg.releases.topk
         domain, block = self.public_domain.for_window(window)
         if self.split()[1] is None:
             outside: dict[str, float] = {}
         elif t.discovery == "threshold":  # the histogram of the keys outside the domain: every key present
             outside = reader.all_counts(window).as_dict()
         else:  # the top k̄+1 keys outside the domain are among the top k̄+1+|domain| keys
-            outside = reader.top_counts(window, t.k_bar + 1 + len(domain))
-        return Domained((reader.counts_of(window, domain), outside), domain, block)
+            outside = reader.top_counts(window, t.k_bar + 1 + len(domain)).now()
+        return Domained((reader.counts_of(window, domain).now(), outside), domain, block)
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         p = self.parameters()
@@ -206,16 +206,14 @@ class SampleBuilder:
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
 
-    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
-        return None  # a walk of the count histogram in chunks, then the reported keys
-
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
-        """The count classes, and how to read the keys at given ranks (run reads only the reported ones)."""
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> ReadStep:
+        """The count classes, and how to read the keys at given ranks (run reads only the reported ones): a
+        walk of the count histogram in chunks, not one command."""
         from functools import partial
 
         from stream_dp.release.sampling import count_classes
 
-        return count_classes(reader.count_histogram(window)), partial(reader.members_at, window)
+        return ReadStep(lambda: (count_classes(reader.count_histogram(window)), partial(reader.members_at, window)))
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         from stream_dp.release.sampling import sample_count_classes
@@ -246,11 +244,8 @@ class ArgmaxBuilder:
         a = self.cfg.releases.argmax
         return LargeMargin(epsilon=a.window_epsilon, delta=a.window_delta)
 
-    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
-        return None  # the whole window, in chunks
-
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Any:
-        return reader.all_counts(window)
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> ReadStep:
+        return ReadStep(lambda: reader.all_counts(window))  # the whole window, in chunks
 
     def universe_size(self) -> int:
         """The public universe: every key the config admits (byte strings of 1..events.max_key_bytes bytes).
@@ -299,10 +294,7 @@ class WatchTopkBuilder:
         w = self.cfg.releases.watch_topk
         return NoisyTopkWithGap(k=k, epsilon=w.window_epsilon, noise=w.noise, monotone=True)
 
-    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
-        return reader.counts_of_reads(window, watchlist)
-
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> dict[str, float]:
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> ReadStep:
         return reader.counts_of(window, watchlist)
 
     def skip_reason(self, watchlist: list[str]) -> str | None:
@@ -363,10 +355,10 @@ class HistogramBuilder:
     def skip_reason(self, watchlist: list[str]) -> str | None:
         return None
 
-    def read_in_batch(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Reads | None:
-        return None  # the whole window, in chunks
+    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> ReadStep:
+        return ReadStep(lambda: self._read_domained(reader, window))  # the whole window, in chunks
 
-    def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> Domained:
+    def _read_domained(self, reader: WindowReader, window: Window) -> Domained:
         """The window's counts (or per-user scores) with its public domain (static keys, then the keys earlier
         windows published, :mod:`stream_dp.release.released_domain`)."""
         domain, block = self.public_domain.for_window(window)

@@ -12,12 +12,11 @@ release side relies on are stated here, and are tested on the Redis ledger (test
 - ``ride`` (:class:`~stream_dp.node_batches.RideAlong`): the operation sends the queued writes ahead of its
   own step and the queued reads after it, in the same round trip where it can (else in one of their own
   first); the operation's guarantees are unchanged.
-- optional ``queueable`` and ``reserve_reads`` / ``settle_reads`` / ``charge_reads`` (the Redis ledger has
-  them): the same operation as one command to queue after another step
-  (:meth:`~stream_dp.node_batches.RideAlong.read`), or None when it cannot be one command now
-  (``queueable`` says so beforehand); a ledger without them makes the worker run each directly.
-- optional ``index_ahead(scope)`` (the Redis ledger has it): prepare a scope before its first operation
-  (the idle worker calls it for the window it expects next), so that operation can be queued too.
+- ``step`` builds one of those operations as commands (:class:`LedgerStepPlan`) to run now or to queue
+  after another step (:meth:`~stream_dp.node_batches.RideAlong.read`); ``queueable`` says beforehand whether
+  an operation can be one queued command now; ``index_ahead(scope)`` prepares a scope before its first
+  operation (the idle worker calls it for the window it expects next), so that operation can be queued too.
+  A ledger that never queues says ``queueable`` False: every step then runs on its own.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.events import DpEvent
-from stream_dp.node_batches import Reads, RideAlong
+from stream_dp.node_batches import Pending, Reads, RideAlong
 from stream_dp.replication import ReplicationPolicy
 
 
@@ -52,6 +51,19 @@ class ChargeOutcome(Protocol):
 
     def budget_block(self, scope: str, cap: BudgetCap | None = None) -> dict[str, Any]:
         """The record's ``budget`` block after this result."""
+        ...
+
+
+@runtime_checkable
+class LedgerStepPlan(Protocol):
+    """One ledger operation, checked, as commands (:class:`stream_dp.accounting.ledger.LedgerStep`)."""
+
+    def now(self, ride: RideAlong | None = None) -> ChargeOutcome:
+        """Run it now (``ride``'s commands in the same round trip)."""
+        ...
+
+    def later(self, ride: RideAlong) -> Pending | None:
+        """Queue it on ``ride`` after its next step (the result lands in the Pending); None: not one command now."""
         ...
 
 
@@ -81,12 +93,22 @@ class ReleaseLedger(Protocol):
 
     def stored(self, scope: str, release_id: str) -> str | None: ...
 
-    def stored_many(self, scope: str, release_ids: Sequence[str]) -> dict[str, str | None]:
-        """``stored`` of several release ids of one scope, read together (one round trip on Redis)."""
+    def stored_many(self, scope: str, release_ids: Sequence[str]) -> Reads:
+        """``stored`` of several release ids of one scope as one read (``.now()`` or batched with others);
+        parses to ``{release id: payload or None}``."""
         ...
 
-    def stored_many_reads(self, scope: str, release_ids: Sequence[str]) -> Reads:
-        """The read of ``stored_many``, to batch with other reads; parses to its result."""
+    def step(self, op: str, scope: str, events: Iterable[DpEvent], *, release_id: str | None = None,
+             reservation_id: str | None = None, payload: str | None = None) -> LedgerStepPlan:
+        """``op`` (``charge``, ``reserve`` or ``settle``) with its arguments checked, to run now or later."""
+        ...
+
+    def queueable(self, scope: str, events: Sequence[DpEvent]) -> bool:
+        """Whether an operation of ``events`` on ``scope`` can be one queued command now."""
+        ...
+
+    def index_ahead(self, scope: str) -> None:
+        """Prepare ``scope`` before its first operation (may raise the transient NotReplicated)."""
         ...
 
     def confirm(self, scope: str, release_id: str, *, events: Iterable[DpEvent] = ()) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from stream_dp.node_batches import Pending, Reads, RideAlong
 from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
-from stream_dp.release.ledger_port import ChargeOutcome, ReleaseLedger
+from stream_dp.release.ledger_port import ChargeOutcome, LedgerStepPlan, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.records import Envelope, events_of, with_budget
 from stream_dp.wire import DEFAULT_MESSAGE_MAX_BYTES, message_parts
@@ -122,6 +122,53 @@ class Committed:
     epoch: Pending | None = None  # the ledger epoch as read right behind this commit (same round trip), if it was
 
 
+@dataclass
+class HoldStep:
+    """:meth:`Outbox.reserve`: the ledger's reservation, sent now (:meth:`now`) or queued (:meth:`later`, then
+    :meth:`Outbox.hold_of`). ``ride``: queued writes go ahead of the hold and queued reads (the mechanism's
+    data) after it, in the same round trip."""
+
+    outbox: Outbox
+    step: LedgerStepPlan
+
+    def now(self, ride: RideAlong | None = None) -> ChargeOutcome:
+        with self.outbox.metrics.phase("ledger"):
+            result = self.step.now(ride)
+        self.outbox.crashpoints.reached("after_reserve")
+        return result
+
+    def later(self, ride: RideAlong) -> Pending | None:
+        """Queued on ``ride`` after its next step; None when the ledger cannot queue it now (then :meth:`now`)."""
+        return self.step.later(ride)
+
+
+@dataclass
+class CommitStep:
+    """:meth:`Outbox.commit`: one atomic ledger step that charges and stores a release, sent now (:meth:`now`,
+    with the ledger epoch read right behind it) or queued after another step (:meth:`later`, then
+    :meth:`Outbox.committed_of`)."""
+
+    outbox: Outbox
+    scope: str
+    rid: str
+    envelope: Envelope
+    step: LedgerStepPlan
+
+    def now(self, ride: RideAlong | None = None) -> Committed:
+        outbox = self.outbox
+        with outbox.metrics.phase("ledger"):
+            epoch = outbox._read_epoch_after(ride)
+            result = self.step.now(ride)
+        return outbox._committed(self.scope, self.rid, self.envelope, result, epoch)
+
+    def later(self, ride: RideAlong) -> Pending:
+        """Queued on ``ride`` after its next step (only when :meth:`Outbox.can_commit_later` said so)."""
+        pending = self.step.later(ride)
+        if pending is None:
+            raise RuntimeError(f"release {self.rid}: the ledger can no longer queue its commit")
+        return pending
+
+
 class Outbox:
     """Ledger-backed outbox of one worker."""
 
@@ -155,7 +202,7 @@ class Outbox:
         """Queue the epoch's read right behind the commit about to use ``ride`` (after its script, in its round
         trip): the publication that follows checks it instead of reading it again. Not with a lifetime cap,
         whose commit sends the ride-along ahead of its scripts (the read would come before the commit)."""
-        if self.guard is None or ride is None or getattr(self.ledger, "lifetime_cap", None) is not None:
+        if self.guard is None or ride is None or self.ledger.lifetime_cap is not None:
             return None
         return ride.read(self.guard.marker.reads())
 
@@ -170,21 +217,16 @@ class Outbox:
             result = self._first_result(scope, rid, env)
         return Committed(scope, rid, env, result, fresh=False)
 
-    def stored_all(self, scope: str, rids: list[str]) -> dict[str, Committed | None]:
-        """:meth:`stored` of every release id of a window at once: one read for all of them.
+    def stored_all(self, scope: str, rids: list[str]) -> Reads:
+        """The stored payloads of every release id of a window, as one read (``.now()``, or in the window's
+        first batch); parses to ``{release id: payload or None}``, then :meth:`stored_from`.
 
         Read before the window's first release runs; a release stored later (by a worker that took the claim
         over) still wins, because reserve / settle / charge return the *first* stored record."""
-        with self.metrics.phase("ledger"):
-            payloads = self.ledger.stored_many(scope, rids)
-        return self.stored_from(scope, rids, payloads)
-
-    def stored_all_reads(self, scope: str, rids: list[str]) -> Reads:
-        """The read of :meth:`stored_all`, to send in the window's first batch; parse, then :meth:`stored_from`."""
-        return self.ledger.stored_many_reads(scope, rids)
+        return self.ledger.stored_many(scope, rids)
 
     def stored_from(self, scope: str, rids: list[str], payloads: dict[str, str | None]) -> dict[str, Committed | None]:
-        """:meth:`stored_all`'s result from the payloads read (a stored one gets its first charge result)."""
+        """The stored releases from the payloads :meth:`stored_all` read (a stored one gets its first charge result)."""
         with self.metrics.phase("ledger"):
             out: dict[str, Committed | None] = {}
             for rid in rids:
@@ -196,65 +238,32 @@ class Outbox:
                 out[rid] = Committed(scope, rid, env, self._first_result(scope, rid, env), fresh=False)
         return out
 
-    def reserve(self, scope: str, rid: str, events: tuple, *, ride: RideAlong | None = None) -> ChargeOutcome:
-        """Hold the worst case ``events`` before the mechanism runs. ``ride``: queued writes go ahead of the
-        hold and queued reads (the mechanism's data) after it, in the same round trip."""
-        with self.metrics.phase("ledger"):
-            result = self.ledger.reserve(scope, rid, list(events), ride=ride)
-        self.crashpoints.reached("after_reserve")
-        return result
-
-    def settle(self, scope: str, rid: str, envelope: Envelope, events: tuple, *,
-               ride: RideAlong | None = None) -> Committed:
-        """Charge the actual events against the reservation ``rid`` and store ``envelope`` atomically."""
-        with self.metrics.phase("ledger"):
-            epoch = self._read_epoch_after(ride)
-            result = self.ledger.settle(scope, rid, rid, list(events), payload=envelope.dumps(), ride=ride)
-        return self._committed(scope, rid, envelope, result, epoch)
-
-    def charge(self, scope: str, rid: str, envelope: Envelope, events: tuple, *,
-               ride: RideAlong | None = None) -> Committed:
-        """Charge ``events`` (possibly none: a status record) and store ``envelope`` atomically."""
-        with self.metrics.phase("ledger"):
-            epoch = self._read_epoch_after(ride)
-            result = self.ledger.charge(scope, rid, list(events), payload=envelope.dumps(), ride=ride)
-        return self._committed(scope, rid, envelope, result, epoch)
-
-    # --- the same steps, queued to travel after another release's step (one round trip fewer) -----------
-    def reserve_later(self, scope: str, rid: str, events: tuple, ride: RideAlong) -> Pending | None:
-        """:meth:`reserve`, queued on ``ride`` to go after its next step; the hold is :meth:`hold_of` the
-        returned :class:`~stream_dp.node_batches.Pending` once that round trip returned. None when the
-        ledger cannot queue it now (a lifetime cap; a scope not indexed yet): use :meth:`reserve`."""
-        reads = getattr(self.ledger, "reserve_reads", None)  # optional in ReleaseLedger
-        queued = reads(scope, rid, list(events)) if reads is not None else None
-        return None if queued is None else ride.read(queued)
+    def reserve(self, scope: str, rid: str, events: tuple) -> HoldStep:
+        """The hold of the worst case ``events`` before the mechanism runs, to send now or to queue."""
+        return HoldStep(self, self.ledger.step("reserve", scope, list(events), reservation_id=rid))
 
     def hold_of(self, pending: Pending) -> ChargeOutcome:
-        """The hold a :meth:`reserve_later` got (its round trip has returned)."""
+        """The hold a queued :meth:`reserve` got (its round trip has returned)."""
         self.crashpoints.reached("after_reserve")
         return pending.value
 
     def can_commit_later(self, scope: str, events: tuple) -> bool:
-        """Whether :meth:`commit_later` can queue a commit of ``events`` now (ask before the mechanism runs:
-        its output must then be committed, not recomputed)."""
-        queueable = getattr(self.ledger, "queueable", None)  # optional in ReleaseLedger, with the *_reads
-        return queueable is not None and queueable(scope, list(events))
+        """Whether a :meth:`commit` of ``events`` can be queued now (ask before the mechanism runs: its output
+        must then be committed, not recomputed)."""
+        return self.ledger.queueable(scope, list(events))
 
-    def commit_later(self, scope: str, rid: str, envelope: Envelope, events: tuple, ride: RideAlong, *,
-                     settle: bool) -> Pending:
-        """:meth:`settle` (``settle=True``: against the hold ``rid``) or :meth:`charge`, queued on ``ride``
-        to go after its next step (only when :meth:`can_commit_later`); then :meth:`committed_of`."""
+    def commit(self, scope: str, rid: str, envelope: Envelope, events: tuple, *, settle: bool) -> CommitStep:
+        """Charge ``events`` (possibly none with ``settle=False``: a status record) and store ``envelope``
+        atomically -- ``settle``: against the hold ``rid`` -- to send now or to queue."""
         with self.metrics.phase("ledger"):
-            if settle:
-                queued = self.ledger.settle_reads(scope, rid, rid, list(events), payload=envelope.dumps())  # type: ignore[attr-defined]
-            else:
-                queued = self.ledger.charge_reads(scope, rid, list(events), payload=envelope.dumps())  # type: ignore[attr-defined]
-        if queued is None:
-            raise RuntimeError(f"release {rid}: the ledger can no longer queue its commit")
-        return ride.read(queued)
+            payload = envelope.dumps()
+            step = (self.ledger.step("settle", scope, list(events), reservation_id=rid, release_id=rid,
+                                     payload=payload) if settle else
+                    self.ledger.step("charge", scope, list(events), release_id=rid, payload=payload))
+        return CommitStep(self, scope, rid, envelope, step)
 
     def committed_of(self, scope: str, rid: str, envelope: Envelope, pending: Pending) -> Committed:
-        """The release a :meth:`commit_later` committed (its round trip has returned)."""
+        """The release a queued :meth:`commit` committed (its round trip has returned)."""
         return self._committed(scope, rid, envelope, pending.value)
 
     def _committed(self, scope: str, rid: str, envelope: Envelope, result: ChargeOutcome,

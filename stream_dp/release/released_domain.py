@@ -187,7 +187,7 @@ class ReleasedDomainReader:
                     by_scope.setdefault(self.scope_for(start), []).append((start, rtype))
         for scope, wanted in by_scope.items():
             rids = [release_id(Window(s, s + self.size), t) for s, t in wanted]
-            payloads = self.ledger.stored_many(scope, rids)
+            payloads = self.ledger.stored_many(scope, rids).now()
             unpublished = set(self.ledger.unpublished(scope)) if any(payloads.values()) else set()
             for (start, rtype), rid in zip(wanted, rids):
                 payload = payloads.get(rid)

@@ -46,7 +46,7 @@ import numpy as np
 import redis
 
 from stream_dp.errors import StreamDPError
-from stream_dp.node_batches import Pending, Reads, evalsha_item, run_batched
+from stream_dp.node_batches import Pending, ReadStep, Reads, evalsha_item, run_batched
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.schedule import ReleaseSchedule
 from stream_dp.store import scripts, window_state
@@ -219,15 +219,11 @@ class WindowReader:
             cursor = starts[-1]
         return out[:limit]
 
-    def release_state(self, window: Window) -> tuple[bool, float | None]:
-        """:meth:`is_released` and :meth:`closed_at` in one batch of reads (one round trip on a single
-        Redis, one per master on a cluster). Called under the window's claim: the released mark is fenced
-        by that claim, so it cannot change while the caller holds it."""
-        reads = self.release_state_reads(window)
-        return reads.parse(run_batched(self.r, reads.items))
-
-    def release_state_reads(self, window: Window) -> Reads:
-        """The reads of :meth:`release_state`, to send in a batch with others (:func:`run_reads`)."""
+    def release_state(self, window: Window) -> Reads:
+        """:meth:`is_released` and :meth:`closed_at` as one batch of reads (``.now()``: one round trip on a
+        single Redis, one per master on a cluster; or in a batch with others), parsing to ``(released,
+        closed_at)``. Read under the window's claim: the released mark is fenced by that claim, so it cannot
+        change while the caller holds it."""
         k = self.keys
         released_index, meta, marker = k.release_index("released"), k.window_meta(window.start), k.window_released(window.start)
         items = [(released_index, lambda pipe: pipe.zscore(released_index, str(window.start))),
@@ -240,7 +236,7 @@ class WindowReader:
             released = in_index is not None or state == _RELEASED or bool(rest and rest[0])
             return released, None if closed is None else float(closed)
 
-        return Reads(items, parse)
+        return Reads(items, parse, client=self.r)
 
     def closed_at(self, window: Window) -> float | None:
         """When ingest closed the window, if it recorded it (meta ``closed_at``), else None."""
@@ -248,38 +244,28 @@ class WindowReader:
         return None if raw is None else float(raw)
 
     # --- what a release reads --------------------------------------------------------------------
-    def top_counts(self, window: Window, n: int) -> dict[str, float]:
-        """The ``n`` largest counts, key → count, best first (ties: Redis' reverse lexicographic order).
+    def top_counts(self, window: Window, n: int) -> ReadStep:
+        """The ``n`` largest counts, key → count, best first (ties: Redis' reverse lexicographic order);
+        ``.now()``, or queued as one command (``.later(ride)``) on an unsharded window (a sharded one: the
+        threshold algorithm reads the shards in rounds, :mod:`stream_dp.release.shard_merge`).
 
         Read as one JSON reply (a read-only Lua ``ZREVRANGE``): redis-py's pure-Python parse of k̄+1 = 1001
         members with scores took ~5-10 ms, the JSON parse well under 1 ms.
         """
+        batch = None
+        if self.keys.shards == 1:
+            name = self.keys.window_counts(window.start)
+            batch = Reads([evalsha_item(self._top_script, [name], [n - 1, 0])],
+                          lambda replies: self._top_reply(window, 0, 0, n - 1, replies[0]), scripts=[self._top_script])
+        return ReadStep(lambda: self._top_counts_now(window, n), batch)
+
+    def _top_counts_now(self, window: Window, n: int) -> dict[str, float]:
         if self.keys.shards == 1:
             return self._ranks_desc(window, 0, 0, n - 1)
         top, _ = merged_top(n, self.keys.shards,
                             lambda shard, first, last: list(self._ranks_desc(window, shard, first, last).items()),
-                            lambda keys: list(self.counts_of(window, keys).values()))
+                            lambda keys: list(self._counts_of_now(window, keys).values()))
         return top
-
-    def top_counts_reads(self, window: Window, n: int) -> Reads | None:
-        """The read of :meth:`top_counts` as one command, to send in a batch with other steps; None when it
-        takes more than one (a sharded window: the threshold algorithm reads the shards in rounds)."""
-        if self.keys.shards != 1:
-            return None
-        name = self.keys.window_counts(window.start)
-        return Reads([evalsha_item(self._top_script, [name], [n - 1, 0])],
-                     lambda replies: self._top_reply(window, 0, 0, n - 1, replies[0]), scripts=[self._top_script])
-
-    def counts_of_reads(self, window: Window, watched: list[str]) -> Reads | None:
-        """The read of :meth:`counts_of` as one command (None for a sharded window: one per shard)."""
-        if self.keys.shards != 1:
-            return None
-        keys = list(watched)
-        if not keys:
-            return Reads([], lambda replies: {})
-        name = self.keys.window_counts(window.start)
-        return Reads([(name, lambda pipe: pipe.zmscore(name, keys))],
-                     lambda replies: {k: (0.0 if s is None else float(s)) for k, s in zip(keys, replies[0])})
 
     def _ranks_desc(self, window: Window, shard: int, first: int, last: int) -> dict[str, float]:
         raw = self._top_script(keys=[self.keys.window_counts(window.start, shard)], args=[last, first])
@@ -292,8 +278,19 @@ class WindowReader:
             self._top = _TopOfWindow(window.start, members, scores, complete=len(members) < last + 1)
         return dict(zip(members, scores.tolist()))
 
-    def counts_of(self, window: Window, watched: list[str]) -> dict[str, float]:
-        """Counts of the given public keys (0 for a key with no events), summed over the shards."""
+    def counts_of(self, window: Window, watched: list[str]) -> ReadStep:
+        """Counts of the given public keys (0 for a key with no events), summed over the shards; ``.now()``, or
+        queued as one command (``ZMSCORE``, ``.later(ride)``) on an unsharded window."""
+        batch = None
+        keys = list(watched)
+        if self.keys.shards == 1:
+            name = self.keys.window_counts(window.start)
+            batch = (Reads([(name, lambda pipe: pipe.zmscore(name, keys))],
+                           lambda replies: {k: (0.0 if s is None else float(s)) for k, s in zip(keys, replies[0])})
+                     if keys else Reads([], lambda replies: {}))
+        return ReadStep(lambda: self._counts_of_now(window, keys), batch)
+
+    def _counts_of_now(self, window: Window, watched: list[str]) -> dict[str, float]:
         if not watched:
             return {}
         if self.keys.shards == 1:

@@ -158,15 +158,15 @@ def test_a_publication_checks_the_epoch_read_behind_its_commit(redis_client, led
     guard.check = lambda: (own_reads.append(1), check())[1]  # type: ignore[method-assign]
     record = {"release_id": "0-60.topk", "type": "topk", "status": "released", "items": [],
               "cost": {"events": [e.to_dict() for e in EV]}}
-    committed = outbox.charge("d", "0-60.topk", Envelope(record), tuple(EV), ride=RideAlong())
+    committed = outbox.commit("d", "0-60.topk", Envelope(record), tuple(EV), settle=False).now(RideAlong())
     assert committed.epoch is not None and committed.epoch.done
     outbox.publish_all([committed])
     assert len(sent) == 1 and own_reads == []
     outbox.publish_all([outbox.stored("d", "0-60.topk")])  # republished: no commit, so its own read
     assert len(sent) == 2 and own_reads == [1]
     redis_client.delete(KEYS.ledger_epoch())  # wiped before the next commit's round trip
-    again = outbox.charge("d", "60-120.topk", Envelope({**record, "release_id": "60-120.topk"}), tuple(EV),
-                          ride=RideAlong())
+    again = outbox.commit("d", "60-120.topk", Envelope({**record, "release_id": "60-120.topk"}), tuple(EV),
+                          settle=False).now(RideAlong())
     with pytest.raises(StateLost):
         outbox.publish_all([again])
     assert len(sent) == 2 and own_reads == [1]

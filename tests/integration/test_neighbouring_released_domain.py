@@ -88,7 +88,7 @@ class RawCountDomain(ReleasedDomainReader):
 
 
 def raw_counts(worker: Any) -> None:
-    broken = RawCountDomain(worker._client, worker.keys, worker.ledger, worker.scope_for, SIZE,
+    broken = RawCountDomain(worker.client, worker.keys, worker.ledger, worker.scope_for, SIZE,
                             lambda: worker.reader.schedule.start)
     for builder in worker.builders.values():
         if getattr(builder, "public_domain", None) is not None:

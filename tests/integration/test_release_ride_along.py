@@ -465,14 +465,21 @@ def test_a_worker_that_loses_the_window_after_its_poll_leaves_no_hold_behind(red
     assert b.run_once() is not None  # b released window 0 (scope indexed): its next guess is window 1
     set_watermark(redis_client, keys, 2 * SIZE)
     sent: list[Any] = []
-    reserve_later = b.outbox.reserve_later
+    reserve = b.outbox.reserve
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        pending = reserve_later(*args, **kwargs)
-        sent.append((args[1], pending))
-        return pending
+    def spy(scope: str, rid: str, events: tuple) -> Any:  # records the reservations queued on a ride-along
+        step = reserve(scope, rid, events)
+        later = step.later
 
-    monkeypatch.setattr(b.outbox, "reserve_later", spy)
+        def queued(ride: Any) -> Any:
+            pending = later(ride)
+            sent.append((rid, pending))
+            return pending
+
+        step.later = queued  # type: ignore[method-assign]
+        return step
+
+    monkeypatch.setattr(b.outbox, "reserve", spy)
     acquire = b.claims.acquire_then_read
 
     def a_first(*args: Any, **kwargs: Any) -> Any:
@@ -523,3 +530,26 @@ def test_the_first_window_of_a_budget_period_takes_the_same_round_trips_once_the
     for scope in (worker.scope_for(0), new_scope):
         report = ledger.verify(scope)
         assert report.ok and report.open_reservations == 0, report.problems
+
+
+def test_a_poll_on_a_redis_that_lost_the_ledger_stops_before_it_claims_or_charges(redis_client) -> None:
+    """The ledger epoch is read in the poll's round trip (stream_dp.release.ledger_guard): a Redis that lost
+    the ledger stops the pass there -- no claim, no reservation, no charge, nothing published -- instead of
+    charging on the wiped ledger and being stopped only at the publication (which a broken variant, the
+    poll without its epoch read, does: tried, this test then fails on the charge it left)."""
+    from stream_dp.release.ledger_guard import LedgerGuard, start_check
+    from stream_dp.release.topic_reader import TopicContents
+    from stream_dp.state_epochs import StateLost
+
+    cfg = make_cfg()
+    keys = Keys("t")
+    worker, pub, ledger = make_worker(redis_client, cfg, ListPublisher())
+    worker.outbox.guard = LedgerGuard(redis_client, keys,
+                                      start_check(redis_client, keys, TopicContents("releases", [], {0: 0}, {0: 0})))
+    write_window(redis_client, keys, 0, SIZE, window_counts(0))
+    set_watermark(redis_client, keys, SIZE)
+    redis_client.delete(keys.ledger_epoch())  # the ledger is gone (a FLUSHALL would take the window too)
+    with pytest.raises(StateLost):
+        worker.run_once()
+    assert pub.records == [] and ledger.scopes() == []  # nothing charged, nothing reserved, no scope touched
+    assert not redis_client.exists(keys.window_claim(0))  # and the window was never claimed

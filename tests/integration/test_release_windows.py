@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from stream_dp.store.keys import Keys
+from stream_dp.node_batches import RideAlong
 from stream_dp.release.claim import ClaimLost, WindowClaims
 from stream_dp.release.windows import Window, WindowReader
 from tests.support.windows import set_watermark, write_window
@@ -32,12 +33,18 @@ def test_reads_only_what_each_release_needs(redis_client) -> None:
     counts = {f"k{i}": float(i) for i in range(1, 1001)}
     write_window(redis_client, KEYS, 0, 60, counts)
     w = Window(0, 60)
-    top = reader.top_counts(w, 3)
+    top = reader.top_counts(w, 3).now()
     assert list(top.items()) == [("k1000", 1000.0), ("k999", 999.0), ("k998", 998.0)]
-    assert reader.counts_of(w, ["k5", "absent", "k7"]) == {"k5": 5.0, "absent": 0.0, "k7": 7.0}
+    assert reader.counts_of(w, ["k5", "absent", "k7"]).now() == {"k5": 5.0, "absent": 0.0, "k7": 7.0}
     whole = reader.all_counts(w, chunk=64)  # many chunks, last one partial
     assert len(whole) == 1000 and whole.as_dict() == counts
     assert whole.counts.dtype == np.float64
+    # the same reads queued on a ride-along (one command each): the same results as sent on their own
+    ride = RideAlong()
+    queued = [reader.top_counts(w, 3).later(ride), reader.counts_of(w, ["k5", "absent", "k7"]).later(ride),
+              reader.counts_of(w, []).later(ride)]
+    ride.flush(redis_client)
+    assert [q.value for q in queued] == [top, {"k5": 5.0, "absent": 0.0, "k7": 7.0}, {}]  # type: ignore[union-attr]
 
 
 def test_mark_released_needs_the_claim_and_sets_retention(redis_client) -> None:
@@ -189,7 +196,7 @@ def test_the_sample_reuses_the_top_that_topk_read_and_gets_the_same_classes_and_
     w = Window(0, 60)
     fresh = WindowReader(redis_client, keys=KEYS, size_seconds=60)
     reused = WindowReader(redis_client, keys=KEYS, size_seconds=60)
-    assert len(reused.top_counts(w, top_n)) == min(top_n, 3000)
+    assert len(reused.top_counts(w, top_n).now()) == min(top_n, 3000)
     hist = reused.count_histogram(w, chunk=7)
     assert hist == fresh.count_histogram(w, chunk=7)
     order = sorted(counts, key=lambda k: (counts[k], k.encode()))  # ZRANGE order

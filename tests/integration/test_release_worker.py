@@ -420,7 +420,7 @@ def test_sample_of_an_empty_window_is_released_empty_and_charged(redis_client) -
                                                     "epsilon": 2.0, "delta": 1e-6})
     worker, _, _ = make_worker(redis_client, cfg)
     builder = SampleBuilder(cfg)
-    data = builder.read(worker.reader, Window(0, SIZE), [])
+    data = builder.read(worker.reader, Window(0, SIZE), []).now()
     assert data[0] == []
     draft = builder.run(Window(0, SIZE), data, 1)
     assert draft.items == [] and draft.info == {"sampled": 0}
@@ -651,7 +651,7 @@ def test_a_state_stored_by_an_older_version_is_scrubbed_and_closed(redis_client)
     legacy = {"instance": 1, "scope": "p0", "svt": svt, "window": 0}
     redis_client.hset(keys.svt("alerts", "state"), mapping={"window": 0, "state": json.dumps(legacy)})
     store = AlertsStore(redis_client, keys=keys)
-    state = store.load()
+    state = store.from_stored(store.load().now())
     assert state is not None and state.closed and state.instance == 1
     assert "bit_generator" not in _dump_redis(redis_client)
 

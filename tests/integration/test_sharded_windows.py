@@ -15,6 +15,7 @@ from store_helpers import Log, apply_in_batches, random_log
 from stream_dp.config import ConfigError, WindowsConfig
 from stream_dp.dev.devstack import DevStack
 from stream_dp.ingest.store import Chunk, WindowStore
+from stream_dp.node_batches import RideAlong
 from stream_dp.store.bounding_log import decode_log, log_pieces
 from stream_dp.store.keys import Keys, shard_of
 from stream_dp.release.sampling import count_classes
@@ -95,9 +96,11 @@ def test_the_reader_merges_shards_exactly(redis_client):
     per_shard = [set(k.decode() for k in redis_client.zrange(Keys("four", 4).window_counts(0, s), 0, -1)) for s in range(4)]
     assert Counter(k for shard in per_shard for k in shard).most_common(1)[0][1] > 1
     for n in (1, 5, 17, 60, 500):
-        assert list(four.top_counts(w, n).items()) == list(one.top_counts(w, n).items())
+        assert list(four.top_counts(w, n).now().items()) == list(one.top_counts(w, n).now().items())
     watched = ["k1", "k7", "k30", "absent"]
-    assert four.counts_of(w, watched) == one.counts_of(w, watched)
+    assert four.counts_of(w, watched).now() == one.counts_of(w, watched).now()
+    # a sharded window's reads take rounds (one per shard, the threshold algorithm's): never one queued command
+    assert four.top_counts(w, 5).later(RideAlong()) is None and four.counts_of(w, watched).later(RideAlong()) is None
     assert four.all_counts(w).as_dict() == one.all_counts(w).as_dict()
     assert four.count_histogram(w) == one.count_histogram(w)
     classes = count_classes(four.count_histogram(w))
@@ -117,8 +120,8 @@ def test_the_summed_top_is_not_the_union_of_the_shards_tops(redis_client):
     for s, mine in enumerate(("k0", "k1", "k2")):
         redis_client.zadd(keys.window_counts(0, s), {mine: 10, "x": 9})
     reader = WindowReader(redis_client, keys=keys, size_seconds=SIZE)
-    assert reader.top_counts(Window(0, SIZE), 1) == {"x": 27.0}
-    assert list(reader.top_counts(Window(0, SIZE), 2).items()) == [("x", 27.0), ("k2", 10.0)]
+    assert reader.top_counts(Window(0, SIZE), 1).now() == {"x": 27.0}
+    assert list(reader.top_counts(Window(0, SIZE), 2).now().items()) == [("x", 27.0), ("k2", 10.0)]
 
 
 def test_a_restart_with_another_shard_count_is_refused(redis_client):

@@ -37,6 +37,7 @@ from stream_dp.accounting.events import (
 )
 from stream_dp.config import RELEASE_TYPES, Config, config_from_mapping
 from stream_dp.mechanisms import LimitedDomainTopk
+from stream_dp.node_batches import ReadStep
 from stream_dp.release.alerts import AlertsRun
 from stream_dp.release.budget_plan import plan_for
 from stream_dp.release.builders import BUILDERS, TopkBuilder, alerts_measurement, release_measurements
@@ -60,11 +61,11 @@ class MemoryWindow:
         # ZRANGE order: ascending count, then member
         self.ranked = sorted(counts, key=lambda k: (counts[k], k.encode()))
 
-    def top_counts(self, window: Window, n: int) -> dict[str, float]:
-        return {k: float(self.counts[k]) for k in list(reversed(self.ranked))[:n]}
+    def top_counts(self, window: Window, n: int) -> ReadStep:
+        return ReadStep(lambda: {k: float(self.counts[k]) for k in list(reversed(self.ranked))[:n]})
 
-    def counts_of(self, window: Window, keys: list[str]) -> dict[str, float]:
-        return {k: float(self.counts.get(k, 0)) for k in keys}
+    def counts_of(self, window: Window, keys: list[str]) -> ReadStep:
+        return ReadStep(lambda: {k: float(self.counts.get(k, 0)) for k in keys})
 
     def all_counts(self, window: Window) -> WindowCounts:
         return WindowCounts(list(self.counts), np.array([float(v) for v in self.counts.values()]))
@@ -367,7 +368,7 @@ def check_batch(case: Case, builder_type: Callable[[Config], Any], windows: int 
     seen: set[int] = set()
     for i in range(windows):
         window, counts = Window(i * SIZE, (i + 1) * SIZE), random_window(rng)
-        draft = builder.run(window, builder.read(MemoryWindow(counts), window, watch), rng)
+        draft = builder.run(window, builder.read(MemoryWindow(counts), window, watch).now(), rng)
         assert tuple(draft.events) == case.realized(cfg, draft), "the charged events are not the docs table's"
         assert_within(tuple(draft.events), reserved)
         seen.add(sum(getattr(e, "count", 1) for e in draft.events))
