@@ -38,7 +38,7 @@ from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from stream_dp.renamed_settings import BothSet, renamed
+from stream_dp.renamed_settings import BothSet, in_effect, renamed, shadowed_by
 from stream_dp.errors import StreamDPError
 from stream_dp.wire import DEFAULT_MESSAGE_MAX_BYTES
 
@@ -898,6 +898,7 @@ def config_from_mapping(data: Mapping[str, Any], *, environ: Mapping[str, str] |
     (5, 50)
     """
     overrides, applied = environment_overrides(os.environ if environ is None else environ)
+    data = shadowed_by(dict(data), set(applied))  # an environment variable overrides either name of a renamed key
     for name, value in data.items():
         if name in SECTIONS and not isinstance(value, Mapping) and not dataclasses.is_dataclass(value):
             raise ConfigError(f"{name} must be a table, got {type(value).__name__}")
@@ -914,7 +915,7 @@ def config_from_mapping(data: Mapping[str, Any], *, environ: Mapping[str, str] |
 def with_settings(config: Config, section: str, **changes: Any) -> Config:
     """``config`` with settings of one section changed, validated like a file's values (a failure is a
     :class:`ConfigError` naming the setting, e.g. a command-line flag's)."""
-    data = config.to_dict()
+    data = in_effect(config.to_dict())
     data[section].update(changes)
     return config_from_mapping(data, environ={})
 

@@ -10,7 +10,10 @@ The keys they replace keep working, each with one warning line naming its replac
   ``releases.histogram.epsilon`` (ε at δ′ = ``budget.delta_prime``) and ``delta`` (the threshold's δ), meant
   mechanism parameters: they keep that meaning (the release is calibrated as before) until they are replaced.
 
-Setting an old key and its replacement together is an error naming both.
+Setting an old key and its replacement together in one place is an error naming both. Across places the usual
+precedence holds: an environment variable (either name) overrides the file's key (either name), as it would
+override the same name (:func:`shadowed_by`); and a loaded config written back to a mapping (which carries
+the replacement's default beside a deprecated key in effect) keeps the deprecated key (:func:`in_effect`).
 
 >>> data = renamed("releases.sample", {"epsilon": 0.5, "tau": 0.01})
 >>> data
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any
+
 from stream_dp.errors import StreamDPError
 
 log = logging.getLogger("stream_dp.config")
@@ -84,3 +88,48 @@ def renamed(section: str, data: Any) -> Any:
         if meaning is None:
             out[new] = out.pop(old)
     return out
+
+
+def _section(data: Any, section: str) -> Any:
+    for part in section.split("."):
+        data = data.get(part) if isinstance(data, Mapping) else None
+    return data
+
+
+def shadowed_by(data: dict[str, Any], overridden: set[str]) -> dict[str, Any]:
+    """``data`` (a file's nested settings) without the keys an environment variable overrides under the other
+    name: with ``STREAM_DP_RELEASES__HISTOGRAM__EPSILON`` set, the file's ``window_epsilon`` gives way (and the
+    other way round), as the file's ``epsilon`` would. ``overridden``: the dotted names the environment sets.
+
+    >>> shadowed_by({"releases": {"topk": {"window_epsilon": 0.8, "k": 5}}}, {"releases.topk.epsilon"})
+    {'releases': {'topk': {'k': 5}}}
+    """
+    out = _copy(data)
+    for section, keys in RENAMED.items():
+        table = _section(out, section)
+        if not isinstance(table, dict):
+            continue
+        for old, (new, _) in keys.items():
+            if f"{section}.{old}" in overridden:
+                table.pop(new, None)
+            if f"{section}.{new}" in overridden:
+                table.pop(old, None)
+    return out
+
+
+def in_effect(data: dict[str, Any]) -> dict[str, Any]:
+    """A loaded config's mapping (``Config.to_dict``) ready to load again: where a deprecated key is in effect,
+    the replacement's default written beside it is dropped."""
+    out = _copy(data)
+    for section, keys in RENAMED.items():
+        table = _section(out, section)
+        if not isinstance(table, dict):
+            continue
+        for old, (new, _) in keys.items():
+            if table.get(old) is not None:
+                table.pop(new, None)
+    return out
+
+
+def _copy(data: Any) -> Any:
+    return {k: _copy(v) for k, v in data.items()} if isinstance(data, Mapping) else data

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from stream_dp.config import Config, config_from_mapping, load_config
+from stream_dp.renamed_settings import in_effect
 
 # Demo-sized defaults, used only when no --config is given (environment overrides still win): the
 # generated stream has ~8,000 ratings by ~1,050 users a day, so one-day windows (= one budget period each)
@@ -60,7 +61,7 @@ def config_to_toml(config: Config, header: str = "") -> str:
             if isinstance(v, Mapping):
                 table(f"{name}.{k}", v)
 
-    for section, data in config.to_dict().items():
+    for section, data in in_effect(config.to_dict()).items():
         table(section, data)
     return "\n".join(lines).lstrip("\n") + "\n"
 

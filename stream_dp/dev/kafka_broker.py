@@ -224,10 +224,15 @@ def format_storage(nodes: list[KafkaNode], libs: Path, overrides: dict[str, str]
 
 
 def _random_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what StorageTool prints)."""
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what StorageTool prints), never
+    starting with '-' -- as Kafka's own ``Uuid.randomUuid`` (about one id in 64 does): the storage tool's
+    command line would read such an id as an option (``argument --cluster-id/-t: expected one argument``)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def wait_ready(bootstrap: str, expected_brokers: int, *, deadline: float,

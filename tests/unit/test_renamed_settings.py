@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from stream_dp import renamed_settings
-from stream_dp.config import ConfigError, config_from_mapping
+from stream_dp.config import ConfigError, config_from_mapping, load_config, with_settings
 from stream_dp.renamed_settings import RENAMED
 
 
@@ -54,3 +54,25 @@ def test_the_default_file_uses_only_the_new_names(caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="stream_dp.config"):
         load_config(None, environ={})
     assert not caplog.records
+
+
+def test_an_environment_variable_overrides_the_files_key_under_either_name() -> None:
+    """The shipped file sets the window budget; an operator's deprecated variable overrides it, as a variable of
+    the same name would (and a new-name variable overrides a file's deprecated key). Both names in one place
+    stay refused (above)."""
+    cfg = load_config(None, environ={"STREAM_DP_RELEASES__HISTOGRAM__EPSILON": "2.0",
+                                     "STREAM_DP_RELEASES__TOPK__DELTA": "1e-6"})
+    assert (cfg.releases.histogram.epsilon, cfg.releases.topk.delta) == (2.0, 1e-6)
+    old_file = {"releases": {"sample": {"enabled": True, "epsilon": 0.3}}}
+    cfg = config_from_mapping(old_file, environ={"STREAM_DP_RELEASES__SAMPLE__WINDOW_EPSILON": "0.7"})
+    assert cfg.releases.sample.window_epsilon == 0.7
+
+
+def test_a_config_with_a_deprecated_key_in_effect_survives_a_change_of_another_setting() -> None:
+    """The release worker changes settings of a loaded config (with_settings: written back to a mapping, which
+    carries the replacement's default beside the deprecated key): the deprecated key stays in effect, not an
+    error. (Without in_effect every worker configured with an old key exited 2 at start.)"""
+    cfg = config_from_mapping({"releases": {"topk": {"enabled": True, "epsilon": 1.0, "delta": 1e-6}}}, environ={})
+    changed = with_settings(cfg, "release", poll_interval_seconds=0.3)
+    assert (changed.releases.topk.epsilon, changed.releases.topk.delta) == (1.0, 1e-6)
+    assert changed.release.poll_interval_seconds == 0.3
