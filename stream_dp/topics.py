@@ -165,7 +165,26 @@ def create(cfg: KafkaConfig, roles: tuple[str, ...] = ROLES, *, admin: Any = Non
                 raise TopicContractError(f"topic {name!r}: could not be created: {exc.args[0].str()}") from None
     for name in created:
         log.info("created topic %s", name)
+    _visible(admin, created)
     return created
+
+
+def _visible(admin: Any, names: list[str], *, deadline_s: float = ADMIN_TIMEOUT_SECONDS,
+             streak: int = 3, interval_s: float = 0.2) -> None:
+    """Return once the metadata of ``streak`` consecutive requests lists every topic of ``names``: a broker of a
+    cluster learns a new topic from the controller a moment after the creation is acknowledged, and a check that
+    asks such a broker first (``topics create`` checks right away; a worker starts right after) would find the
+    topic "missing". Gives up quietly at ``deadline_s`` (the check then says what it sees)."""
+    import time
+
+    if not names:
+        return
+    end, seen = time.monotonic() + deadline_s, 0
+    while seen < streak and time.monotonic() < end:
+        listed = admin.list_topics(timeout=ADMIN_TIMEOUT_SECONDS).topics
+        seen = seen + 1 if all(name in listed for name in names) else 0
+        if seen < streak:
+            time.sleep(interval_s)
 
 
 def _renamed(spec: TopicSpec, names: dict[str, str] | None) -> TopicSpec:
