@@ -31,6 +31,7 @@ topic by accident.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,8 +176,6 @@ def _visible(admin: Any, names: list[str], *, deadline_s: float = ADMIN_TIMEOUT_
     cluster learns a new topic from the controller a moment after the creation is acknowledged, and a check that
     asks such a broker first (``topics create`` checks right away; a worker starts right after) would find the
     topic "missing". Gives up quietly at ``deadline_s`` (the check then says what it sees)."""
-    import time
-
     if not names:
         return
     end, seen = time.monotonic() + deadline_s, 0

@@ -182,8 +182,8 @@ def test_replay_counts_the_sends_a_broker_refuses_as_errors(tmp_path, bootstrap_
         pytest.skip("Tansu accepts any record timestamp; Apache Kafka 4's refusal is what is tested")
     now = int(time.time())
     path = tmp_path / "events.csv"
-    # the refused records share users (so partitions, so batches) with valid ones: Kafka refuses a batch with
-    # an invalid record whole, and replay sends its valid records again
+    # the refused records share users (so partitions, so batches) with valid ones: sent, they would make Kafka
+    # refuse those batches whole; replay keeps them back, so every valid record lands
     rows = [f"u{i % 10},k,{now - 60}" for i in range(30)] + [f"u{i % 10},k,{now + 3 * 3600}" for i in range(20)]
     rows = [row for pair in zip(rows[:20], rows[30:]) for row in pair] + rows[20:30]
     path.write_text("user,key,ts\n" + "\n".join(rows) + "\n")

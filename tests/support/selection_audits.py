@@ -60,6 +60,12 @@ def ldt_epsilon(*, broken: bool = False, trials: int = 20_000, rng: int = 2,
                          delta=0.0, trials=trials, confidence=confidence, rng=rng)
 
 
+def _winner_and_gap(output):
+    """A Top-1 with Gap output's events: "winner w with gap >= t", t in {0, 1, 2, 3}."""
+    key, gap = output
+    return frozenset((key, f"gap>={t}") for t in (0, 1, 2, 3) if gap >= t)
+
+
 def noisy_topk(*, broken: bool = False, trials: int = 20_000, rng: int = 3,
                confidence: float = 0.999) -> AuditResult:
     """Noisy Top-1 with Gap, monotone Laplace (scale k/ε = 1 at ε = 1): x = {a: 0, b: 0} vs x′ = {a: 1,
@@ -70,11 +76,8 @@ def noisy_topk(*, broken: bool = False, trials: int = 20_000, rng: int = 3,
     def mechanism(values, generator):
         return noisy_topk_with_gap(values, k=1, epsilon=run_epsilon, monotone=True, rng=generator)[0]
 
-    def events(output):
-        key, gap = output
-        return frozenset((key, f"gap>={t}") for t in (0, 1, 2, 3) if gap >= t)
     return audit_privacy(mechanism, {"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 0.0}, epsilon=1.0, delta=0.0,
-                         trials=trials, event=events, multi_label=True, confidence=confidence,
+                         trials=trials, event=_winner_and_gap, multi_label=True, confidence=confidence,
                          rng=rng)
 
 
@@ -89,11 +92,8 @@ def noisy_topk_discrete(*, broken: bool = False, trials: int = 20_000, rng: int 
         return noisy_topk_with_gap(values, k=1, epsilon=run_epsilon, monotone=True, noise="geometric",
                                    rng=generator)[0]
 
-    def events(output):
-        key, gap = output
-        return frozenset((key, f"gap>={t}") for t in (0, 1, 2, 3) if gap >= t)
     return audit_privacy(mechanism, {"a": 0, "b": 0}, {"a": 1, "b": 0}, epsilon=1.0, delta=0.0,
-                         trials=trials, event=events, multi_label=True, confidence=confidence,
+                         trials=trials, event=_winner_and_gap, multi_label=True, confidence=confidence,
                          rng=rng)
 
 
@@ -108,11 +108,8 @@ def em_gap(*, broken: bool = False, trials: int = 20_000, rng: int = 4,
     def mechanism(scores, generator):
         return em_with_gap(scores, epsilon=run_epsilon, rng=generator)
 
-    def events(output):
-        key, gap = output
-        return frozenset((key, f"gap>={t}") for t in (0, 1, 2, 3) if gap >= t)
     return audit_privacy(mechanism, {"a": 0.0, "b": 1.0}, {"a": 1.0, "b": 0.0}, epsilon=1.0, delta=0.0,
-                         trials=trials, event=events, multi_label=True, confidence=confidence, rng=rng)
+                         trials=trials, event=_winner_and_gap, multi_label=True, confidence=confidence, rng=rng)
 
 
 def histogram_threshold_delta(*, broken: bool = False, trials: int = 20_000, rng: int = 5,
