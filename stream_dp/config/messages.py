@@ -77,7 +77,8 @@ def _allowed(error: Mapping[str, Any], loc: list[str], kind: str) -> str:
     bounds = _bounds(info) if info is not None and kind in _CONSTRAINT_ERRORS else None
     if bounds is not None:
         return f"{bounds} ({info.description})" if info is not None and info.description else bounds
-    return _TYPE_WORDS.get(kind, error["msg"].removeprefix("Input should be ").removeprefix("Value error, "))
+    message: str = error["msg"]
+    return _TYPE_WORDS.get(kind, message.removeprefix("Input should be ").removeprefix("Value error, "))
 
 
 def _describe(error: Mapping[str, Any], applied: Mapping[str, str]) -> str:

@@ -40,7 +40,8 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain TOML-able values: secrets revealed, ``redis.url`` a plain ``str``."""
-        return _plain(dataclasses.asdict(self))
+        data: dict[str, Any] = _plain(dataclasses.asdict(self))
+        return data
 
 
 def _plain(value: Any) -> Any:
