@@ -5,17 +5,19 @@ and the rule that a learned domain learns only from enabled types) -- read by th
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
 from pydantic import model_validator
 
 from stream_dp.config.fields import Count, Flag, Number, Str, Texts, check, rule_error, section
 from stream_dp.config.releases import (AlertsConfig, ArgmaxConfig, LearnedDomainSettings, SampleConfig, TopkConfig,
-                                       WatchTopkConfig, _positive, _probability, _renamed)
+                                       RenamedKeys, WatchTopkConfig, _positive, _probability)
 
 
 @section
-class HistogramConfig(LearnedDomainSettings):
+class HistogramConfig(LearnedDomainSettings, RenamedKeys):
+    section_name: ClassVar[str] = "releases.histogram"
+
     # on by default: a domain learned from what earlier windows published costs nothing and wins on small windows
     # (docs/privacy.md §10; docs/evaluation, experiment 2b)
     domain_from_released: Flag = True
@@ -39,11 +41,6 @@ class HistogramConfig(LearnedDomainSettings):
     domain_file: Str = ""  # a file of public keys, one per line, added to domain
     epsilon: Number | None = None  # deprecated (renamed_settings.py): ε at δ′ = budget.delta_prime
     delta: Number | None = None  # deprecated: δ of the threshold
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return _renamed("releases.histogram", data)
 
     @model_validator(mode="after")
     def _rules(self) -> HistogramConfig:

@@ -12,7 +12,7 @@ the type in one window is (ε, δ)-DP on its own; the mechanism's parameters are
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import model_validator
 
@@ -34,13 +34,19 @@ def _probability(value: float | None) -> bool:
     return isinstance(value, (int, float)) and 0 < value < 1
 
 
-def _renamed(section_name: str, data: Any) -> Any:
-    """A release section's ``mode="before"`` step: deprecated keys warned about and renamed (an old key and its
-    replacement together: an error naming both)."""
-    try:
-        return renamed(section_name, data)
-    except BothSet as exc:
-        raise rule_error(str(exc).removeprefix("must be "), setting=exc.old, value=data[exc.old]) from None
+class RenamedKeys:
+    """A release section with deprecated keys (stream_dp/renamed_settings.py): before validation they are warned
+    about and renamed; an old key and its replacement together are an error naming both."""
+
+    section_name: ClassVar[str]  # e.g. "releases.topk"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        try:
+            return renamed(cls.section_name, data)
+        except BothSet as exc:
+            raise rule_error(str(exc).removeprefix("must be "), setting=exc.old, value=data[exc.old]) from None
 
 
 @section
@@ -66,7 +72,9 @@ class LearnedDomainSettings:
 
 
 @section
-class TopkConfig(LearnedDomainSettings):
+class TopkConfig(LearnedDomainSettings, RenamedKeys):
+    section_name: ClassVar[str] = "releases.topk"
+
     enabled: Flag = False
     k: Count = 10
     k_bar: Count = 100
@@ -85,11 +93,6 @@ class TopkConfig(LearnedDomainSettings):
     @property
     def has_domain(self) -> bool:
         return bool(self.domain or self.domain_file or self.domain_from_released)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return _renamed("releases.topk", data)
 
     @model_validator(mode="after")
     def _rules(self) -> TopkConfig:
@@ -138,17 +141,14 @@ class AlertsConfig(LearnedDomainSettings):
 
 
 @section
-class SampleConfig:
+class SampleConfig(RenamedKeys):
+    section_name: ClassVar[str] = "releases.sample"
+
     enabled: Flag = False
     scheme: Literal["pps", "ppswor", "none"] = "pps"  # pps (priority), ppswor, none
     tau: Number = 0.01
     window_epsilon: Number = 0.5  # window budget (calibrated per key to ε / max_keys_per_user)
     window_delta: Number = 1e-7  # window budget (per key δ / max_keys_per_user)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return _renamed("releases.sample", data)
 
     @model_validator(mode="after")
     def _rules(self) -> SampleConfig:
@@ -159,15 +159,12 @@ class SampleConfig:
 
 
 @section
-class ArgmaxConfig:
+class ArgmaxConfig(RenamedKeys):
+    section_name: ClassVar[str] = "releases.argmax"
+
     enabled: Flag = False
     window_epsilon: Number = 0.5  # window budget of the (ε, δ)-DP release
     window_delta: Number = 1e-6
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return _renamed("releases.argmax", data)
 
     @model_validator(mode="after")
     def _rules(self) -> ArgmaxConfig:
@@ -178,17 +175,14 @@ class ArgmaxConfig:
 
 
 @section
-class WatchTopkConfig:
+class WatchTopkConfig(RenamedKeys):
+    section_name: ClassVar[str] = "releases.watch_topk"
+
     enabled: Flag = False
     k: Count = 5
     window_epsilon: Number = 0.5  # window budget, pure ε-DP
     # geometric (discrete Laplace, integer gaps; the default), laplace, exponential
     noise: Literal["geometric", "laplace", "exponential"] = "geometric"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return _renamed("releases.watch_topk", data)
 
     @model_validator(mode="after")
     def _rules(self) -> WatchTopkConfig:
