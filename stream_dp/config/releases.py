@@ -12,7 +12,7 @@ the type in one window is (ε, δ)-DP on its own; the mechanism's parameters are
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import model_validator
 
@@ -20,10 +20,11 @@ from stream_dp.config.fields import Count, Flag, Number, Str, Texts, check, rule
 from stream_dp.renamed_settings import BothSet, renamed
 
 Noise = Literal["laplace", "exponential", "geometric"]
-NOISES: tuple[str, ...] = ("laplace", "exponential", "geometric")
+NOISES: tuple[str, ...] = get_args(Noise)
+DomainOrder = Literal["recent", "frequent"]
+DOMAIN_ORDERS: tuple[str, ...] = get_args(DomainOrder)
 #: Release types whose published keys a released domain may learn from (``domain_sources``).
 DOMAIN_SOURCE_TYPES = ("topk", "histogram", "argmax")
-DOMAIN_ORDERS = ("recent", "frequent")
 
 
 def _positive(value: float | None) -> bool:
@@ -46,7 +47,7 @@ class RenamedKeys:
         try:
             return renamed(cls.section_name, data)
         except BothSet as exc:
-            raise rule_error(str(exc).removeprefix("must be "), setting=exc.old, value=data[exc.old]) from None
+            raise rule_error(str(exc), setting=exc.old, value=data[exc.old]) from None
 
 
 @section
@@ -59,7 +60,7 @@ class LearnedDomainSettings:
     domain_sources: Texts = ()  # release types learned from; [] = this type (alerts: topk)
     domain_memory_windows: Count = 4  # keys published in this many windows before the current one (then they age out)
     domain_max_keys: Count = 1000  # at most this many learned keys (the first by domain_order)
-    domain_order: Literal["recent", "frequent"] = "recent"  # recent: latest window first; frequent: most windows first
+    domain_order: DomainOrder = "recent"  # recent: latest window first; frequent: most windows first
 
     @model_validator(mode="after")
     def _learned_domain_rules(self) -> LearnedDomainSettings:
