@@ -50,7 +50,7 @@ def redis_client(cfg: RedisConfig, **overrides: Any) -> redis.Redis:
     if cfg.username:
         opts["username"] = cfg.username
     if cfg.password:
-        opts["password"] = cfg.password
+        opts["password"] = cfg.password.get_secret_value()
     if cfg.ssl_ca_certs:
         opts["ssl_ca_certs"] = cfg.ssl_ca_certs
     opts.update(overrides)
@@ -162,7 +162,7 @@ def confluent_client_settings(cfg: KafkaConfig) -> dict[str, Any]:
                             "allow.auto.create.topics": False}  # as NO_AUTO_CREATE (librdkafka producers: true)
     if cfg.sasl_mechanism:
         conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_username,
-                     "sasl.password": cfg.sasl_password})
+                     "sasl.password": cfg.sasl_password.get_secret_value()})
     for name, key in (("ssl_cafile", "ssl.ca.location"), ("ssl_certfile", "ssl.certificate.location"),
                       ("ssl_keyfile", "ssl.key.location")):
         if getattr(cfg, name):

@@ -68,7 +68,8 @@ def _secret_values(cfg: Any) -> list[str]:
     values = []
     for dotted in SECRET_SETTINGS:
         section, name = dotted.split(".")
-        values.append(getattr(getattr(cfg, section), name))
+        secret = getattr(getattr(cfg, section), name)  # a pydantic SecretStr
+        values.append(secret.get_secret_value() if hasattr(secret, "get_secret_value") else secret)
     for dotted in URL_SETTINGS:
         section, name = dotted.split(".")
         url = getattr(getattr(cfg, section), name)

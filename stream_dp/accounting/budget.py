@@ -21,7 +21,7 @@ from typing import Any
 
 from stream_dp.accounting.composition import Spent, compose, zcdp_to_epsilon
 from stream_dp.accounting.events import DpEvent
-from stream_dp.config import ConfigError
+from stream_dp.errors import ConfigError
 
 LIFETIME_SCOPE = "lifetime"
 
@@ -120,7 +120,7 @@ def check_budget_covers(cap: BudgetCap, events: Iterable[DpEvent]) -> None:
     >>> check_budget_covers(BudgetCap(0.5, 1e-5, 1e-7), [PureDpEvent(1.0)])
     Traceback (most recent call last):
     ...
-    stream_dp.config.ConfigError: budget.epsilon = 0.5 is smaller than one release costs (epsilon 1 ...)
+    stream_dp.errors.ConfigError: budget.epsilon = 0.5 is smaller than one release costs (epsilon 1 ...)
     """
     events = list(events)
     spent = compose(events)

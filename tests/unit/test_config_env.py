@@ -7,9 +7,10 @@ import fnmatch
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_origin, get_type_hints
 
 import pytest
+from pydantic import SecretStr
 
 from stream_dp.config import (DEFAULT_CONFIG_PATH, Config, ConfigError, config_from_mapping, load_config)
 from stream_dp.renamed_settings import RENAMED
@@ -27,6 +28,8 @@ def settings(cls: type = Config, prefix: tuple[str, ...] = ()) -> list[tuple[tup
         if f.name in RENAMED.get(".".join(prefix), {}):
             continue
         typ = hints[f.name]
+        if get_origin(typ) is Literal:  # an enumeration: its values are strings
+            typ = str
         if dataclasses.is_dataclass(typ):
             out += settings(typ, prefix + (f.name,))
         else:
@@ -79,6 +82,9 @@ def other_value(dotted: str, typ: Any, default: Any) -> tuple[str, Any]:
     if typ is float:
         value = default / 2 if default else 0.5
         return repr(value), value
+    if typ is SecretStr:  # compared by the secret's value
+        value = f"{dotted.rsplit('.', 1)[-1]}-12345"
+        return value, SecretStr(value)
     if typ is str:
         value = STRING_VALUES.get(dotted, f"{dotted.rsplit('.', 1)[-1]}-12345")
         return value, value
@@ -122,8 +128,8 @@ def test_numeric_looking_text_stays_a_string_for_string_settings():
     cfg = config_from_mapping({}, environ={"STREAM_DP_REDIS__PASSWORD": "12345",
                                            "STREAM_DP_KAFKA__SASL_PASSWORD": "true",
                                            "STREAM_DP_KAFKA__CLIENT_ID": '"quoted id"'})
-    assert cfg.redis.password == "12345"
-    assert cfg.kafka.sasl_password == "true"
+    assert cfg.redis.password.get_secret_value() == "12345"
+    assert cfg.kafka.sasl_password.get_secret_value() == "true"
     assert cfg.kafka.client_id == "quoted id"
 
 
@@ -177,6 +183,12 @@ BAD = [
     ("releases.sample.window_delta", "0", "(0, 1)"),
     ("metrics.port", "70000", "[0, 65535]"),
     ("metrics.host", '""', "non-empty"),
+    # the allowed values are read from the field's pydantic constraints, its description explains them
+    ("windows.log_segment_bytes", "512", "in [1024, 268435456] (half of Redis's 512 MB string cap), got 512"),
+    ("budget.lifetime_epsilon", "-1", ">= 0 (0 disables it), got -1"),
+    ("kafka.sasl_mechanism", "GSSAPI", "empty or one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, got 'GSSAPI'"),
+    ("ingest.kafka_client", "librdkafka", "'kafka-python' or 'confluent', got 'librdkafka'"),
+    ("kafka.replication_factor", "0", '"auto" (min(3, brokers)) or an integer >= 1, got 0'),
     # wrong types
     ("releases.topk.k", "ten", "integer"),
     ("releases.topk.enabled", "yes", "true or false"),
@@ -272,7 +284,8 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def test_default_file_sets_every_setting_to_the_code_default():
     """Without any file the code defaults apply; they must equal the documented file (no drift)."""
     in_file = flatten(tomllib.loads(CONFIG_FILE.read_text()))
-    in_code = {".".join(p): (list(d) if isinstance(d, tuple) else d) for p, _, d in ALL_SETTINGS}
+    in_code = {".".join(p): (list(d) if isinstance(d, tuple) else d.get_secret_value() if isinstance(d, SecretStr) else d)
+               for p, _, d in ALL_SETTINGS}
     assert set(in_file) == set(in_code), "settings missing from / unknown to config/stream-dp.toml"
     assert in_file == in_code
     assert load_config(CONFIG_FILE, environ={}) == Config()

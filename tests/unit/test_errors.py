@@ -75,3 +75,33 @@ def test_the_root_module_imports_nothing():
     tree = ast.parse((ROOT / "stream_dp" / "errors.py").read_text(encoding="utf-8"))
     imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
     assert [getattr(n, "module", None) for n in imports] == ["__future__"]
+
+
+NUMPY_ONLY = """
+import importlib, pkgutil, sys
+import stream_dp.mechanisms as mechanisms
+for info in pkgutil.walk_packages(mechanisms.__path__, "stream_dp.mechanisms."):
+    importlib.import_module(info.name)
+import stream_dp.accounting.budget, stream_dp.accounting.composition, stream_dp.accounting.events
+print(sorted({name.split(".")[0] for name in sys.modules} & {"pydantic", "pydantic_settings", "redis", "kafka"}))
+"""
+
+
+def test_the_numpy_only_mechanisms_and_the_budget_arithmetic_load_no_settings_or_io_code():
+    """``accounting/budget.py`` raises :class:`~stream_dp.errors.ConfigError` for a budget smaller than one
+    release; the class lives in the exception root, so the mechanisms and the budget arithmetic load neither
+    pydantic nor a client library (tried: with budget.py importing ``stream_dp.config.ConfigError`` again, as it
+    did, this prints ['pydantic', 'pydantic_settings'])."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", NUMPY_ONLY], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_config_error_is_one_class_under_both_names():
+    from stream_dp.config import ConfigError as from_config
+    from stream_dp.errors import ConfigError
+
+    assert from_config is ConfigError and issubclass(ConfigError, ValueError) and issubclass(ConfigError, StreamDPError)

@@ -98,6 +98,37 @@ def test_config_repr_hides_secrets() -> None:
         assert secret not in repr(cfg)
 
 
+def test_secrets_are_pydantic_secrets_and_the_url_repr_masks_its_password() -> None:
+    """The passwords are ``SecretStr`` (their ``str``, ``repr`` and %-formatting show asterisks; a client asks
+    for the value), and ``redis.url`` is a string whose ``repr`` -- what a dataclass dump shows -- masks the
+    password, while the URL itself stays whole for the clients and for a config file written for a child."""
+    cfg = config_from_mapping({"redis": {"url": f"redis://:{URL_PW}@h/0", "password": REDIS_PW},
+                               "kafka": {"sasl_password": SASL, "sasl_mechanism": "PLAIN"}}, environ={})
+    for shown in (repr(cfg.redis), repr(cfg.kafka), str(cfg.redis.password), f"{cfg.kafka.sasl_password}",
+                  "%s %r" % (cfg.redis.password, cfg.kafka.sasl_password)):
+        for secret in (SASL, REDIS_PW, URL_PW):
+            assert secret not in shown, shown
+    assert "redis://:***@h/0" in repr(cfg.redis)
+    assert cfg.redis.password.get_secret_value() == REDIS_PW
+    assert cfg.kafka.client_options()["sasl_plain_password"] == SASL
+    assert str(cfg.redis.url) == f"redis://:{URL_PW}@h/0"
+    assert URL_PW in repr(str(cfg.redis.url))  # broken variant: the plain string's repr leaks, as the field's did
+    data = cfg.to_dict()  # a child's config file carries the values, as plain strings
+    assert (data["redis"]["password"], data["kafka"]["sasl_password"]) == (REDIS_PW, SASL)
+    assert type(data["redis"]["url"]) is str and type(data["redis"]["password"]) is str
+    assert redact.redacted_config(cfg)["redis"]["password"] == "***"
+
+
+def test_a_validation_error_never_shows_a_secret() -> None:
+    """Wrong-typed or out-of-range secrets, and a section built by hand, are named without their value."""
+    with pytest.raises(ConfigError, match="kafka.sasl_password must be a string .value not shown") as err:
+        config_from_mapping({"kafka": {"sasl_password": 4711_0815}}, environ={})
+    assert "47110815" not in str(err.value)
+    with pytest.raises(ConfigError, match="redis.url must be empty or a redis://") as err:
+        config_from_mapping({}, environ={"STREAM_DP_REDIS__URL": f"https://u:{URL_PW}@h/0"})
+    assert URL_PW not in str(err.value) and "STREAM_DP_REDIS__URL" in str(err.value)
+
+
 def _log_through(filtered: bool) -> str:
     cfg = config_from_mapping({"redis": {"url": f"redis://:{URL_PW}@h/0", "password": REDIS_PW},
                                "kafka": {"sasl_password": SASL}}, environ={})
