@@ -1,8 +1,10 @@
 """Development tooling, shipped for the CLI but never imported by the production path.
 
 - :mod:`stream_dp.dev.devstack` -- a local Kafka-protocol broker (embedded Tansu, or Apache Kafka through
-  :mod:`stream_dp.dev.kafka_broker`) and redis-server: ``stream-dp devstack``, the integration tests'
-  fixtures, the benchmarks;
+  :mod:`stream_dp.dev.kafka_broker`) and redis-server: the integration tests' fixtures, the benchmarks, the
+  demo; its components (:mod:`stream_dp.dev.components`), each a child process on its port
+  (:mod:`stream_dp.dev.service`); ``stream-dp devstack up|down|status``'s detached stack
+  (:mod:`stream_dp.dev.detached`);
 - :mod:`stream_dp.dev.demo` -- ``stream-dp demo``: the whole service on a dev stack, with its settings
   (:mod:`stream_dp.dev.demo_config`) and a generated MovieLens-style stream (:mod:`stream_dp.dev.demo_data`).
 
