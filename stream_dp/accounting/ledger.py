@@ -4,7 +4,8 @@ Every release is paid for before anyone can see it, exactly once. Per scope (a b
 ``2026-11-29``, see :func:`scope_for`; optionally also the ``lifetime`` scope) Redis holds the committed
 totals (ρ, δ of approximate zCDP and Σε, Σδ of basic composition), an append-only event log (a stream with
 one entry per charge, reservation, settlement and cancellation), the first result of every release id, the
-stored release payloads (the outbox) and the open reservations.
+stored release payloads (the outbox) and the open reservations. The guarantee and its argument:
+docs/privacy.md §4 ("Charged before visible, exactly once"); the composition it sums: §3.
 
 Each operation is ONE Lua script over keys of one hash tag ``{ledger:<scope>}`` (cluster-friendly): it
 checks the cap with the rule of :mod:`stream_dp.accounting.budget`, and only then writes totals, log, first
