@@ -140,11 +140,11 @@ def with_devstack(cfg: Config) -> Config:
     """``cfg`` with ``kafka.bootstrap_servers`` / ``redis.url`` filled in from a running ``stream-dp devstack``
     when they are empty (logged, so nobody wonders where a worker connected). Unchanged otherwise.
 
-    A configured deployment (both addresses set) never loads :mod:`stream_dp.dev.devstack`; otherwise only its
+    A configured deployment (both addresses set) never loads :mod:`stream_dp.dev.detached`; otherwise only its
     state file is read, nothing is started."""
     if cfg.kafka.bootstrap_servers and cfg.redis.url:
         return cfg
-    from stream_dp.dev.devstack import running_addresses, state_path
+    from stream_dp.dev.detached import running_addresses, state_path
 
     found = running_addresses()
     if found is None:

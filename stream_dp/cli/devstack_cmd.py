@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from stream_dp.dev import devstack
+from stream_dp.dev import detached, devstack
 from stream_dp.dev.kafka_broker import KAFKA_VERSION, LIBS_VARIABLE
 
 EXAMPLES = """\
@@ -39,17 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    state = devstack.state_path(args.state)
+    state = detached.state_path(args.state)
     if args.action == "up":
         try:
-            info = devstack.up(args.broker, state)
+            info = detached.up(args.broker, state)
         except devstack.DevStackError as exc:
             print(f"devstack error: {exc}", file=sys.stderr)
             return 1
     elif args.action == "down":
-        info = devstack.down(state)
+        info = detached.down(state)
     else:
-        info = devstack.status(state)
+        info = detached.status(state)
     shown = {k: v for k, v in info.items() if k != "components"}  # argv/ports for restarts: state file only
     shown["state"] = str(state)
     print(json.dumps(shown, indent=2))

@@ -19,6 +19,10 @@ What it runs is the production path, not a toy:
 6. unless turned off, ``stream-dp dashboard`` runs as a process too (a subscriber of the releases topic)
    and its URL is printed (``dashboard.port``, 8050 by default, or a free port if that one is taken).
 
+This module runs those steps in order and stops them in order; the worker processes are
+:mod:`stream_dp.dev.demo_workers`', the stream and its replay :mod:`stream_dp.dev.demo_feed`'s, the printing of
+releases :mod:`stream_dp.dev.demo_follow`'s, the options and the config :mod:`stream_dp.dev.demo_config`'s.
+
 Ctrl-C stops it in order: replay, workers (SIGTERM: they finish their batch and commit), then the dev stack.
 The workers and the dev stack run in process groups of their own, so the terminal's SIGINT reaches only the
 demo, which stops them in that order; a second Ctrl-C kills everything at once. Bounded runs
@@ -28,151 +32,33 @@ demo, which stops them in that order; a second Ctrl-C kills everything at once. 
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from stream_dp.config import Config
-from stream_dp.dev.demo_config import catalogue_domain, config_to_toml, demo_config
+from stream_dp.dev.demo_config import DemoOptions, catalogue_domain, config_to_toml, demo_config
+from stream_dp.dev.demo_feed import ReplayFeed, load_events, speedup_for
+from stream_dp.dev.demo_follow import ReleaseFollower
+from stream_dp.dev.demo_workers import WORKERS, WorkerProcess, pick_port
 from stream_dp.dev.devstack import DevStack
-from stream_dp.processes import die_with_parent, free_port
 from stream_dp.redact import redact_url
 from stream_dp.schedule import window_start
 from stream_dp.tables import counted
 
+__all__ = ["Demo", "DemoOptions", "install_sigint"]
+
 log = logging.getLogger(__name__)
 
-WORKERS = ("ingest", "release")
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
-
-
-# --------------------------------------------------------------------------------------------------
-# Worker processes
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class WorkerProcess:
-    """One worker started as ``python -m workers.<name> --config FILE`` in a process group of its own."""
-
-    name: str
-    config_path: Path
-    metrics_port: int
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}  # the file is final
-        env["STREAM_DP_METRICS__PORT"] = str(self.metrics_port)
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", f"workers.{self.name}", "--config", str(self.config_path)],
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                process_group=0, preexec_fn=die_with_parent)
-
-    def wait_ready(self, deadline: float) -> None:
-        """Poll /metrics until it answers; fail with the log's tail if the process exits first."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        while True:
-            if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"the {self.name} worker exited while starting; its log:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the {self.name} worker did not serve {url} in time; its log:\n{self.log_tail()}")
-            time.sleep(0.1)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive:
-            self.proc.send_signal(sig)  # type: ignore[union-attr]
-
-    def wait(self, timeout: float) -> bool:
-        if self.proc is None:
-            return True
-        try:
-            self.proc.wait(timeout=max(timeout, 0))
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-
-    def kill(self) -> None:
-        if self.alive:
-            self.proc.kill()  # type: ignore[union-attr]
-            self.proc.wait()  # type: ignore[union-attr]
-
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
-
-
-def _port(preferred: int, taken: set[int]) -> int:
-    """``preferred`` if it is free (and not already handed out), else any free port."""
-    import socket
-
-    if preferred and preferred not in taken:
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the metrics server does
-            try:
-                sock.bind(("127.0.0.1", preferred))
-                return preferred
-            except OSError:
-                pass
-    port = free_port()
-    while port in taken:
-        port = free_port()
-    return port
-
-
-# --------------------------------------------------------------------------------------------------
-# The run
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class DemoOptions:
-    config_path: str | None = None
-    input_path: str | None = None  # None: the generated stream
-    input_format: str | None = None
-    user_column: str | None = None
-    key_column: str | None = None
-    time_column: str | None = None
-    time_unit: str = "s"
-    seed: int = 7
-    days: int = 28
-    users: int = 6000
-    movies: int = 3000
-    seconds_per_window: float = 3.0  # pacing: one window of event time per this many seconds
-    speedup: float | None = None  # explicit event-time speed-up (overrides seconds_per_window)
-    fast: bool = False  # no pacing at all
-    windows: int | None = None  # stop after this many windows were released
-    duration: float | None = None  # stop after this many seconds
-    metrics_port: int = 9108  # ingest gets this port, release the next one (or free ports if taken)
-    workdir: str | None = None  # keep the generated config and logs here
-    color: bool = False
-    dashboard: bool = True  # also serve `stream-dp dashboard` (a subscriber of the releases topic)
-    dashboard_port: int | None = None  # None: dashboard.port of the config (8050); a free port if taken
 
 
 class Demo:
@@ -184,11 +70,8 @@ class Demo:
         self.stop_requested = threading.Event()
         self.stack: DevStack | None = None
         self.workers: list[WorkerProcess] = []
-        self.replay_stats: Any = None
-        self._replay_thread: threading.Thread | None = None
-        self._replay_error: BaseException | None = None
-        self.windows_done: list[int] = []
-        self.releases_printed = 0
+        self.feed: ReplayFeed | None = None
+        self.follower: ReleaseFollower | None = None
         self.dashboard: Any = None  # stream_dp.dashboard.launch.DashboardChild while it runs
         self._own_workdir = options.workdir is None
         self.workdir = Path(options.workdir or tempfile.mkdtemp(prefix="stream-dp-demo-"))
@@ -236,7 +119,7 @@ class Demo:
         topics.create(cfg.kafka)  # the topic contract (events: kafka.events_partitions partitions)
         taken: set[int] = set()
         for i, name in enumerate(WORKERS):
-            port = _port(self.opts.metrics_port + i if self.opts.metrics_port else 0, taken)
+            port = pick_port(self.opts.metrics_port + i if self.opts.metrics_port else 0, taken)
             taken.add(port)
             worker = WorkerProcess(name, path, port, self.workdir / f"{name}.log")
             worker.start()
@@ -255,7 +138,7 @@ class Demo:
 
         wanted = self.opts.dashboard_port if self.opts.dashboard_port is not None else cfg.dashboard.port
         taken = {w.metrics_port for w in self.workers}
-        port = _port(wanted, taken)
+        port = pick_port(wanted, taken)
         for attempt in range(3):  # another process may take a free port between our check and the child's bind
             self.dashboard = DashboardChild(config_path, port, self.workdir / "dashboard.log")
             self.dashboard.start()
@@ -266,36 +149,10 @@ class Demo:
                 if attempt == 2 or "cannot serve the dashboard" not in self.dashboard.log_tail():
                     raise
                 taken.add(port)
-                port = _port(0, taken)
+                port = pick_port(0, taken)
         note = f"; port {wanted} is taken, so it uses a free port" if wanted and port != wanted else ""
         self.say(f"dashboard  {self.dashboard.url}  (pid {self.dashboard.proc.pid}{note}; "
                  f"log {self.dashboard.log_path})")
-
-    # ---- replay -----------------------------------------------------------------------------------
-    def _events(self, cfg: Config) -> tuple[list[Any], str]:
-        from stream_dp.dev import demo_data
-        from stream_dp.replay import ColumnMapping, read_rows, sort_by_time
-
-        o = self.opts
-        if o.input_path is None:
-            ratings = demo_data.generate_ratings(users=o.users, movies=o.movies, days=o.days, seed=o.seed)
-            mapping = ColumnMapping(user="userId", key="title", time="timestamp")
-            rows = demo_data.rows(ratings)
-            what = (f"generated MovieLens-style ratings: {len(ratings):,} ratings by {o.users:,} users of "
-                    f"{o.movies:,} movies over {o.days} days (seed {o.seed})")
-        else:
-            src = read_rows(o.input_path, fmt=o.input_format)
-            mapping = ColumnMapping(user=o.user_column or cfg.events.user_field,
-                                    key=o.key_column or cfg.events.key_field,
-                                    time=o.time_column or cfg.events.time_field, time_unit=o.time_unit)
-            mapping.check_columns(src.columns, o.input_path)
-            # a file may be sorted by user (MovieLens is): replay it in event-time order
-            ordered = sort_by_time(mapping.event(row) for row in src.rows)
-            src.close()
-            what = (f"{o.input_path} (user={mapping.user}, key={mapping.key}, time={mapping.time}; "
-                    f"{len(ordered):,} rows, sorted by event time)")
-            return list(ordered), what
-        return [mapping.event(row) for row in rows], what
 
     def schedule_from(self, cfg: Config, events: list[Any]) -> Config:
         """The release schedule starts at the replayed stream's first window, unless the config names a
@@ -325,93 +182,24 @@ class Demo:
         return cfg
 
     def start_replay(self, cfg: Config, events: list[Any], what: str) -> None:
-        from stream_dp import connections
-        from stream_dp.replay import Pacer, replay
-
-        o = self.opts
-        speedup = None if o.fast else (o.speedup or cfg.windows.size_seconds / o.seconds_per_window)
+        speedup = speedup_for(self.opts, cfg)
         pace = "as fast as possible" if speedup is None else f"event time x{speedup:,.0f}"
         self.say(f"replaying  {what}; {pace}")
-        producer = connections.kafka_producer(cfg.kafka)
-
-        def run() -> None:
-            try:
-                self.replay_stats = replay(events, producer, cfg.kafka.events_topic, cfg.events,
-                                           pacer=Pacer(speedup=speedup), should_stop=self.stop_requested.is_set)
-            except BaseException as exc:  # noqa: BLE001 - reported by the main loop
-                self._replay_error = exc
-            finally:
-                producer.close()
-
-        self._replay_thread = threading.Thread(target=run, name="replay", daemon=True)
-        self._replay_thread.start()
+        self.feed = ReplayFeed(cfg, events, speedup=speedup, should_stop=self.stop_requested.is_set)
+        self.feed.start()
 
     # ---- printing releases -----------------------------------------------------------------------
     def follow(self, cfg: Config) -> int:
-        from stream_dp.client import ReleaseSubscriber
-        from stream_dp.tail import format_release
-
-        window_types = set(cfg.releases.enabled())
-        seen: dict[int, set[str]] = {}
-        first_seen: dict[int, float] = {}
-        follower = ReleaseSubscriber(cfg.kafka, cfg.kafka.releases_topic)
-        t0 = time.monotonic()
-        replay_reported = False
-        try:
-            while not self.stop_requested.is_set():
-                for record in follower.poll(timeout_ms=300):
-                    start = int((record.get("window") or {}).get("start", -1))
-                    if start not in seen and self.opts.windows is not None and len(seen) >= self.opts.windows:
-                        # windows are released in order: the N windows asked for are complete
-                        self.windows_done = sorted(seen)
-                        return 0
-                    if start not in seen:
-                        seen[start] = set()
-                        first_seen[start] = time.monotonic()
-                        self.say(f"\n{'━' * 100}")
-                    seen[start].add(str(record.get("type")))
-                    self.say(format_release(record, color=self.opts.color, delta_prime=cfg.budget.delta_prime))
-                    self.releases_printed += 1
-                self._mark_done(seen, first_seen, window_types)
-                if self._replay_error is not None:
-                    raise RuntimeError(f"replay failed: {self._replay_error}")
-                if not replay_reported and self._replay_thread and not self._replay_thread.is_alive():
-                    replay_reported = True
-                    if self.replay_stats is not None:
-                        self.say(f"\n· {self.replay_stats.summary()}")
-                    if self.opts.windows is None and self.opts.duration is None:
-                        self.say("· the last window closes when later events arrive; Ctrl-C stops the demo")
-                for worker in self.workers:
-                    if not worker.alive:
-                        self.say(f"\nthe {worker.name} worker exited unexpectedly; its log:\n{worker.log_tail()}")
-                        return 1
-                if self.opts.windows is not None and len(self.windows_done) >= self.opts.windows:
-                    return 0
-                if self.opts.duration is not None and time.monotonic() - t0 >= self.opts.duration:
-                    if self.opts.windows is not None:
-                        self.say(f"\nonly {len(self.windows_done)} of {counted(self.opts.windows, 'window')} released "
-                                 f"within {self.opts.duration:.0f}s")
-                        return 1
-                    return 0
-            return 0
-        finally:
-            follower.close()
-
-    def _mark_done(self, seen: dict[int, set[str]], first_seen: dict[int, float], types: set[str]) -> None:
-        latest = max(seen, default=None)
-        for start, kinds in seen.items():
-            if start in self.windows_done:
-                continue
-            quiet = time.monotonic() - first_seen[start] > 5.0
-            if types <= kinds or (latest is not None and start < latest) or quiet:
-                self.windows_done.append(start)
+        self.follower = ReleaseFollower(cfg, self.opts, self.say, stop_requested=self.stop_requested,
+                                        feed=self.feed, workers=self.workers)
+        return self.follower.run()
 
     # ---- shutdown ---------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Stop the replay, then the workers (SIGTERM, SIGKILL after a timeout), then the dev stack."""
         self.stop_requested.set()
-        if self._replay_thread is not None:
-            self._replay_thread.join(timeout=10)
+        if self.feed is not None:
+            self.feed.join(timeout=10)
         if self.dashboard is not None:
             self.dashboard.stop(STOP_TIMEOUT_SECONDS)
         for worker in self.workers:
@@ -436,16 +224,18 @@ class Demo:
                     svc.kill()
 
     def summary(self) -> str:
-        sent = f"{self.replay_stats.sent:,} events replayed" if self.replay_stats else "replay interrupted"
-        windows, printed = counted(len(self.windows_done), "window"), counted(self.releases_printed, "release")
-        return f"{sent}; {windows} released; {printed} printed"
+        stats = self.feed.stats if self.feed is not None else None
+        sent = f"{stats.sent:,} events replayed" if stats else "replay interrupted"
+        done, printed = (len(self.follower.windows_done), self.follower.releases_printed) if self.follower else (0, 0)
+        windows, printed_text = counted(done, "window"), counted(printed, "release")
+        return f"{sent}; {windows} released; {printed_text} printed"
 
     def run(self) -> int:
         """Run until a bound is reached, a worker dies, or :meth:`request_stop`; always clean up."""
         code = 1
         try:
             cfg = self.prepare_config()
-            events, what = self._events(cfg)
+            events, what = load_events(self.opts, cfg)
             cfg = self.schedule_from(cfg, events)
             cfg = self.catalogue_from(cfg)
             config_path = self.start_workers(cfg)

@@ -1,5 +1,6 @@
-"""The demo's config: demo-sized defaults over the default file, the generated catalogue as a public domain,
-and writing the final config as TOML for the worker processes.
+"""The demo's settings: the options of ``stream-dp demo`` (:class:`DemoOptions`), and the config it runs --
+demo-sized defaults over the default file, the generated catalogue as a public domain, and the final config
+written as TOML for the worker processes.
 
 **What the demo releases, and why** (the project's release-choice table, README "Choosing a release type";
 ``tests/unit/test_demo_config.py`` checks the table still says so): the generated stream has ~1,050 users a
@@ -20,11 +21,41 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stream_dp.config import Config, config_from_mapping, load_config
 from stream_dp.renamed_settings import in_effect
+
+
+@dataclass
+class DemoOptions:
+    """What ``stream-dp demo`` was asked for: the config, the stream (generated, or a file and its columns),
+    its pacing, when to stop, and the ports and directory to use."""
+
+    config_path: str | None = None
+    input_path: str | None = None  # None: the generated stream
+    input_format: str | None = None
+    user_column: str | None = None
+    key_column: str | None = None
+    time_column: str | None = None
+    time_unit: str = "s"
+    seed: int = 7
+    days: int = 28
+    users: int = 6000
+    movies: int = 3000
+    seconds_per_window: float = 3.0  # pacing: one window of event time per this many seconds
+    speedup: float | None = None  # explicit event-time speed-up (overrides seconds_per_window)
+    fast: bool = False  # no pacing at all
+    windows: int | None = None  # stop after this many windows were released
+    duration: float | None = None  # stop after this many seconds
+    metrics_port: int = 9108  # ingest gets this port, release the next one (or free ports if taken)
+    workdir: str | None = None  # keep the generated config and logs here
+    color: bool = False
+    dashboard: bool = True  # also serve `stream-dp dashboard` (a subscriber of the releases topic)
+    dashboard_port: int | None = None  # None: dashboard.port of the config (8050); a free port if taken
+
 
 # Demo-sized defaults, used only when no --config is given (environment overrides still win): the
 # generated stream has ~8,000 ratings by ~1,050 users a day, so one-day windows (= one budget period each)

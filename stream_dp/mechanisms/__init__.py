@@ -41,12 +41,9 @@ from stream_dp.mechanisms.known_domain import KnownDomainTopk
 from stream_dp.mechanisms.measurement import GaussianHistogram, LaplaceHistogram, Measurement, WeightedHistogram
 from stream_dp.mechanisms.pws_estimators import TokenEstimator, estimate_sum
 from stream_dp.mechanisms.pws_sbh import sbh_reporting_probabilities, sbh_sample
-from stream_dp.mechanisms.pws_tables import (
-    SamplingScheme,
-    SanitizerTable,
-    pws_reporting_probabilities,
-    pws_sanitizer_probabilities,
-)
+from stream_dp.mechanisms.pws_reporting import pws_reporting_probabilities, pws_sanitizer_probabilities
+from stream_dp.mechanisms.pws_schemes import SamplingScheme
+from stream_dp.mechanisms.pws_tables import SanitizerTable
 
 __all__ = [
     # measurements: mechanisms with their privacy maps (stream_dp.mechanisms.measurement)

@@ -42,14 +42,8 @@ from stream_dp.mechanisms._validation import (
     tie_key,
 )
 from stream_dp.mechanisms.pws_estimators import estimate_sum, estimator_for
-from stream_dp.mechanisms.pws_tables import (
-    DEFAULT_MAX_FREQUENCY,
-    DEFAULT_TABLE_CACHE,
-    SamplingScheme,
-    SanitizerTable,
-    SanitizerTableCache,
-    Weight,
-)
+from stream_dp.mechanisms.pws_schemes import SamplingScheme, Weight
+from stream_dp.mechanisms.pws_tables import DEFAULT_MAX_FREQUENCY, DEFAULT_TABLE_CACHE, SanitizerTable, SanitizerTableCache
 from stream_dp.rng import RngLike, make_rng
 
 MECHANISM = "private_weighted_sample"

@@ -20,7 +20,7 @@ import numpy as np
 
 from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, check_scores, tie_key
 from stream_dp.mechanisms.pws import SampleResult, SampleRow
-from stream_dp.mechanisms.pws_tables import SamplingScheme
+from stream_dp.mechanisms.pws_schemes import SamplingScheme
 from stream_dp.rng import RngLike, make_rng
 
 MECHANISM = "sbh_sample"

@@ -1,16 +1,10 @@
 """Private weighted sampling tables (Cohen, Geri, Sarlós & Stemmer, AISTATS 2021: Algorithms 3 and 4).
 
-A non-private threshold sampling scheme keeps a key of frequency i with probability q_i (q_0 = 0,
-non-decreasing). This module computes, from (q, ε, δ) alone -- never from data:
-
-* **Algorithm 3**: the largest end-to-end reporting probabilities π_i allowed by (ε, δ)-DP between
-  frequencies i-1 and i, ``π_i = min{q_i, e^ε π_{i-1} + δ, 1 + e^{-ε}(π_{i-1} + δ - 1)}``, and the
-  post-processing probabilities p_i = π_i / q_i for an existing non-private sample.
-* **Algorithm 4, "late" variant** (the authors' later code; docs/pws.md): the frequency sanitizer: row i is the
-  distribution π_{i,·} of the token reported for a key of frequency i (token 0 = not reported, tokens
-  1..i otherwise). Row i is built from row i-1; for every i both hockey-stick divergences between rows i
-  and i-1 are ≤ δ (tested exactly in tests/unit/test_pws_tables.py). The "early" variant of the authors'
-  first code (no Dfix term, cumulative sums from token 0) is not DP when sampling binds and is not offered.
+The table of one (sampling scheme, ε, δ): row i is the sanitizer row π_{i,·} of Algorithm 4
+(:func:`~stream_dp.mechanisms.pws_rows.next_row`, each row (ε, δ)-DP against the one before it), with
+reported mass π_i of Algorithm 3 (:mod:`stream_dp.mechanisms.pws_reporting`) for the scheme's q
+(:mod:`stream_dp.mechanisms.pws_schemes`). This module grows the table, finds where it stops growing, looks
+rows up and draws tokens from them; everything in it is a function of public parameters only, never of data.
 
 Rows are stored sparsely (only tokens with positive mass; the support is a band of width ~ c_h below the
 top token i), computed lazily up to the largest frequency asked for, and cached per (scheme, ε, δ)
@@ -39,216 +33,47 @@ costs 0.1–1 ms per row (the band is ~ln(1/δ)/ε wide), once per parameter set
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
 from stream_dp.mechanisms._validation import check_delta, check_epsilon
+from stream_dp.mechanisms.pws_reporting import (
+    extend_reporting,
+    pws_reporting_probabilities,
+    pws_sanitizer_probabilities,
+)
+from stream_dp.mechanisms.pws_rows import EMPTY_ROW, SanitizerRow, next_row
+from stream_dp.mechanisms.pws_schemes import SCHEMES, SamplingScheme, Weight
 
-SCHEMES = ("pps", "ppswor", "none")
+__all__ = [  # the scheme, Algorithm 3 and the row step are re-exported: their import path from before the split
+    "DEFAULT_MAX_FREQUENCY",
+    "DEFAULT_TABLE_CACHE",
+    "EMPTY_ROW",
+    "SCHEMES",
+    "SHIFT_CONFIRMATIONS",
+    "SHIFT_TOLERANCE",
+    "SamplingScheme",
+    "SanitizerRow",
+    "SanitizerTable",
+    "SanitizerTableCache",
+    "Weight",
+    "next_row",
+    "pws_reporting_probabilities",
+    "pws_sanitizer_probabilities",
+]
+
 DEFAULT_MAX_FREQUENCY = 200_000
 """Largest frequency for which a non-saturating table is built; larger frequencies are clipped to it."""
 
-Weight = Callable[[np.ndarray], Any]
 SHIFT_TOLERANCE = 1e-15
 """Largest per-entry difference accepted between row i and row i-1 shifted by one token (rounding only)."""
 SHIFT_CONFIRMATIONS = 3
 """Consecutive rows that must be shifts (within the tolerance) before the table stops growing."""
 
 
-# --------------------------------------------------------------------------------------------- schemes
-@dataclass(frozen=True)
-class SamplingScheme:
-    """A threshold sampling scheme (as in the paper's experiments): q_i = P[key of frequency i is sampled].
-
-    * ``"pps"`` (priority): score U(0,1)/f(w) < τ, q_i = min(1, τ f(i));
-    * ``"ppswor"``: score Exp(1)/f(w) < τ, q_i = 1 - e^{-τ f(i)};
-    * ``"none"``: q ≡ 1 (no sampling; τ is ignored and may be None).
-
-    ``weight`` is the sampling weight f (default: the identity). It must accept a numpy array of
-    frequencies and be non-decreasing with f ≥ 0; this is checked as tables grow (``ValueError``).
-
-    >>> SamplingScheme("pps", 0.25).inclusion_probabilities(np.arange(6)).tolist()
-    [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
-    """
-
-    name: str
-    tau: float | None = None
-    weight: Weight | None = field(default=None, compare=True)
-
-    def __post_init__(self) -> None:
-        if self.name not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.name!r}")
-        if self.name == "none":
-            if self.tau is not None:
-                check_epsilon(self.tau, "tau")
-        else:
-            object.__setattr__(self, "tau", check_epsilon(self.tau, "tau"))
-        if self.weight is not None and not callable(self.weight):
-            raise ValueError("weight must be a callable f(frequencies) -> weights, or None for the identity")
-
-    @property
-    def rate(self) -> float:
-        """τ of ``pps`` and ``ppswor`` (set and checked at construction for both)."""
-        if self.tau is None:
-            raise ValueError(f"scheme {self.name!r} has no tau")
-        return self.tau
-
-    def cache_key(self) -> Hashable:
-        return (self.name, self.tau if self.name != "none" else None, self.weight)
-
-    def inclusion_probabilities(self, freqs: np.ndarray) -> np.ndarray:
-        """q_i for the integer frequencies ``freqs`` (q_0 = 0)."""
-        freqs = np.asarray(freqs, dtype=np.int64)
-        if self.weight is None:
-            f = freqs.astype(np.float64)
-        else:
-            f = np.asarray(self.weight(freqs), dtype=np.float64)
-            if f.shape != freqs.shape or not np.all(np.isfinite(f)) or np.any(f < 0):
-                raise ValueError("weight must map a frequency array to finite weights >= 0 of the same shape")
-        if self.name == "pps":
-            q = np.minimum(1.0, self.rate * f)
-        elif self.name == "ppswor":
-            q = -np.expm1(-self.rate * f)
-        else:
-            q = np.ones_like(f)
-        return np.where(freqs == 0, 0.0, q)
-
-
-# ------------------------------------------------------------------------------------------ Algorithm 3
-def _check_q(q: Any) -> np.ndarray:
-    arr = np.asarray(q, dtype=np.float64)
-    if arr.ndim != 1 or len(arr) == 0:
-        raise ValueError("q must be a non-empty 1-D sequence of probabilities q[0..]")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0) or np.any(arr > 1):
-        raise ValueError("q must contain probabilities in [0, 1]")
-    if arr[0] != 0:
-        raise ValueError("q[0] must be 0 (keys of frequency 0 are never sampled)")
-    if np.any(np.diff(arr) < 0):
-        raise ValueError("q must be non-decreasing (a sampling scheme samples heavier keys more often)")
-    return arr
-
-
-def _extend_reporting(pi_prev: float, q: np.ndarray, epsilon: float, delta: float) -> np.ndarray:
-    """π for the frequencies whose q values are given, continuing from π of the frequency before them."""
-    up, down = math.exp(epsilon), math.exp(-epsilon)
-    out = np.empty(len(q))
-    pi = pi_prev
-    for n, qi in enumerate(q.tolist()):
-        pi = min(qi, up * pi + delta, 1.0 + down * (pi + delta - 1.0))
-        out[n] = pi
-    return out
-
-
-def pws_reporting_probabilities(q: Any, *, epsilon: float, delta: float) -> np.ndarray:
-    """Algorithm 3 of Cohen et al.: the optimal (ε, δ)-DP key-reporting probabilities π[0..len(q)-1].
-
-    Element-level guarantee: reporting each key independently with probability π_{w_x} is (ε, δ)-DP for
-    neighbours that change one key's frequency by 1 (including 0 ↔ 1); every π_i is the largest such value
-    (each bound is non-decreasing in π_{i-1}, so the greedy choice is pointwise optimal).
-
-    >>> pws_reporting_probabilities([0, 1, 1, 1], epsilon=1.0, delta=0.1).round(4).tolist()
-    [0.0, 0.1, 0.3718, 0.8057]
-    """
-    epsilon = check_epsilon(epsilon)
-    delta = check_delta(delta)
-    arr = _check_q(q)
-    pi = np.zeros(len(arr))
-    pi[1:] = _extend_reporting(0.0, arr[1:], epsilon, delta)
-    return pi
-
-
-def pws_sanitizer_probabilities(q: Any, *, epsilon: float, delta: float) -> np.ndarray:
-    """p_i = π_i / q_i (p_i = 0 where q_i = 0): keep a key of a non-private sample with probability p_{w}.
-
-    Post-processing an independent q-sample this way reports a key of frequency i with probability π_i.
-
-    >>> pws_sanitizer_probabilities([0, 0.5, 1], epsilon=1.0, delta=0.1).round(4).tolist()
-    [0.0, 0.2, 0.3718]
-    """
-    arr = _check_q(q)
-    pi = pws_reporting_probabilities(arr, epsilon=epsilon, delta=delta)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(arr > 0, pi / np.where(arr > 0, arr, 1.0), 0.0)
-
-
-# ------------------------------------------------------------------------------------------ Algorithm 4
-class SanitizerRow(NamedTuple):
-    """Row π_{i,·} stored sparsely: ``tokens`` (ascending, ≥ 1) with ``probs`` > 0; token 0 has 1 - π_i."""
-
-    tokens: np.ndarray
-    probs: np.ndarray
-    reported: float  # π_i = Σ probs
-
-    def dense(self, frequency: int) -> np.ndarray:
-        """π_{i,0..i} as a dense vector of length i+1 (index 0 = not reported)."""
-        out = np.zeros(frequency + 1)
-        out[0] = 1.0 - self.reported
-        out[self.tokens] = self.probs
-        return out
-
-    def shifted(self, by: int) -> SanitizerRow:
-        return SanitizerRow(self.tokens + by, self.probs, self.reported)
-
-
-EMPTY_ROW = SanitizerRow(np.zeros(0, dtype=np.int64), np.zeros(0), 0.0)
-
-
-def next_row(prev: SanitizerRow, frequency: int, pi: float, epsilon: float, delta: float) -> SanitizerRow:
-    """One step of Algorithm 4 (late variant): row ``frequency`` from row ``frequency - 1``.
-
-    Pass 1 puts on low tokens the least mass the lower-CDF constraints force,
-    Σ_{h≤j} π_{i,h} ≥ e^{-ε}(Σ_{h≤j} π_{i-1,h} - δ) (token 0 handled by Dfix); pass 2 fills the remaining
-    π_i - (pass-1 mass) from the top token down, each token capped so that
-    Σ_{h≥j} π_{i,h} ≤ e^ε Σ_{h≥j} π_{i-1,h} + δ. Computed on the candidate tokens {1} ∪ support(prev) ∪ {i}
-    only -- between candidates every prefix/tail sum is constant, so no other token can get mass -- which
-    equals the dense token-by-token loop and costs O(|support|).
-    """
-    i = frequency
-    up, down = math.exp(epsilon), math.exp(-epsilon)
-    cand = np.union1d(prev.tokens, np.array([1, i], dtype=np.int64))
-    left = np.searchsorted(prev.tokens, cand, side="left")
-    right = np.searchsorted(prev.tokens, cand, side="right")
-    prev_at = np.zeros(len(cand))
-    hit = right > left
-    prev_at[hit] = prev.probs[left[hit]]
-    prefix = np.concatenate(([0.0], np.cumsum(prev.probs)))  # prefix[m] = mass of the m lowest tokens
-    suffix = np.concatenate((np.cumsum(prev.probs[::-1])[::-1], [0.0]))  # suffix[m] = mass from token m up
-
-    # pass 1: the running maximum of A_j = e^{-ε}(Σ_{h≤j} π_{i-1,h} - δ) + Dfix is the cumulative mass.
-    dfix = max(0.0, down * (1.0 - prev.reported) - (1.0 - pi))
-    a = down * (prefix[right] - delta) + dfix
-    a[-1] = -math.inf  # pass 1 runs over tokens 1..i-1 only
-    running = np.maximum.accumulate(np.maximum(a, 0.0))
-    out1 = np.diff(running, prepend=0.0)
-    out = out1.copy()
-
-    remainder = pi - running[-1]
-    if remainder < -1e-12:
-        raise RuntimeError("Algorithm 4 pass 1 placed more mass than π_i (internal error)")
-    if remainder > 0:
-        # pass 2: F_j (mass added at tokens ≥ j) = min(R, C_j) from the top until C_j ≥ R.
-        out1_tail = np.concatenate((np.cumsum(out1[::-1])[::-1][1:], [0.0]))  # Σ_{h > j} pass-1 mass
-        cap = up * suffix[left] + delta - (out1 + out1_tail)  # C_j
-        reach = np.flatnonzero(cap >= remainder)
-        star = int(reach[-1]) if len(reach) else 0
-        above = slice(star + 1, len(cand))
-        out[above] = up * prev_at[above]
-        out[-1] = delta if star < len(cand) - 1 else out[-1]
-        filled_above = cap[star + 1] if star + 1 < len(cand) else 0.0
-        fill = min(remainder, cap[star]) - filled_above
-        if remainder - cap[star] > 1e-12:
-            raise RuntimeError("Algorithm 4 pass 2 could not place all of π_i (internal error)")
-        out[star] = out1[star] + fill
-    keep = out > 0
-    return SanitizerRow(cand[keep], out[keep], pi)
-
-
-# ------------------------------------------------------------------------------------------ the table
 class SanitizerTable:
     """Lazily extended Algorithm-3/4 table for one (scheme, ε, δ) -- a function of public parameters only.
 
@@ -301,7 +126,7 @@ class SanitizerTable:
             q = self.scheme.inclusion_probabilities(freqs)
             if np.any(np.diff(np.concatenate(([self._q[-1]], q))) < 0):
                 raise ValueError("weight must be non-decreasing: the sampling probabilities q decrease")
-            pis = _extend_reporting(self._pi[-1], q, self.epsilon, self.delta)
+            pis = extend_reporting(self._pi[-1], q, self.epsilon, self.delta)
             for f, qi, pi in zip(freqs.tolist(), q.tolist(), pis.tolist()):
                 row = next_row(self._rows[-1], f, pi, self.epsilon, self.delta)
                 self._q.append(qi)

@@ -41,13 +41,13 @@ def test_a_given_config_file_is_used_as_is(tmp_path):
 
 
 def test_a_user_file_is_replayed_in_event_time_order(tmp_path):
-    from stream_dp.dev.demo import Demo, DemoOptions
+    from stream_dp.dev.demo_config import DemoOptions
+    from stream_dp.dev.demo_feed import load_events
 
     path = tmp_path / "ratings.csv"
     path.write_text("userId,movieId,rating,timestamp\n1,10,4.0,300\n1,11,3.0,100\n2,10,5.0,200\n3,,1.0,50\n")
-    demo = Demo(DemoOptions(input_path=str(path), user_column="userId", key_column="movieId",
-                            time_column="timestamp", workdir=str(tmp_path / "work")))
-    events, what = demo._events(demo_config(None, environ={}))
+    options = DemoOptions(input_path=str(path), user_column="userId", key_column="movieId", time_column="timestamp")
+    events, what = load_events(options, demo_config(None, environ={}))
     assert [e and (e.user, e.key, e.ts) for e in events] == [("1", "11", 100.0), ("2", "10", 200.0),
                                                              ("1", "10", 300.0), None]
     assert "sorted by event time" in what

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream_dp.dev import devstack
+from stream_dp.dev import detached
 
 
 def test_two_checkouts_get_two_state_files_and_an_override_wins(monkeypatch, tmp_path) -> None:
@@ -13,19 +13,19 @@ def test_two_checkouts_get_two_state_files_and_an_override_wins(monkeypatch, tmp
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     seen = {}
     for root in (Path("/src/a/stream-dp"), Path("/src/b/stream-dp")):
-        monkeypatch.setattr(devstack, "checkout", lambda root=root: root)
-        seen[root] = devstack.state_path()
+        monkeypatch.setattr(detached, "checkout", lambda root=root: root)
+        seen[root] = detached.state_path()
     first, second = seen.values()
     assert first != second and first.parent == second.parent == tmp_path / "stream-dp"
     assert first.name.startswith("devstack-stream-dp-") and first.suffix == ".json"
-    assert devstack.state_path(tmp_path / "mine.json") == tmp_path / "mine.json"
+    assert detached.state_path(tmp_path / "mine.json") == tmp_path / "mine.json"
     monkeypatch.setenv("STREAM_DP_DEVSTACK_STATE", str(tmp_path / "env.json"))
-    assert devstack.state_path() == tmp_path / "env.json"
-    assert devstack.state_path(tmp_path / "mine.json") == tmp_path / "mine.json"  # --state wins
+    assert detached.state_path() == tmp_path / "env.json"
+    assert detached.state_path(tmp_path / "mine.json") == tmp_path / "mine.json"  # --state wins
 
 
 def test_the_checkout_is_the_source_tree_root() -> None:
     """The state file is named after the checkout: the dev stack living in ``stream_dp/dev/`` must still name
     the tree that holds ``pyproject.toml``, so a stack started before the move is still found."""
     root = Path(__file__).resolve().parents[2]
-    assert devstack.checkout() == root and (root / "pyproject.toml").is_file()
+    assert detached.checkout() == root and (root / "pyproject.toml").is_file()
