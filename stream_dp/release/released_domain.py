@@ -278,3 +278,17 @@ class PublicDomain:
             raise RuntimeError("a released domain is read by the release worker's ReleasedDomainReader, which was "
                                "not given to this builder")
         return domain_block(self.static, self.reader.domain_for(window, self.rule))
+
+
+def read_domain_file(path: str, section: str) -> list[str]:
+    """The static keys of ``releases.<type>.domain_file``, one per line (blank lines skipped); a file that cannot
+    be read names the setting (``section``, e.g. ``"releases.topk"``)."""
+    if not path:
+        return []
+    from stream_dp.config import ConfigError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except OSError as exc:
+        raise ConfigError(f"{section}.domain_file {path!r} cannot be read: {exc.strerror}") from None
