@@ -19,17 +19,14 @@ One module per type: :mod:`~stream_dp.release.topk_builder`, :mod:`~stream_dp.re
 :mod:`~stream_dp.release.argmax_builder`, :mod:`~stream_dp.release.watch_topk_builder`,
 :mod:`~stream_dp.release.histogram_builder` (named here too, the import path callers use). The online
 ``alerts`` type keeps state across windows and lives in :mod:`stream_dp.release.alerts`; its measurement is
-:func:`~stream_dp.release.alerts.alerts_measurement`. ``BUILDERS`` is a dispatch table (one entry per type,
-each tested), not an ``isinstance`` chain; :func:`release_measurements` gives every enabled type's measurement
-(the budget plan and the worker's start check use only those).
+:func:`~stream_dp.release.alerts.alerts_measurement`. Which builder a type has, and everything else that sets
+a type apart, is its entry in the release type registry (:mod:`stream_dp.release.types`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
-from stream_dp.config import Config
 from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.node_batches import ReadStep
 from stream_dp.release.alerts import alerts_measurement
@@ -41,8 +38,8 @@ from stream_dp.release.topk_builder import TopkBuilder
 from stream_dp.release.watch_topk_builder import WatchTopkBuilder
 from stream_dp.release.windows import Window, WindowReader
 
-__all__ = ["ArgmaxBuilder", "BUILDERS", "Builder", "HistogramBuilder", "SampleBuilder", "TopkBuilder",
-           "WatchTopkBuilder", "alerts_measurement", "enabled_types", "release_measurements"]
+__all__ = ["ArgmaxBuilder", "Builder", "HistogramBuilder", "SampleBuilder", "TopkBuilder", "WatchTopkBuilder",
+           "alerts_measurement"]
 
 
 class Builder(Protocol):
@@ -62,24 +59,3 @@ class Builder(Protocol):
         ...
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft: ...
-
-
-BUILDERS: dict[str, Callable[[Config], Builder]] = {
-    "topk": TopkBuilder,
-    "sample": SampleBuilder,
-    "argmax": ArgmaxBuilder,
-    "watch_topk": WatchTopkBuilder,
-    "histogram": HistogramBuilder,
-}
-
-
-def release_measurements(cfg: Config) -> dict[str, Measurement[Any]]:
-    """Every enabled release type's measurement, in release order: the one source of what a window can cost
-    (reserved by the worker, planned by the budget check). ``alerts``: the cost of opening an instance."""
-    return {t: alerts_measurement(cfg.releases.alerts) if t == "alerts" else BUILDERS[t](cfg).measurement
-            for t in enabled_types(cfg)}
-
-
-def enabled_types(cfg: Config) -> list[str]:
-    """Release types the config enables, in release order (top-k first: alerts watch what it released)."""
-    return cfg.releases.enabled()
