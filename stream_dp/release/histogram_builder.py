@@ -15,7 +15,7 @@ from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.node_batches import ReadStep
 from stream_dp.release import drafts, window_budget
 from stream_dp.release.records import RecordDraft
-from stream_dp.release.released_domain import Domained, DomainRule, PublicDomain, read_domain_file
+from stream_dp.release.public_domain import Domained, DomainRule, PublicDomain, read_domain_file
 from stream_dp.release.windows import Window, WindowReader
 
 

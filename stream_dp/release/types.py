@@ -22,7 +22,9 @@ its builder and one entry below:
 - ``heavy_hitter`` -- one of the heavy-hitter releases the planner chooses between
   (:mod:`stream_dp.release.release_choice`);
 - ``plan_note`` -- what ``stream-dp budget plan`` says about its worst case;
-- ``count`` -- the type's own metrics of a freshly published record (:class:`~stream_dp.release.metrics.ReleaseMetrics`).
+- ``count`` -- the type's own metrics of a freshly published record (:class:`~stream_dp.release.metrics.ReleaseMetrics`);
+- ``shows_key`` -- which items of its released records show their key present, for a domain learned from
+  published records (:func:`~stream_dp.release.released_domain.found_keys`; None: every item).
 
 Every field is a public fact of the config: nothing here looks at data.
 """
@@ -63,6 +65,7 @@ class ReleaseType:
     heavy_hitter: bool = False
     plan_note: str | None = None
     count: CountFresh | None = None
+    shows_key: Callable[[Mapping[str, Any]], bool] | None = None
 
     def __post_init__(self) -> None:
         if (self.builder is None) == (self.opening is None):
@@ -102,6 +105,11 @@ def _count_svt(metrics: ReleaseMetrics, record: Mapping[str, Any]) -> None:
         metrics.svt_epsilon.inc(record["cost"]["epsilon"])
 
 
+def _interval_above_zero(item: Mapping[str, Any]) -> bool:
+    """Histogram: the item's interval lies above 0 (``ci_low`` ≥ 1), so the release shows the key present."""
+    return int(item.get("ci_low", 0)) >= 1
+
+
 #: Every release type, in release order (the config's: top-k first, the alerts watch what it released).
 REGISTRY: dict[str, ReleaseType] = {t.name: t for t in (
     ReleaseType("topk", TopkBuilder, leads=True, feeds_watchlist=True, heavy_hitter=True, count=_count_bottom_stop),
@@ -112,7 +120,7 @@ REGISTRY: dict[str, ReleaseType] = {t.name: t for t in (
     ReleaseType("watch_topk", WatchTopkBuilder, watches=True,
                 plan_note="watch_topk is charged every window (it is skipped at no cost only while the watchlist "
                           "has fewer than 2 keys)"),
-    ReleaseType("histogram", HistogramBuilder, heavy_hitter=True),
+    ReleaseType("histogram", HistogramBuilder, heavy_hitter=True, shows_key=_interval_above_zero),
 )}
 
 #: The batch types' builders, by type (derived from :data:`REGISTRY`).

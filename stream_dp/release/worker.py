@@ -43,7 +43,8 @@ from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox
 from stream_dp.release.records import parse_release_id
-from stream_dp.release.released_domain import DomainRule, ReleasedDomainReader, domain_block
+from stream_dp.release.public_domain import DomainRule, domain_block
+from stream_dp.release.released_domain import ReleasedDomainReader
 from stream_dp.release.types import (REGISTRY, WATCHLIST_SECTION, enabled_types, release_measurements,
                                      stateful_of, watching)
 from stream_dp.release.unit import UNREAD, WindowRelease

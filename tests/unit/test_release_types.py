@@ -78,3 +78,13 @@ def test_each_type_counts_its_own_metrics() -> None:
     assert value("stream_dp_release_bottom_stops_total") == 1
     assert value("stream_dp_svt_answers_total", {"answer": "above"}) == 1
     assert value("stream_dp_svt_instances_opened_total") == 1 and value("stream_dp_svt_instance_epsilon_total") == 0.5
+
+
+def test_which_items_show_their_key_is_the_types_rule() -> None:
+    """A learned domain takes a histogram item's key only when its interval lies above 0; other types' items all."""
+    from stream_dp.release.released_domain import found_keys
+
+    histogram = {"type": "histogram", "status": "released", "items": [{"key": "a", "ci_low": 1}, {"key": "b", "ci_low": 0}]}
+    topk = {"type": "topk", "status": "released", "items": [{"key": "a", "rank": 1}, {"key": "b", "rank": 2}]}
+    assert found_keys(histogram) == ["a"] and found_keys(topk) == ["a", "b"]
+    assert [t.name for t in REGISTRY.values() if t.shows_key is not None] == ["histogram"]
