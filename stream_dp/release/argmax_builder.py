@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stream_dp.config import Config
-from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.node_batches import ReadStep
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.windows import Window, WindowReader
+
+if TYPE_CHECKING:
+    from stream_dp.mechanisms import LargeMargin
 
 
 @dataclass
@@ -27,7 +29,7 @@ class ArgmaxBuilder:
         return {"epsilon": a.window_epsilon, "delta": a.window_delta}
 
     @cached_property
-    def measurement(self) -> Measurement[Any]:
+    def measurement(self) -> LargeMargin:
         from stream_dp.mechanisms import LargeMargin
 
         a = self.cfg.releases.argmax

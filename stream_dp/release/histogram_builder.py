@@ -8,15 +8,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stream_dp.config import Config
-from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.node_batches import ReadStep
 from stream_dp.release import drafts, window_budget
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.public_domain import Domained, DomainRule, PublicDomain, read_domain_file
 from stream_dp.release.windows import Window, WindowReader
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable
+
+    from stream_dp.mechanisms import GaussianHistogram, LaplaceHistogram, WeightedHistogram
 
 
 @dataclass
@@ -48,7 +52,7 @@ class HistogramBuilder:
             max_keys_per_user=self.cfg.contribution.max_keys_per_user), "domain_size": len(self.domain)}
 
     @cached_property
-    def measurement(self) -> Measurement[Any]:
+    def measurement(self) -> GaussianHistogram | LaplaceHistogram | WeightedHistogram:
         """The histogram at the configured calibration (computed once per builder), without a domain."""
         h = self.cfg.releases.histogram
         return drafts.histogram_measurement(self.calibration(), noise=h.noise, weighting=h.weighting,
@@ -75,7 +79,7 @@ class HistogramBuilder:
             from stream_dp.mechanisms.weighted_histogram import weighted_scores
 
             # two passes over the logs: each user's number of keys, then the scores (no pair is held)
-            keys_per_user = Counter(user for user, _ in reader.bounding_pairs(window))
+            keys_per_user: Counter[Hashable] = Counter(user for user, _ in reader.bounding_pairs(window))
             return Domained(weighted_scores(reader.bounding_pairs(window), keys_per_user=keys_per_user,
                                             max_keys_per_user=self.cfg.contribution.max_keys_per_user), domain, block)
         return Domained(reader.all_counts(window).as_dict(), domain, block)

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from stream_dp.config import Config
-from stream_dp.mechanisms.measurement import Measurement
 from stream_dp.node_batches import ReadStep
 from stream_dp.release import drafts, window_budget
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.public_domain import Domained, DomainRule, PublicDomain, read_domain_file
 from stream_dp.release.windows import Window, WindowReader
+
+if TYPE_CHECKING:
+    from stream_dp.mechanisms import LimitedDomainTopk
+    from stream_dp.mechanisms.known_domain import KnownDomainTopk
 
 
 @dataclass
@@ -67,7 +70,7 @@ class TopkBuilder:
         return p
 
     @cached_property
-    def measurement(self) -> Measurement[Any]:
+    def measurement(self) -> LimitedDomainTopk | KnownDomainTopk:
         from stream_dp.mechanisms import LimitedDomainTopk
 
         t = self.cfg.releases.topk
@@ -100,9 +103,10 @@ class TopkBuilder:
 
     def run(self, window: Window, data: Any, rng: Any) -> RecordDraft:
         p = self.parameters()
-        m = self.measurement
-        if self.cfg.releases.topk.has_domain:
+        if self.cfg.releases.topk.has_domain:  # calibrated with a domain: the known-domain measurement
+            m = cast("KnownDomainTopk", self.measurement)
             domain_counts, outside = data.data
             known = m(domain_counts, outside, rng=rng)
             return drafts.known_domain_draft(window, p, known, m, domain_size=len(domain_counts), domain=data.block)
-        return drafts.topk_draft(window, p, m(data, rng=rng), m)
+        ldt = cast("LimitedDomainTopk", self.measurement)
+        return drafts.topk_draft(window, p, ldt(data, rng=rng), ldt)
