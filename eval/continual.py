@@ -136,7 +136,7 @@ def release_all(cfg: Config, client: redis.Redis, *, seed: int, max_windows: int
 
 def one_release_worst_case(cfg: Config, release_type: str = "topk") -> list[Any]:
     """The events the ledger reserves for one release of ``release_type`` (the builder's own worst case)."""
-    from stream_dp.release.builders import BUILDERS
+    from stream_dp.release.types import BUILDERS
 
     return list(BUILDERS[release_type](cfg).measurement.privacy_map())
 

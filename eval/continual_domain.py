@@ -155,7 +155,7 @@ def window_guarantee(cfg: Any, release_type: str) -> tuple[float, float]:
     """The (ε, δ) the ledger states for one worst-case release of ``release_type`` under ``cfg`` (checked ≤ (ε_w, δ_w))."""
     from stream_dp.accounting.budget import reported_epsilon
     from stream_dp.accounting.composition import compose
-    from stream_dp.release.builders import BUILDERS
+    from stream_dp.release.types import BUILDERS
 
     spent = compose(BUILDERS[release_type](cfg).measurement.privacy_map())
     dp = cfg.budget.delta_prime

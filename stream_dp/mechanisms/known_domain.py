@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -89,6 +90,7 @@ class KnownDomainTopk:
     max_keys_per_user: int
     discovery: str = "threshold"
     discovery_calibration: HistogramCalibration | None = None  # threshold discovery's σ² and τ
+    mechanism: ClassVar[str] = "known_domain_topk"  # the Measurement protocol's name (not a parameter)
 
     def __post_init__(self) -> None:
         check_positive_int(self.k, "k")

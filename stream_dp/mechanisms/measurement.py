@@ -41,7 +41,10 @@ R_contra = TypeVar("R_contra", contravariant=True)
 class Measurement(Protocol[R_contra]):
     """A mechanism's public parameters and its privacy map (module docstring)."""
 
-    mechanism: str
+    @property
+    def mechanism(self) -> str:
+        """The mechanism's name as records state it (a frozen field or a class constant of each measurement)."""
+        ...
 
     def privacy_map(self) -> tuple[DpEvent, ...]:
         """The worst-case events of one run: reserve these before running."""

@@ -247,6 +247,15 @@ def parameters(cfg: AlertsConfig) -> dict[str, Any]:
             "theta": cfg.theta or None, "confidence": cfg.confidence, "monotone": True}
 
 
+def alerts_measurement(cfg: AlertsConfig) -> Any:
+    """The ``alerts`` type's measurement: one Adaptive SVT instance at the configured parameters (its whole ε
+    charged in the window it opens in)."""
+    from stream_dp.mechanisms import AdaptiveSvtInstance
+
+    return AdaptiveSvtInstance(threshold=cfg.threshold, k=cfg.k, epsilon=cfg.epsilon, noise=cfg.noise,
+                               theta=cfg.theta or None, monotone=True)
+
+
 def needs_new_instance(current: InstanceState | None, scope: str, *, svt_exhausted: bool) -> bool:
     """A window opens an instance when there is none, it is closed or exhausted, or it belongs to another
     period."""
@@ -265,7 +274,6 @@ class AlertsRun:
                  watchlist: list[str], rng: Any = None, measurement: Any = None,
                  domain: dict[str, Any] | None = None) -> None:
         from stream_dp.mechanisms import AdaptiveSVT
-        from stream_dp.release.builders import alerts_measurement
 
         self.cfg = cfg
         self.domain = domain  # the record's ``domain`` block when the watchlist is learned from earlier releases

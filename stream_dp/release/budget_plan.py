@@ -23,6 +23,7 @@ from stream_dp.accounting.budget import BudgetCap, decide, reported_delta, repor
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import DpEvent
 from stream_dp.config import Config, ConfigError
+from stream_dp.release.types import REGISTRY, release_measurements
 
 _SEARCH_LIMIT = 1_000_000  # windows; a plan that fits more than this is reported as "≥ limit"
 
@@ -155,15 +156,10 @@ class BudgetPlan:
 def plan_for(cfg: Config) -> BudgetPlan:
     """The plan of ``cfg``: the privacy maps of the release types' measurements, i.e. the same worst-case
     events the release worker reserves."""
-    from stream_dp.release.builders import release_measurements
-
     maps = {t: m.privacy_map() for t, m in release_measurements(cfg).items()}
-    alerts = maps.pop("alerts", ())
-    per_window = maps
-    notes = []
-    if "watch_topk" in per_window:
-        notes.append("watch_topk is charged every window (it is skipped at no cost only while the watchlist "
-                     "has fewer than 2 keys)")
+    per_window = {t: events for t, events in maps.items() if REGISTRY[t].charge == "window"}
+    alerts = next((events for t, events in maps.items() if REGISTRY[t].charge == "instance"), ())
+    notes = [note for t in per_window if (note := REGISTRY[t].plan_note) is not None]
     if alerts and not cfg.releases.alerts.max_instances_per_period:
         notes.append("alerts: no releases.alerts.max_instances_per_period, so the worst case opens an SVT "
                      "instance in every window")
@@ -178,7 +174,7 @@ def _choice_inputs(cfg: Config, per_window: dict[str, tuple[DpEvent, ...]]) -> d
     case, by the ledger's conversion) -- the inputs of :meth:`BudgetPlan.recommendation`. The domain counts as
     complete only when the config says so: a topk domain with ``discovery_share = 0`` (no key outside it is
     looked for); any other domain (the histogram always thresholds keys outside its domain) as partial."""
-    heavy = [t for t in ("topk", "histogram") if t in per_window]
+    heavy = [t for t in per_window if REGISTRY[t].heavy_hitter]
     if not heavy:
         return None
     dp = cfg.budget.delta_prime

@@ -93,7 +93,7 @@ class WindowClaims:
         it, :meth:`RideAlong.run`). Their results are the window's as seen under the claim -- meaningful
         only when a claim is returned (else they were read while another worker may hold it: ignore them).
         What is queued there runs whether or not the claim is won, so a write must be one any worker may
-        send for the window (top-k's reservation: idempotent per release id, ``WindowRelease._topk_in_claim``).
+        send for the window (top-k's reservation: idempotent per release id, ``WindowRelease._lead_in_claim``).
         ``prechecked``: the first step's ``(held, fence)`` when it was sent earlier (:meth:`precheck_reads`)."""
         key = self.keys.window_claim(start)
         if prechecked is None:

@@ -37,6 +37,7 @@ from stream_dp.release.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.release.ledger_port import ChargeOutcome, LedgerStepPlan, ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.records import Envelope, events_of, with_budget
+from stream_dp.release.types import REGISTRY
 from stream_dp.wire import DEFAULT_MESSAGE_MAX_BYTES, message_parts
 
 log = logging.getLogger(__name__)
@@ -340,14 +341,9 @@ class Outbox:
         if not fresh:
             return
         m.items.labels(rtype).inc(len(record["items"]))
-        if rtype == "topk" and record.get("hit_bottom"):
-            m.bottom_stops.inc()
-        if rtype == "alerts":
-            for item in record["items"]:
-                m.svt_answers.labels("above" if item["above"] else "below").inc()
-            if record.get("info", {}).get("opened") and record["status"] == "released":
-                m.svt_instances.inc()
-                m.svt_epsilon.inc(record["cost"]["epsilon"])
+        release_type = REGISTRY.get(rtype)
+        if release_type is not None and release_type.count is not None:  # the type's own metrics
+            release_type.count(m, record)
         b = record["budget"]
         m.budget(b["scope"], epsilon_spent=b["epsilon_spent"], epsilon_remaining=b["epsilon_remaining"],
                  delta_spent=b["delta_spent"], delta_remaining=b["delta_remaining"])

@@ -125,7 +125,7 @@ class RecordDraft:
     events: tuple[DpEvent, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
     status: str = STATUS_RELEASED
-    domain: dict[str, Any] | None = None  # the public domain used (stream_dp.release.released_domain.domain_block)
+    domain: dict[str, Any] | None = None  # the public domain used (stream_dp.release.public_domain.domain_block)
 
     @property
     def release_id(self) -> str:

@@ -8,9 +8,10 @@ window's domain is a function of published records and the public config only --
 of a release not yet published.
 
 **Which keys a record contributes** (:func:`found_keys`; the rule a subscriber can apply to the topic): a
-``released`` record's item keys -- for ``histogram`` only the items whose interval lies above 0 (``ci_low``
-≥ 1: the release shows the key is present; a tracked key whose noisy count no longer shows that is not
-re-earned, and ages out). ``budget_exhausted`` and skipped records publish no key, so they contribute none.
+``released`` record's item keys that show the key present, by its type's rule
+(:attr:`~stream_dp.release.types.ReleaseType.shows_key`) -- for ``histogram`` only the items whose interval
+lies above 0 (``ci_low`` ≥ 1; a tracked key whose noisy count no longer shows that is not re-earned, and
+ages out). ``budget_exhausted`` and skipped records publish no key, so they contribute none.
 
 **Which windows** (:func:`memory_windows`): the ``domain_memory_windows`` scheduled windows right before the
 current one, never before the schedule's start. The worker releases windows strictly in schedule order (it
@@ -24,7 +25,8 @@ fails and is retried) if any of them is not released, or any record it would rea
 its rank there, then the key; ``frequent`` -- by how many memory windows published it, then as ``recent``.
 The first ``domain_max_keys`` keys are kept. Every step is a deterministic function of the records, so every
 worker, restart and subscriber computes the same domain; the release records it (``domain`` block: its size,
-the windows and types it came from, and a digest of the learned keys, :func:`domain_digest`).
+the windows and types it came from, and a digest of the learned keys, :func:`domain_digest`). How a type
+uses its domain in a window (static keys, then the learned ones) is :mod:`stream_dp.release.public_domain`'s.
 
 The records are read from the ledger's outbox (the stored envelope of each release id, whole -- a record
 published in parts is stored whole), not from the topic.
@@ -37,37 +39,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stream_dp.config import Config
 from stream_dp.errors import StreamDPError
 from stream_dp.store.keys import Keys
 from stream_dp.release.ledger_port import ReleaseLedger
+from stream_dp.release.public_domain import DomainRule
 from stream_dp.release.records import STATUS_RELEASED, Envelope, release_id
+from stream_dp.release.types import REGISTRY
 from stream_dp.release.windows import Window
 
 
 class DomainNotPublished(RuntimeError, StreamDPError):
     """A window's released domain would read a window that is not released, or a record not yet published
     (windows are released in schedule order, so this means a bug or lost state): the pass fails, and is retried."""
-
-
-@dataclass(frozen=True)
-class DomainRule:
-    """How a type learns its domain: from which types' records, over how many windows, how many keys, in
-    which order (``releases.<type>.domain_*``)."""
-
-    sources: tuple[str, ...]
-    memory_windows: int
-    max_keys: int
-    order: str = "recent"
-
-    @classmethod
-    def of(cls, cfg: Config, release_type: str) -> "DomainRule | None":
-        """The rule of ``releases.<release_type>``, or None when it does not learn its domain."""
-        section = getattr(cfg.releases, release_type)
-        if not section.domain_from_released:
-            return None
-        return cls(cfg.releases.domain_sources(release_type), section.domain_memory_windows,
-                   section.domain_max_keys, section.domain_order)
 
 
 def found_keys(record: Mapping[str, Any]) -> list[str]:
@@ -81,10 +64,9 @@ def found_keys(record: Mapping[str, Any]) -> list[str]:
     """
     if record.get("status") != STATUS_RELEASED:
         return []
-    items = record.get("items") or []
-    if record.get("type") == "histogram":
-        return [str(i["key"]) for i in items if "key" in i and int(i.get("ci_low", 0)) >= 1]
-    return [str(i["key"]) for i in items if "key" in i]
+    release_type = REGISTRY.get(str(record.get("type")))
+    shows = release_type.shows_key if release_type is not None else None  # the type's rule (histogram: ci_low ≥ 1)
+    return [str(i["key"]) for i in record.get("items") or [] if "key" in i and (shows is None or shows(i))]
 
 
 def memory_windows(start: int, *, size: int, schedule_start: int, memory: int) -> list[int]:
@@ -234,47 +216,3 @@ def learned_domain_of_view(records: Sequence[Mapping[str, Any]], rule: DomainRul
         if start in wanted:
             by_window[start].append(record)
     return learn_domain(by_window, rule)
-
-
-def domain_block(static: Sequence[str], learned: LearnedDomain | None) -> tuple[list[str], dict[str, Any]]:
-    """The domain a release uses -- the static keys (config, file) in their order, then the learned keys not
-    among them -- and the record's ``domain`` block: its size, how many keys are static, and (when learned)
-    where the rest came from (:meth:`LearnedDomain.provenance`)."""
-    keys = list(dict.fromkeys([*static, *(learned.keys if learned is not None else ())]))
-    block: dict[str, Any] = {"size": len(keys), "static": len(static)}
-    if learned is not None:
-        block["from_released"] = learned.provenance()
-    return keys, block
-
-
-@dataclass
-class Domained:
-    """A mechanism's input together with the public domain the window uses and the record's ``domain`` block
-    (None when the type has no domain configured)."""
-
-    data: Any
-    domain: list[str]
-    block: dict[str, Any] | None
-
-
-@dataclass
-class PublicDomain:
-    """A release type's public domain, per window: the static keys (config, file) and -- with a ``rule`` -- the
-    keys learned from earlier releases (``reader``: set by the release worker, which owns the ledger)."""
-
-    static: list[str]
-    rule: DomainRule | None
-    reader: ReleasedDomainReader | None = None
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.static) or self.rule is not None
-
-    def for_window(self, window: Window) -> tuple[list[str], dict[str, Any] | None]:
-        """The window's domain and the record's ``domain`` block (None when no domain is configured)."""
-        if self.rule is None:
-            return list(self.static), ({"size": len(self.static), "static": len(self.static)} if self.static else None)
-        if self.reader is None:
-            raise RuntimeError("a released domain is read by the release worker's ReleasedDomainReader, which was "
-                               "not given to this builder")
-        return domain_block(self.static, self.reader.domain_for(window, self.rule))

@@ -30,6 +30,7 @@ from typing import Any
 from stream_dp.config import Config, parse_window_start
 from stream_dp.store.keys import SHARD_HASH, Keys
 from stream_dp.release.alerts import AlertsStore, InstanceState
+from stream_dp.release.types import REGISTRY
 
 
 @dataclass
@@ -81,10 +82,10 @@ def restore_windows(client: Any, cfg: Config, records: list[dict[str, Any]]) -> 
             client.set(keys.release_index("released_through"), str(cursor))
             out.cursor = cursor
     for r in records:
-        if r["type"] == "topk" and r["status"] == "released" and r["items"]:
+        if feeds_watchlist(r) and r["status"] == "released" and r["items"]:
             mapping = {str(item["key"]): int(r["window"]["start"]) for item in r["items"]}
             out.watchlist_keys += int(client.zadd(keys.release_index("watchlist"), mapping, nx=True))
-    out.alerts_closed = close_alerts_instance(client, keys, [r for r in records if r["type"] == "alerts"])
+    out.alerts_closed = close_alerts_instance(client, keys, [r for r in records if is_stateful(r)])
     return out
 
 
@@ -100,3 +101,15 @@ def close_alerts_instance(client: Any, keys: Keys, alerts: list[dict[str, Any]])
     instance = int((last.get("info") or {}).get("instance") or 0)
     state = InstanceState(instance, scope, None, int(last["window"]["start"]), opened)
     return AlertsStore(client, keys=keys).advance(state)
+
+
+def feeds_watchlist(record: dict[str, Any]) -> bool:
+    """A record of a type whose released keys join the watchlist (:attr:`ReleaseType.feeds_watchlist`)."""
+    release_type = REGISTRY.get(str(record["type"]))
+    return release_type is not None and release_type.feeds_watchlist
+
+
+def is_stateful(record: dict[str, Any]) -> bool:
+    """A record of the stateful type (the alerts' SVT instance, :attr:`ReleaseType.stateful`)."""
+    release_type = REGISTRY.get(str(record["type"]))
+    return release_type is not None and release_type.stateful

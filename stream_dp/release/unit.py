@@ -18,7 +18,7 @@ retention TTL on the window's keys and mark it released (fenced).
 
 Steps are batched, never reordered (:class:`~stream_dp.node_batches.RideAlong`): the window's first reads,
 top-k's reservation and data and the alerts' watched counts go with the claim's ``SET``
-(:meth:`WindowRelease._topk_in_claim`); the alerts' commit (or an opening instance's reservation) with
+(:meth:`WindowRelease._lead_in_claim`); the alerts' commit (or an opening instance's reservation) with
 top-k's settle (the alerts watch keys of earlier windows only, :meth:`WindowAlerts.set_up_ahead
 <stream_dp.release.unit_alerts.WindowAlerts.set_up_ahead>`), and the
 two records then go to the broker together; a release's mark-published and after-commit writes go ahead of
@@ -41,6 +41,7 @@ from stream_dp.release.builders import Builder
 from stream_dp.release.claim import Claim, ClaimLost
 from stream_dp.release.outbox import Committed
 from stream_dp.release.records import Envelope, RecordDraft, exhausted_draft, release_id
+from stream_dp.release.types import REGISTRY, lead_of, stateful_of
 from stream_dp.release.unit_alerts import UNREAD, WindowAlerts
 from stream_dp.release.windows import Window
 
@@ -52,8 +53,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class TopkAhead:
-    """Top-k's reservation and data, sent in the claim's round trip (:meth:`WindowRelease._topk_in_claim`)."""
+class LeadAhead:
+    """The leading type's (top-k's) reservation and data, sent in the claim's round trip
+    (:meth:`WindowRelease._lead_in_claim`)."""
 
     hold: Pending
     data: Pending
@@ -71,8 +73,10 @@ class WindowRelease:
         self._client = worker.client
         self.window = window
         self.scope = worker.scope_for(window.start)
+        # the type released first when it leads (top-k: :attr:`ReleaseType.leads`), and the stateful one (alerts)
+        self.lead, self.stateful = lead_of(self.types), stateful_of(self.types)
         self.alerts = WindowAlerts(self)  # the window's alerts release and what of it rides on which round trip
-        self._topk_ahead: TopkAhead | None = None  # top-k's hold and data, sent with the claim
+        self._lead_ahead: LeadAhead | None = None  # the leading type's hold and data, sent with the claim
 
     # --- claim ------------------------------------------------------------------------------------
     def run(self, polled: tuple[Any, Any, Any] = (None, None, UNREAD)) -> bool:
@@ -91,7 +95,7 @@ class WindowRelease:
         first = [ride.read(r) for r in (self.reader.release_state(window), self.outbox.stored_all(scope, rids))]
         watch_read = ride.read(self.worker.watchlist_reads(window)) if watch is None else None
         state_read = ride.read(self.alerts_store.load()) if alerts_state is UNREAD else None
-        self._topk_ahead = self._topk_in_claim(window, scope, ride)
+        self._lead_ahead = self._lead_in_claim(window, scope, ride)
         if watch is not None:
             self.alerts.watched = self.alerts.watched_reads(window, watch, ride)
             if alerts_state is not UNREAD:  # the alerts' opening (if any) reserves right after top-k
@@ -118,22 +122,22 @@ class WindowRelease:
             self.claims.drop(claim)
         return True
 
-    def _topk_in_claim(self, window: Window, scope: str, ride: RideAlong) -> TopkAhead | None:
-        """Queue top-k's reservation and data to go right after the claim's ``SET`` (one round trip fewer
+    def _lead_in_claim(self, window: Window, scope: str, ride: RideAlong) -> LeadAhead | None:
+        """Queue the leading type's (top-k's) reservation and data to go right after the claim's ``SET`` (one round trip fewer
         than reserving once the claim is held). Sent whether or not the claim is won: a reservation is
         idempotent per release id, so a worker that loses the race has reserved the holder's hold, which the
         holder's own reservation returns and its settle replaces (a window already released or stored
         returns the stored release instead); the data is a read of a closed window. The mechanism still runs
-        only under the claim, once the hold is accepted. None when top-k cannot take this path (not first,
-        a known domain, a lifetime cap or a scope not indexed yet): it reserves as usual."""
-        topk = self.builders.get("topk")
-        if topk is None or self.types[0] != "topk":
+        only under the claim, once the hold is accepted. None when no type leads or the lead cannot take this
+        path (a known domain, a lifetime cap or a scope not indexed yet): it reserves as usual."""
+        if self.lead is None:
             return None
-        data = topk.read(self.reader, window, [])  # top-k's data and skip reason ignore the watchlist
+        lead = self.builders[self.lead.name]
+        data = lead.read(self.reader, window, [])  # a leading type's data and skip reason ignore the watchlist
         if data.batch is None:
             return None
-        hold = self.outbox.reserve(scope, release_id(window, "topk"), topk.measurement.privacy_map()).later(ride)
-        return None if hold is None else TopkAhead(hold, ride.read(data.batch))
+        hold = self.outbox.reserve(scope, release_id(window, self.lead.name), lead.measurement.privacy_map()).later(ride)
+        return None if hold is None else LeadAhead(hold, ride.read(data.batch))
 
     # --- release under the claim -------------------------------------------------------------------
     def release(self, claim: Claim, *, closed_at: float | None, watch: list[str] | None, alerts_state: Any,
@@ -162,7 +166,7 @@ class WindowRelease:
             self._send_queued_after_error(ride)
             raise
         finally:
-            self.alerts.ahead = self._topk_ahead = None
+            self.alerts.ahead = self._lead_ahead = None
         with self.metrics.phase("ledger"):
             ride.flush(self._client)  # the last mark published, before the window is marked released
         self.alerts.watched = None
@@ -185,17 +189,17 @@ class WindowRelease:
         watched counts with the next one (unless they came with the claim); nothing ahead for a type whose
         release is stored (it is published as stored)."""
         window, scope = self.window, self.scope
-        topk_stored = stored.get(release_id(window, "topk")) is not None
-        alerts_stored = stored.get(release_id(window, "alerts")) is not None
+        lead_stored = self.lead is not None and stored.get(release_id(window, self.lead.name)) is not None
+        alerts_stored = self.stateful is not None and stored.get(release_id(window, self.stateful.name)) is not None
         if alerts_stored:
             self.alerts.watched = None
         elif self.alerts.watched is None:
             self.alerts.watched = self.alerts.watched_reads(window, watch, ride)
-        if topk_stored:
-            self._topk_ahead = None
+        if lead_stored:
+            self._lead_ahead = None
         if self.alerts.ahead is None:
             self.alerts.ahead = self.alerts.set_up_ahead(window, scope, watch, stored, ride)
-        elif topk_stored or alerts_stored:
+        elif lead_stored or alerts_stored:
             self.alerts.ahead = None  # set up with the claim, before the stored releases were read (a queued hold is idempotent)
 
     def _release_types(self, claim: Claim, watch: list[str], stored: dict[str, Committed | None],
@@ -210,7 +214,8 @@ class WindowRelease:
             self.claims.renew_if_due(claim)
             batch = [(rtype, self.release_type(rtype, watch, stored=stored[release_id(window, rtype)], ride=ride))]
             if self.alerts.committed_with(rtype):  # committed in top-k's round trip: published with it
-                batch.append(("alerts", self.release_type("alerts", watch, stored=None, ride=ride)))
+                assert self.stateful is not None
+                batch.append((self.stateful.name, self.release_type(self.stateful.name, watch, stored=None, ride=ride)))
             self.outbox.publish_all([committed for _, committed in batch], ride=ride)
             for t, committed in batch:
                 self._after_commit(t, window, committed, ride)
@@ -239,7 +244,7 @@ class WindowRelease:
         existing = self.outbox.stored(scope, rid) if stored is UNREAD else stored
         if isinstance(existing, Committed):
             return existing
-        if rtype == "alerts":
+        if REGISTRY[rtype].stateful:
             return self.alerts.release(window, scope, rid, watch, ride)
         return self._release_batch(window, self.builders[rtype], scope, rid, watch, ride)
 
@@ -250,11 +255,11 @@ class WindowRelease:
             draft = RecordDraft(window, builder.type, builder.mechanism, builder.parameters(), info={"skipped": skip})
             return self.outbox.commit(scope, rid, Envelope(draft.to_record()), (), settle=False).now(ride)
         # the mechanism's data, when one command reads it, comes back in the reservation's round trip (top-k's:
-        # in the claim's, :meth:`_topk_in_claim`): reading a closed window reveals nothing, and the mechanism
+        # in the claim's, :meth:`_lead_in_claim`): reading a closed window reveals nothing, and the mechanism
         # still runs only once the hold is accepted
         ahead = None
-        if builder.type == "topk":
-            ahead, self._topk_ahead = self._topk_ahead, None
+        if self.lead is not None and builder.type == self.lead.name:
+            ahead, self._lead_ahead = self._lead_ahead, None
         batched: Pending | None
         read = builder.read(self.reader, window, watch)  # nothing read yet
         if ahead is not None and ahead.hold.done:
@@ -283,11 +288,11 @@ class WindowRelease:
         """Idempotent follow-ups driven by the *stored* record (so a crash before them is repaired). With
         ``ride``, top-k's watchlist write is queued for the next round trip (the alerts of this window
         read the watchlist of *earlier* windows; the next window's is read after this one is marked)."""
-        record = committed.envelope.record
-        if rtype == "topk" and record["status"] == "released":
+        record, release_type = committed.envelope.record, REGISTRY[rtype]
+        if release_type.feeds_watchlist and record["status"] == "released":
             with self.metrics.phase("redis"):
                 self.watchlist.add_released(window, [item["key"] for item in record["items"]], ride=ride)
-        elif rtype == "alerts" and committed.envelope.state is not None:
+        elif release_type.stateful and committed.envelope.state is not None:
             ref = committed.envelope.state.get("alerts_state_ref")
             if ref is None:  # an envelope of an older version (its state is not trusted): close the instance
                 ref = f"{window.start}:legacy"

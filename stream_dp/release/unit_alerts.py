@@ -51,6 +51,8 @@ class WindowAlerts:
         self.reader, self.outbox, self.metrics = unit.reader, unit.outbox, unit.metrics
         self.alerts_store, self._client = unit.alerts_store, unit._client
         self.window = unit.window
+        # the enabled stateful type (alerts; None: off) and the type whose round trips it rides on (top-k)
+        self.stateful, self.lead = unit.stateful, unit.lead
         self.watch_block: dict[str, Any] | None = None  # a learned watchlist's record block
         self.state: Any = UNREAD  # the alerts state field as read with the window's first batch
         self.watched: Pending | None = None  # the alerts' watched counts, queued on the window's ride-along
@@ -58,7 +60,7 @@ class WindowAlerts:
 
     def watched_reads(self, window: Window, watch: list[str], ride: RideAlong) -> Pending | None:
         """Queue the alerts' watched counts (a public key list, read-only) on ``ride``."""
-        if "alerts" not in self.types:
+        if self.stateful is None:
             return None
         return self.reader.counts_of(window, watch).later(ride)
 
@@ -75,11 +77,11 @@ class WindowAlerts:
         right after top-k's publication (:meth:`release`). Each step keeps its guarantees (charged
         before visible, stored once, never re-rolled); whenever a step cannot be queued (a lifetime cap, a
         scope not indexed yet, top-k not computed here) the alerts take their usual path."""
-        rid = release_id(window, "alerts")
-        topk = self.builders.get("topk")
-        if (self.watched is None or topk is None or "alerts" not in self.types or self.state is UNREAD
-                or stored.get(rid) is not None or stored.get(release_id(window, "topk")) is not None
-                or topk.skip_reason(watch) is not None):
+        if self.stateful is None or self.lead is None:
+            return None
+        rid, lead = release_id(window, self.stateful.name), self.builders[self.lead.name]
+        if (self.watched is None or self.state is UNREAD or stored.get(rid) is not None
+                or stored.get(release_id(window, self.lead.name)) is not None or lead.skip_reason(watch) is not None):
             return None
         run = AlertsRun(self.cfg.releases.alerts, window, scope, self.alerts_store.from_stored(self.state),
                         watch, rng=self.rng, domain=self.watch_block)
@@ -93,7 +95,7 @@ class WindowAlerts:
     def answer_ahead(self, rtype: str, scope: str, ride: RideAlong) -> None:
         """Right before top-k's commit: answer the window's alerts and queue their commit after it."""
         ahead = self.ahead
-        if rtype != "topk" or ahead is None:
+        if not self._leads(rtype) or ahead is None:
             return
         watched = self.watched
         if ahead.hold is not None and not ahead.hold.done:
@@ -126,8 +128,12 @@ class WindowAlerts:
         that both records are handed to the broker together (:meth:`Outbox.publish_all`: each was charged
         and stored before either is sent). Decided from which steps were queued, never from the data."""
         ahead = self.ahead
-        return (rtype == "topk" and ahead is not None and ahead.envelope is not None and ahead.commit is not None
+        return (self._leads(rtype) and ahead is not None and ahead.envelope is not None and ahead.commit is not None
                 and ahead.commit.done)
+
+    def _leads(self, rtype: str) -> bool:
+        """``rtype`` is the type whose round trips the alerts ride on (top-k)."""
+        return self.lead is not None and rtype == self.lead.name
 
     def release(self, window: Window, scope: str, rid: str, watch: list[str], ride: RideAlong) -> Committed:
         ahead, self.ahead = self.ahead, None

@@ -281,3 +281,11 @@ def configured_histogram(h: Any, *, max_keys_per_user: int, delta_prime: float) 
     return calibrate_histogram(epsilon=epsilon, threshold_delta=delta, conversion_delta=delta_prime,
                                max_keys_per_user=max_keys_per_user)
 
+
+
+def record_budget(section: Any, legacy_defaults: tuple[float, float]) -> dict[str, Any]:
+    """What a record states about its type's budget: the window budget, or the deprecated keys that set it."""
+    legacy = legacy_values(section, legacy_defaults)
+    if legacy is not None:
+        return {"epsilon": legacy[0], "delta": legacy[1]}
+    return {"window_epsilon": section.window_epsilon, "window_delta": section.window_delta}

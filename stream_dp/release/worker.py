@@ -37,13 +37,16 @@ from stream_dp.config import Config
 from stream_dp.store.keys import Keys
 from stream_dp.node_batches import Pending, Reads, joined, load_scripts
 from stream_dp.release.alerts import AlertsStore, Watchlist
-from stream_dp.release.builders import BUILDERS, Builder, enabled_types, release_measurements
+from stream_dp.release.builders import Builder
 from stream_dp.release.claim import WindowClaims
 from stream_dp.release.ledger_port import ReleaseLedger
 from stream_dp.release.metrics import ReleaseMetrics
 from stream_dp.release.outbox import Outbox
 from stream_dp.release.records import parse_release_id
-from stream_dp.release.released_domain import DomainRule, ReleasedDomainReader, domain_block
+from stream_dp.release.public_domain import DomainRule, domain_block
+from stream_dp.release.released_domain import ReleasedDomainReader
+from stream_dp.release.types import (REGISTRY, WATCHLIST_SECTION, enabled_types, release_measurements,
+                                     stateful_of, watching)
 from stream_dp.release.unit import UNREAD, WindowRelease
 from stream_dp.release.wakeup import SOCKET_TIMEOUT_SHARE, WindowCloses
 from stream_dp.release.windows import Window, WindowReader
@@ -83,7 +86,8 @@ class ReleaseWorker:
         self.watchlist = Watchlist(client, keys=self.keys, config=cfg.releases.alerts)
         self.alerts_store = AlertsStore(client, keys=self.keys)
         self.types = enabled_types(cfg)
-        self.builders: dict[str, Builder] = {t: BUILDERS[t](cfg) for t in self.types if t in BUILDERS}
+        self.builders: dict[str, Builder] = {t: build(cfg) for t in self.types
+                                             if (build := REGISTRY[t].builder) is not None}
         self.check_budget_covers_each_release()
         self.poll_seconds = poll_seconds or cfg.release.poll_interval_seconds
         # an idle worker's next pass waits in Redis for ingest's close notice (stream_dp.release.wakeup)
@@ -98,7 +102,7 @@ class ReleaseWorker:
             public = getattr(builder, "public_domain", None)  # the types that take a domain
             if public is not None:
                 public.reader = self.released_domains
-        watch_rule = DomainRule.of(cfg, "alerts") if "alerts" in self.types or "watch_topk" in self.types else None
+        watch_rule = DomainRule.of(cfg, WATCHLIST_SECTION) if watching(self.types) else None
         if watch_rule is not None:
             self.watchlist.learn = lambda window, static: domain_block(
                 static, self.released_domains.domain_for(window, watch_rule))
@@ -199,7 +203,7 @@ class ReleaseWorker:
         that poll, and only a release of the guessed window itself changes them after: that part of the
         watchlist never (``ZADD NX``), the state once the window's alerts are stored, which the claim's
         round trip then reads (a stored release is published as stored, never run again)."""
-        state = (self.alerts_store.load() if "alerts" in self.types
+        state = (self.alerts_store.load() if stateful_of(self.types) is not None
                  else Reads([], lambda replies: UNREAD))
         return joined(self.claims.precheck_reads(guess.start), self.watchlist_reads(guess), state)
 
@@ -241,7 +245,7 @@ class ReleaseWorker:
     def watchlist_reads(self, window: Window) -> Reads:
         """The read of ``window``'s watchlist (parses to None when it is learned from earlier releases; to
         an empty list when no enabled type watches keys)."""
-        if "alerts" in self.types or "watch_topk" in self.types:
+        if watching(self.types):
             return self.watchlist.for_window(window)
         return Reads([], lambda replies: [])
 

@@ -83,7 +83,7 @@ def test_default_config_budget_plan_of_docs_privacy_md():
     alert instance (28 after two: docs/privacy.md §5); top-k alone fits 92. The windows are what the release
     worker reserves: its builders' measurements at the configured window budgets."""
     from stream_dp.config import Config
-    from stream_dp.release.builders import BUILDERS
+    from stream_dp.release.types import BUILDERS
 
     cfg = Config()  # top-k and sample are off by default: their settings' worst cases, as if switched on
     cap = BudgetCap.from_config(cfg.budget)

@@ -40,7 +40,8 @@ from stream_dp.mechanisms import LimitedDomainTopk
 from stream_dp.node_batches import ReadStep
 from stream_dp.release.alerts import AlertsRun
 from stream_dp.release.budget_plan import plan_for
-from stream_dp.release.builders import BUILDERS, TopkBuilder, alerts_measurement, release_measurements
+from stream_dp.release.builders import TopkBuilder, alerts_measurement
+from stream_dp.release.types import BUILDERS, release_measurements
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.window_budget import (LEGACY_TOPK, configured_topk, known_domain_parameters, topk_parameters,
                                              window_epsilon)

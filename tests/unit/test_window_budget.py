@@ -10,7 +10,8 @@ import pytest
 from stream_dp.accounting.composition import compose
 from stream_dp.config import config_from_mapping
 from stream_dp.release import window_budget as wb
-from stream_dp.release.builders import BUILDERS, HistogramBuilder, TopkBuilder
+from stream_dp.release.builders import HistogramBuilder, TopkBuilder
+from stream_dp.release.types import BUILDERS
 
 DELTA_W = 1e-6
 
