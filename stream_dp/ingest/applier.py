@@ -163,7 +163,7 @@ class BatchApplier:
         out = BatchOutcome()
         closed = self._closed_through
         failed = threading.Event()
-        jobs: list[Future] = []
+        jobs: list[tuple[PartitionRecords, Future[list[ChunkResult]]]] = []
         try:
             for pr in req.records:
                 for lo in range(0, len(pr.offsets), SEGMENT_RECORDS):
@@ -187,7 +187,8 @@ class BatchApplier:
                 out.l0 += r.l0
                 out.late += r.late
                 out.replanned += r.replanned
-        marks = {p: (self.clock.watermark(p), p in req.busy, p in req.caught_up) for p in req.owned}
+        marks: dict[int, tuple[float | None, bool] | tuple[float | None, bool, bool]] = {
+            p: (self.clock.watermark(p), p in req.busy, p in req.caught_up) for p in req.owned}
         state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout,
                                              require_epoch=req.epoch_required)
         self._closed_through = state.closing_through
@@ -233,7 +234,7 @@ class BatchApplier:
             f = fast(value, ts_ms)
             if f is None:
                 ev = decode(value, partition=p, offset=off, timestamp_ms=ts_ms)
-                if type(ev) is not Event:
+                if not isinstance(ev, Event):
                     rejects.append((p, i, ev.reason))
                     continue
                 f = (ev.user, ev.key, ev.ts)
