@@ -63,33 +63,40 @@ REPO = Path(__file__).resolve().parent.parent
 T0 = 1_800_000_000 // 3600 * 3600
 
 
+def synthetic_events(*, events: int, users: int, keys: int, zipf_a: float, windows: int, seed: int,
+                     t0: int = T0) -> list[tuple[str, str, str]]:
+    """The benchmark stream, ``(user, key, ts)`` in production order: ``users`` uniform users, Zipf(``zipf_a``)
+    keys cut at ``keys``, event times sorted over ``windows`` hours from ``t0``; ``ts`` is the body's text
+    (milliseconds), so an oracle reads the same instant the worker does."""
+    rng = np.random.default_rng(seed)
+    user_ids = rng.integers(0, users, size=events)
+    key_ids = np.minimum(rng.zipf(zipf_a, size=events), keys)
+    ts = t0 + np.sort(rng.uniform(0, windows * 3600, size=events))
+    return [(f"user-{u}", f"item-{k}", f"{s:.3f}") for u, k, s in zip(user_ids.tolist(), key_ids.tolist(), ts.tolist())]
+
+
 def produce(bootstrap: str, topic: str, *, events: int, users: int, keys: int, zipf_a: float, windows: int,
-            partitions: int, seed: int, topic_configs: dict[str, str] | None = None) -> float:
+            partitions: int, seed: int, topic_configs: dict[str, str] | None = None, t0: int = T0) -> float:
+    """Create ``topic`` and its dead-letter topic as the service does (the topic contract the ingest worker's
+    start check wants; ``topic_configs`` add to it) and produce :func:`synthetic_events` into it, keyed by user;
+    returns the seconds producing took."""
     from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
 
     from stream_dp import topics
     from stream_dp.config import KafkaConfig
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
-                                  topic_configs=topic_configs or {})])
-    admin.close()
-    # the ingest worker's start check wants its dead-letter topic (the topic contract): made as the service does
-    topics.create(KafkaConfig(bootstrap_servers=bootstrap, events_topic=topic, dead_letter_topic=f"{topic}-dlq"),
-                  ("dead-letter",))
-    rng = np.random.default_rng(seed)
-    user_ids = rng.integers(0, users, size=events)
-    key_ids = np.minimum(rng.zipf(zipf_a, size=events), keys)
-    ts = T0 + np.sort(rng.uniform(0, windows * 3600, size=events))
+    topics.create(KafkaConfig(bootstrap_servers=bootstrap, events_topic=topic, dead_letter_topic=f"{topic}-dlq",
+                              events_partitions=partitions),
+                  ("events", "dead-letter"), extra_configs={"events": topic_configs or {}})
+    stream = synthetic_events(events=events, users=users, keys=keys, zipf_a=zipf_a, windows=windows, seed=seed,
+                              t0=t0)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50, batch_size=512 * 1024,
                              compression_type=None)
     t = time.perf_counter()
-    for u, k, s in zip(user_ids.tolist(), key_ids.tolist(), ts.tolist()):
-        user = f"user-{u}"
-        value = f'{{"user": "{user}", "key": "item-{k}", "ts": {s:.3f}}}'.encode()
+    for user, key, ts in stream:
+        value = f'{{"user": "{user}", "key": "{key}", "ts": {ts}}}'.encode()
         # the record timestamp is the event time: the same clock for every consumer (and for ingest's watermark)
-        producer.send(topic, key=user.encode(), value=value, timestamp_ms=int(s * 1000))
+        producer.send(topic, key=user.encode(), value=value, timestamp_ms=int(ts.replace(".", "")))
     producer.flush()
     producer.close()
     return time.perf_counter() - t

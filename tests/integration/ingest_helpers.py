@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from bounding_oracle import bounded_counts
+from tests.support.bounding_oracle import bounded_counts
 from topic_helpers import CheckedProducer, contract_topics
 from waiting import wait_for  # noqa: F401 - the tests' one wait, re-exported for the ingest tests
 from stream_dp.processes import die_with_parent

@@ -34,3 +34,22 @@ def test_soak_smoke_run_samples_memory_and_reports_growth(tmp_path) -> None:
     assert {"ingest loop", "ingest applier", "release", "redis-server"} <= set(result["rss_growth"])
     samples = json.loads((tmp_path / "soak.json").read_text())["samples"]
     assert len(samples) >= 10 and all(s["rss"]["ingest loop"] > 0 for s in samples)
+
+
+def test_scaleout_runs_n_workers_on_both_redis_and_checks_their_counts() -> None:
+    """``bench.bench_scaleout`` at small scale on Tansu (the embedded broker starts fastest): 1 and 2 real worker
+    processes on one redis-server and on a 3-master cluster, each run's counts checked against the oracle.
+    Tansu hands a new group's partitions to the first worker at once, which then counts while the second
+    still starts (half the events at 2·10⁴ here): 10⁵ events and a low minimum share keep the run measurable."""
+    result = run("bench.bench_scaleout", ["--broker", "tansu", "--events", "100000", "--users", "2000", "--keys", "2000",
+                                          "--workers", "1,2", "--partitions", "4", "--shards", "4",
+                                          "--min-measured-share", "0.05"],
+                 cwd=ROOT, timeout=500)
+    assert result["bench"] == "scaleout" and result["workers"] == [1, 2]
+    for redis_kind in ("single", "cluster"):
+        runs = result["results"][redis_kind]
+        assert [r["workers"] for r in runs] == [1, 2]
+        assert all(r["counts_checked"] and r["events_per_s"] > 0 and r["measured_share"] > 0
+                   for n in runs for r in n["runs"])
+        assert runs[0]["ratio"] == 1.0
+    assert len(result["results"]["cluster"][0]["runs"][0]["redis_cpu_s_per_master"]) == 3

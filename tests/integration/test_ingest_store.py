@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stream_dp.ingest import store as store_mod
-from bounding_oracle import bounded_counts
+from tests.support.bounding_oracle import bounded_counts
 from store_helpers import Log, apply_in_batches, random_log
 from stream_dp.ingest.bounding import ContributionBounder
 from stream_dp.ingest.store import Chunk, StaleBoundingState, WindowStore

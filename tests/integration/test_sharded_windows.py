@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import redis
 
-from bounding_oracle import bounded_counts
+from tests.support.bounding_oracle import bounded_counts
 from store_helpers import Log, apply_in_batches, random_log
 from stream_dp.config import ConfigError, WindowsConfig
 from stream_dp.dev.devstack import DevStack

@@ -1,4 +1,4 @@
-"""The integration tests' ground truth for bounded counts, owned by the tests.
+"""The ground truth for bounded counts, owned by the tests (the integration tests' and bench/bench_scaleout.py's).
 
 Written apart from production's bounding code (``stream_dp.ingest.bounding``), so that a bug there cannot
 hide in the expected values too: per tumbling window, each user's first Δ = ``max_keys_per_user``
