@@ -53,7 +53,7 @@ from stream_dp.ingest.failures import describe_failure, is_transient
 from stream_dp.ingest.late_notice import LateNotice
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.state_check import lost_while_running, until_done
-from stream_dp.ingest.store import WatermarkState
+from stream_dp.ingest.watermarks import WatermarkState
 from stream_dp.ingest.topic_identity import TopicRecreated, TopicWatch
 from stream_dp.refusals import Refusal
 
