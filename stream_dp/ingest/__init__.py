@@ -15,8 +15,9 @@ Modules, one job each:
   watermark advanced; runs in its own process beside the loop (``applier_process``) or on a thread;
 - :mod:`~stream_dp.ingest.worker` -- the consumer-group loop (dead letters, commits after apply, rebalances,
   backoff, graceful stop);
-- :mod:`~stream_dp.ingest.consumers` -- the loop's Kafka consumer: confluent-kafka (librdkafka) behind the
-  kafka-python calls the loop makes, or kafka-python itself (``ingest.kafka_client``);
+- :mod:`~stream_dp.ingest.consumers` -- the loop's Kafka consumer, chosen by ``ingest.kafka_client``:
+  kafka-python itself, or confluent-kafka (librdkafka) behind the kafka-python calls the loop makes
+  (:mod:`~stream_dp.ingest.confluent_consumer`);
 - :mod:`~stream_dp.ingest.metrics` -- the ``stream_dp_ingest_*`` Prometheus metrics.
 
 The process is ``python -m workers.ingest --config FILE`` (or ``stream-dp ingest``); docs/ingest.md has
