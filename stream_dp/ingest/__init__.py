@@ -15,6 +15,8 @@ Modules, one job each:
   watermark advanced; runs in its own process beside the loop (``applier_process``) or on a thread;
 - :mod:`~stream_dp.ingest.worker` -- the consumer-group loop (dead letters, commits after apply, rebalances,
   backoff, graceful stop);
+- :mod:`~stream_dp.ingest.batches` -- one poll's records cut into the applier's request, and found again for
+  their dead letters;
 - :mod:`~stream_dp.ingest.consumers` -- the loop's Kafka consumer, chosen by ``ingest.kafka_client``:
   kafka-python itself, or confluent-kafka (librdkafka) behind the kafka-python calls the loop makes
   (:mod:`~stream_dp.ingest.confluent_consumer`);
