@@ -226,9 +226,10 @@ def run_seed_experiments(scale: Scale, movielens: Stream | None, *, seed: int) -
 
 
 def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = None,
-            redis_url: str | None = None, workers: int = 1) -> dict[str, Any]:
+            redis_url: str | None = None, workers: int = 1, cell_cache: Path | None = None) -> dict[str, Any]:
     """Run every experiment at ``scale``, write CSVs and ``meta.json`` into ``out``; return the meta. The peer
-    experiments' cells run in ``workers`` processes (the rows do not depend on it)."""
+    experiments' cells run in ``workers`` processes (the rows do not depend on it); ``cell_cache`` keeps their
+    finished cells, so a rerun of an interrupted run resumes (:func:`eval.peers.map_cells`)."""
     commit = git_commit()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -263,14 +264,14 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
 
     t = time.perf_counter()
     peer_rows = run_peer_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed, peers=peers_available(),
-                                    workers=workers)
+                                    workers=workers, cache=cell_cache)
     analysis.write_csv(out / "peers.csv", peer_rows)
     analysis.write_csv(out / "peers_verdicts.csv", cell_verdicts(peer_rows))
     timings["peers"] = time.perf_counter() - t
 
     t = time.perf_counter()
     partial_rows = run_partial_domain_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed,
-                                                 peers=peers_available(), workers=workers)
+                                                 peers=peers_available(), workers=workers, cache=cell_cache)
     analysis.write_csv(out / "peers_partial_domain.csv", partial_rows)
     analysis.write_csv(out / "peers_partial_domain_verdicts.csv", partial_domain_verdicts(partial_rows, peer_rows))
     timings["peers_partial_domain"] = time.perf_counter() - t
@@ -311,11 +312,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="redis-server for the continual-release replay (default: start an embedded one)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes for the peer experiments' cells (default: one per CPU)")
+    parser.add_argument("--cell-cache", type=Path, default=None,
+                        help="directory keeping each finished cell of the peer experiments; a rerun with the same "
+                             "arguments reuses them (resume an interrupted run; clear it after a code change)")
     parser.add_argument("--render-only", action="store_true", help="re-render README.md and figures from CSVs")
     args = parser.parse_args(argv)
     if not args.render_only:
         meta = run_all(args.out, SCALES[args.scale], seed=args.seed, movielens_dir=args.movielens,
-                       redis_url=args.redis_url, workers=args.workers)
+                       redis_url=args.redis_url, workers=args.workers, cell_cache=args.cell_cache)
         print(f"experiments done in {meta['total_seconds']} s", file=sys.stderr)
     path = render_report(args.out)
     print(path)
