@@ -237,6 +237,22 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
     streams = datasets(scale, movielens_dir)
     grid = Grid(runs=scale.topk_runs)
 
+    # the peer experiments first: the longest (the peer libraries run per Monte-Carlo run) and resumable
+    # (``cell_cache``); the experiments are seeded each on its own, so their order changes no row
+    t = time.perf_counter()
+    peer_rows = run_peer_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed, peers=peers_available(),
+                                    workers=workers, cache=cell_cache)
+    analysis.write_csv(out / "peers.csv", peer_rows)
+    analysis.write_csv(out / "peers_verdicts.csv", cell_verdicts(peer_rows))
+    timings["peers"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    partial_rows = run_partial_domain_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed,
+                                                 peers=peers_available(), workers=workers, cache=cell_cache)
+    analysis.write_csv(out / "peers_partial_domain.csv", partial_rows)
+    analysis.write_csv(out / "peers_partial_domain_verdicts.csv", partial_domain_verdicts(partial_rows, peer_rows))
+    timings["peers_partial_domain"] = time.perf_counter() - t
+
     t = time.perf_counter()
     analysis.write_csv(out / "calibration.csv", calibration_rows(grid))
     rows = run_topk_experiment(streams, grid, seed=seed)
@@ -261,20 +277,6 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
         continual_domain_meta = continual_domain.run_and_write(out, scale.name, redis_url, seed=seed,
                                                                movielens_dir=movielens_dir, peers=peers_available())
     timings["continual_domain"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    peer_rows = run_peer_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed, peers=peers_available(),
-                                    workers=workers, cache=cell_cache)
-    analysis.write_csv(out / "peers.csv", peer_rows)
-    analysis.write_csv(out / "peers_verdicts.csv", cell_verdicts(peer_rows))
-    timings["peers"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    partial_rows = run_partial_domain_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed,
-                                                 peers=peers_available(), workers=workers, cache=cell_cache)
-    analysis.write_csv(out / "peers_partial_domain.csv", partial_rows)
-    analysis.write_csv(out / "peers_partial_domain_verdicts.csv", partial_domain_verdicts(partial_rows, peer_rows))
-    timings["peers_partial_domain"] = time.perf_counter() - t
 
     t = time.perf_counter()
     analysis.write_csv(out / "weighting.csv", run_weighting_experiment(
