@@ -57,7 +57,10 @@ SCALES = {
     "tiny": Scale("tiny", topk_runs=20, zipf_users=2000, zipf_universe=1000, zipf_exponent=1.1,
                   use_movielens=False, continual_runs=2, continual_users=1500, seed_runs=30, svt_runs=10,
                   seed_ks=(2, 8), peer_runs=10, weighting_runs=5, weighting_hourly_users=(300,)),
-    # the committed report: ~48 minutes on 2 cores (40 of them the peer libraries, called per run)
+    # the report of 8fa33d2: ~48 minutes on 2 cores (40 of them the peer libraries, called per run). Since stream-dp's
+    # rows call the production functions (stream_dp.api) and OpenDP's Gaussian threshold has its true-delta row, a
+    # Zipf cell of experiment 4 costs ~450 CPU-seconds at 1000 runs (OpenDP's four rows ~340, stream-dp's ~64,
+    # PipelineDP's ~45): ~1.5-2 hours on 2 idle cores for the grid; --cell-cache makes an interrupted run resumable
     "full": Scale("full", topk_runs=1000, zipf_users=20000, zipf_universe=10000, zipf_exponent=1.0,
                   use_movielens=True, continual_runs=20, continual_users=20000, seed_runs=1000, svt_runs=200,
                   peer_runs=1000),
