@@ -608,9 +608,11 @@ def run_pipelinedp_public(kind: str, hist: Histogram, dk: int, eps: float, delta
 # --------------------------------------------------------------------------------------------------
 
 
-def _score(rel: Release, hist: Histogram, k: int) -> dict[str, Any]:
+def _score(rel: Release, hist: Histogram, k: int, ties: np.random.Generator) -> dict[str, Any]:
+    """Precision, recall and relative error of each run's top ``k`` by released value; ties broken at random
+    (``ties``, :func:`eval.baselines.topk_rows_random_ties`), the same rule for every method."""
     vals = rel.values
-    cols = baselines._topk_rows(vals, k) if vals.shape[1] else -np.ones((len(vals), k), dtype=np.int64)
+    cols = baselines.topk_rows_random_ties(vals, k, ties)
     released = np.where(cols >= 0, rel.index[np.maximum(cols, 0)], -1) if len(rel.index) else cols
     m = release_metrics(released, hist, k)
     kept = np.isfinite(vals)
@@ -643,7 +645,7 @@ def _rows(dataset: str, dk: int, eps: float, delta: float, known: bool, method: 
           hist: Histogram, ks: Iterable[int], seconds: float) -> list[dict[str, Any]]:
     rows = []
     for k in ks:
-        s = _score(rel, hist, k)
+        s = _score(rel, hist, k, cell_rng(0, "ties", dataset, dk, eps, delta, known, method, k))
         row: dict[str, Any] = {"dataset": dataset, "delta_keys": dk, "epsilon_w": eps, "delta_w": delta, "k": k,
                                "known_domain": known, "method": method,
                                "family": _family(method),
@@ -690,6 +692,11 @@ def map_cells(cell: Callable[..., list[dict[str, Any]]], jobs: Sequence[tuple[An
         return [row for rows in pool.map(run, *zip(*jobs)) for row in rows]
 
 
+#: Part of every cached cell's key (:func:`cell_key`): change it whenever a cell's rows would come out
+#: different for the same job (the scoring rule, a method's calibration), so no cache mixes old and new rows.
+ROWS_VERSION = "2-random-ties"
+
+
 def cell_key(cell: Callable[..., Any], job: Sequence[Any]) -> str:
     """A file name for ``cell(*job)``: the cell's name and a digest of the job's parameters (its histograms and
     domain masks by content), so a cached cell is reused only for the same data, grid, seed and peers.
@@ -699,7 +706,7 @@ def cell_key(cell: Callable[..., Any], job: Sequence[Any]) -> str:
     >>> cell_key(_cell, ("movielens", 5, 1.0)) == cell_key(_cell, ("movielens", 5, 2.0))
     False
     """
-    digest = hashlib.sha256(f"{cell.__module__}.{cell.__qualname__}".encode())
+    digest = hashlib.sha256(f"{cell.__module__}.{cell.__qualname__}.{ROWS_VERSION}".encode())
     for part in job:
         if isinstance(part, Histogram):
             for array in (part.keys, part.counts):
