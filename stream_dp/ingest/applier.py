@@ -28,7 +28,9 @@ import redis
 from stream_dp.config import Config
 from stream_dp.errors import StreamDPError
 from stream_dp.ingest.decode import Event, EventDecoder
-from stream_dp.ingest.store import Chunk, ChunkResult, StaleBoundingState, WatermarkState, WindowStore
+from stream_dp.ingest.chunks import Chunk, ChunkResult
+from stream_dp.ingest.store import StaleBoundingState, WindowStore
+from stream_dp.ingest.watermarks import WatermarkState
 from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.store.keys import Keys
 from stream_dp.node_batches import FAILOVER_ERRORS

@@ -3,7 +3,7 @@
 One iteration (a *batch*):
 
 1. ``poll`` records of the partitions this worker owns;
-2. hand them, as columns, to the applier (:mod:`~stream_dp.ingest.applier`: decode and validate, group
+2. hand them, as columns (:mod:`~stream_dp.ingest.batches`), to the applier (:mod:`~stream_dp.ingest.applier`: decode and validate, group
    valid events per (window, partition), register new windows, apply every chunk in Redis — bounding,
    increments and offset record atomically per chunk, already applied offsets skipped — then advance the
    watermark), queued behind the previous batch: the applier takes two and applies them in order, and
@@ -35,7 +35,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import redis
@@ -44,16 +43,17 @@ from kafka.errors import KafkaError
 
 from stream_dp.backoff import Backoff
 from stream_dp.config import Config
-from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest, PartitionRecords
+from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest
+from stream_dp.ingest.batches import Batch, BatchCutter
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
 from stream_dp.ingest.consumers import BrokersUnreachable, records_of
 from stream_dp.ingest.runners import ThreadRunner
-from stream_dp.ingest.dead_letters import DeadLetterWriter, Rejected
+from stream_dp.ingest.dead_letters import DeadLetterWriter
 from stream_dp.ingest.failures import describe_failure, is_transient
 from stream_dp.ingest.late_notice import LateNotice
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.state_check import lost_while_running, until_done
-from stream_dp.ingest.store import WatermarkState
+from stream_dp.ingest.watermarks import WatermarkState
 from stream_dp.ingest.topic_identity import TopicRecreated, TopicWatch
 from stream_dp.refusals import Refusal
 
@@ -70,19 +70,6 @@ class Runner(Protocol):
     def resume(self) -> None: ...
 
     def close(self) -> None: ...
-
-
-@dataclass
-class _Batch:
-    """One poll's records on their way through the loop (``idle``: a watermark-only request)."""
-
-    t0: float
-    request: BatchRequest
-    records: dict[Any, list[Any]] = field(default_factory=dict)
-    n: int = 0
-    first_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    idle: bool = False
 
 
 class IngestWorker:
@@ -114,13 +101,12 @@ class IngestWorker:
         self._progressed = False  # a batch outcome came back applied since the last failure
         self._kafka_down = False  # the consumer reported the brokers unreachable (:meth:`_brokers_unreachable`)
         self._stop = threading.Event()
-        self._known_partitions: set[int] = set()
-        self._revoked: set[int] = set()  # revoked since the last request (the applier forgets their clocks)
         self._last_advance = float("-inf")
-        self._inflight: deque[_Batch] = deque()  # submitted to the applier, oldest first (at most 2)
-        self._failed_batch: _Batch | None = None  # being drained when an error struck (to rewind)
+        self._inflight: deque[Batch] = deque()  # submitted to the applier, oldest first (at most 2)
+        self._failed_batch: Batch | None = None  # being drained when an error struck (to rewind)
         self.batches = 0
         self.topic_watch = TopicWatch(topic_guard, clock)  # is the events topic the one the offsets belong to?
+        self.cutter = BatchCutter(consumer, self.topic, self.records, metrics, self.topic_watch)  # polls → batches
         # start steps that need Redis and the broker (the ingest epoch check, stream_dp.ingest.state_check):
         # retried with backoff until both answer; once done, every watermark advance checks the epoch too
         self.before_start = before_start
@@ -199,7 +185,7 @@ class IngestWorker:
         if not records and self._brokers_unreachable():
             return
         lags = self.commits.lags()  # once per step: the request's watermark inputs and the lag metric
-        batch = self._prepare(records, lags) if records else None
+        batch = self.cutter.cut(records, lags, epoch_required=self._epoch_checked) if records else None
         try:
             if batch is not None:
                 self._submit(batch)
@@ -208,7 +194,7 @@ class IngestWorker:
             else:
                 self._drain_all()
                 if self.clock() - self._last_advance >= self.cfg.ingest.watermark_interval_seconds:
-                    self._submit(_Batch(t0=time.perf_counter(), request=self._request([], set(), lags), idle=True))
+                    self._submit(self.cutter.idle(lags, epoch_required=self._epoch_checked))
                     self._drain_all()
                     self.commits.commit_pending()
         except Exception as exc:  # classified below; non-transient ones re-raise
@@ -241,7 +227,7 @@ class IngestWorker:
         self._failed("kafka", BrokersUnreachable(f"all brokers down: {why}"), [])
         return True
 
-    def _abandon(self, polled: "_Batch | None") -> list["_Batch"]:
+    def _abandon(self, polled: "Batch | None") -> list[Batch]:
         """After a failure: the batches to rewind to — the one that failed, those still in flight, the
         one just polled. The outcomes in flight are collected and dropped (the applier refused them after
         the failure, or applied them, which the replay skips); then the applier may apply again."""
@@ -256,7 +242,7 @@ class IngestWorker:
             self.runner.result()
         self.runner.resume()
 
-    def _failed(self, dependency: str, exc: BaseException, batches: list["_Batch"]) -> None:
+    def _failed(self, dependency: str, exc: BaseException, batches: list[Batch]) -> None:
         """Rewind to the start of the unfinished batches, mark the dependency down, wait (stop-aware)."""
         self._failed_batch = None
         self._progressed = False
@@ -269,7 +255,7 @@ class IngestWorker:
                     self.backoff.failures + 1)
         self._stop.wait(delay)
 
-    def _rewind(self, batches: list["_Batch"]) -> None:
+    def _rewind(self, batches: list[Batch]) -> None:
         first: dict[TopicPartition, int] = {}
         for b in batches:
             for tp, off in b.first_offsets.items():
@@ -282,40 +268,7 @@ class IngestWorker:
                 except Exception:  # noqa: BLE001 - revoked meanwhile: its new owner replays it
                     log.info("could not rewind partition %d (no longer owned)", tp.partition)
 
-    def _prepare(self, records: dict, lags: dict[TopicPartition, int]) -> "_Batch":
-        """Cut one poll's records into per-partition columns for the applier (no decoding here)."""
-        t0 = time.perf_counter()
-        parts: list[PartitionRecords] = []
-        first: dict[TopicPartition, int] = {}
-        last: dict[TopicPartition, int] = {}
-        for tp, recs in records.items():
-            if recs:
-                offsets, stamps, values = self.records.columns(recs)
-                parts.append(PartitionRecords(tp.partition, offsets, stamps, values))
-                first[tp], last[tp] = offsets[0], offsets[-1]
-        self.topic_watch.polled(first, last)
-        b = _Batch(t0=t0, request=self._request(parts, {p.partition for p in parts}, lags), records=records,
-                   n=sum(len(p.offsets) for p in parts), first_offsets=first, last_offsets=last)
-        self.metrics.consumed.inc(b.n)
-        self.metrics.batch_events.observe(b.n)
-        return b
-
-    def _request(self, parts: list[PartitionRecords], busy: set[int], lags: dict[TopicPartition, int]
-                 ) -> BatchRequest:
-        """The request for ``parts``, with what the watermark advance needs from the consumer: which
-        partitions are owned, busy (in this batch, or lagging) and caught up (``lags``: this step's)."""
-        owned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.topic}
-        if not self._known_partitions:
-            self._known_partitions = set(self.consumer.partitions_for_topic(self.topic) or ())
-        lagging = {tp.partition for tp, lag in lags.items() if lag > 0}
-        caught_up = {tp.partition for tp, lag in lags.items() if lag == 0}
-        forget, self._revoked = frozenset(self._revoked), set()
-        return BatchRequest(parts, owned=frozenset(owned), busy=frozenset((busy | lagging) & owned),
-                            epoch_required=self._epoch_checked,
-                            known=frozenset(self._known_partitions), forget=forget,
-                            caught_up=frozenset(caught_up & owned))
-
-    def _submit(self, b: "_Batch") -> None:
+    def _submit(self, b: Batch) -> None:
         """Hand a batch to the applier, which applies batches strictly in order (chunk order is kept)."""
         self.runner.submit(b.request)
         self._inflight.append(b)
@@ -346,7 +299,7 @@ class IngestWorker:
         m.bounded.labels(rule="linf").inc(out.linf)
         m.bounded.labels(rule="l0").inc(out.l0)
         if out.rejects:
-            self.dead_letters.write(self._rejected(b, out.rejects))
+            self.dead_letters.write(b.rejected(self.records, out.rejects))
         self._failed_batch = None
         self._progressed = True
         self._note_watermark(out.watermark)
@@ -362,15 +315,6 @@ class IngestWorker:
         m.clock_ticks.inc(out.ticks)
         self.batches += 1
         m.batch_duration.observe(time.perf_counter() - b.t0)
-
-    # --- dead letters ----------------------------------------------------------------------------
-    def _rejected(self, b: "_Batch", rejects: list[tuple[int, int, str]]) -> list[Rejected]:
-        by_partition = {tp.partition: recs for tp, recs in b.records.items()}
-        out = []
-        for p, i, reason in rejects:
-            topic, partition, offset, key, value = self.records.fields(by_partition[p][i])
-            out.append(Rejected(topic, partition, offset, key, value, reason))
-        return out
 
     # --- watermark -------------------------------------------------------------------------------
     def _note_watermark(self, state: WatermarkState | None) -> None:
@@ -404,7 +348,7 @@ class IngestWorker:
     def hand_over(self, revoked: set[TopicPartition]) -> None:
         """After the handover commit (or its failure): forget the revoked partitions."""
         self.commits.hand_over(revoked)
-        self._revoked |= {tp.partition for tp in revoked if tp.topic == self.topic}
+        self.cutter.revoked(revoked)
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.topic_watch.assigned()

@@ -12,8 +12,9 @@ Preludes, prepended in the order listed (each script's KEYS and ARGV are documen
 - ``release_shard`` -- the function that marks one window shard released (``lua/release_shard.lua``);
 - ``ledger_common`` -- the ledger scripts' KEYS, argument decoding and cap rule (``lua/ledger_common.lua``).
 
-Who runs what: ingest (:mod:`stream_dp.ingest.store`) ``apply_window``, ``register_windows``,
-``advance_watermark``, ``close_window``, ``finalize_watermark``; the release worker's window reader
+Who runs what: ingest's store (:mod:`stream_dp.ingest.store`) ``apply_window``, its watermarks
+(:mod:`stream_dp.ingest.watermarks`) ``register_windows``, ``advance_watermark``, ``close_window``,
+``finalize_watermark``; the release worker's window reader
 (:mod:`stream_dp.release.windows`) the ``window_*`` reads, ``mark_released``, ``mark_released_fence``,
 ``release_one_shard``, ``advance_released_cursor``; its claims (:mod:`stream_dp.release.claim`) ``claim_*``;
 the alerts' state (:mod:`stream_dp.release.alerts`) ``alerts_*``; the ledger (:mod:`stream_dp.accounting.ledger`)

@@ -260,7 +260,7 @@ def test_a_lost_reply_is_rolled_back_and_the_replay_finds_out_from_redis(redis_c
     monkeypatch.setattr(WindowStore, "_send", applied_then_lost)
     with pytest.raises(redis.ConnectionError):
         store.apply([Chunk.of(0, 0, [(0, "u", "x"), (1, "u", "y")])], closed_through=None)
-    assert store._bounding[(0, 0)].keys_of == {} and store._bounding[(0, 0)].token == ""
+    assert store.caches.windows[(0, 0)].keys_of == {} and store.caches.windows[(0, 0)].token == ""
     monkeypatch.setattr(WindowStore, "_send", send)
     r, = store.apply([Chunk.of(0, 0, [(0, "u", "x"), (1, "u", "y"), (2, "u", "z")])], closed_through=None)
     assert (r.duplicate, r.applied, r.l0, r.replanned) == (2, 0, 1, 1)
@@ -283,10 +283,10 @@ def test_closed_windows_are_dropped_from_the_cache(redis_client):
     store = _store(redis_client)
     store.apply([Chunk.of(0, 0, [(0, "u", "x")]), Chunk.of(SIZE, 0, [(1, "u", "x")])], closed_through=None)
     store.forget_windows(closed_through=float(SIZE))
-    assert set(store._bounding) == {(SIZE, 0)}
+    assert set(store.caches.windows) == {(SIZE, 0)}
     redis_client.hset(Keys("t").window_meta(SIZE), "state", "closed")  # closed by another worker
     r, = store.apply([Chunk.of(SIZE, 0, [(1, "u", "x"), (2, "v", "x")])], closed_through=None)
-    assert (r.duplicate, r.late) == (1, 1) and store._bounding == {}
+    assert (r.duplicate, r.late) == (1, 1) and store.caches.windows == {}
 
 
 def test_a_capped_cache_evicts_windows_and_counts_stay_exact(redis_client):
@@ -300,8 +300,8 @@ def test_a_capped_cache_evicts_windows_and_counts_stay_exact(redis_client):
 
     def apply_and_check(chunks, **kw):
         out = apply(chunks, **kw)
-        newest = next(reversed(store._bounding.values()))
-        sizes.append(store.cache_users() - newest.users)  # the cap is on all but the newest window
+        newest = next(reversed(store.caches.windows.values()))
+        sizes.append(store.caches.users() - newest.users)  # the cap is on all but the newest window
         return out
 
     store.apply = apply_and_check  # type: ignore[method-assign]
@@ -310,7 +310,7 @@ def test_a_capped_cache_evicts_windows_and_counts_stay_exact(redis_client):
     truth = bounded_counts(events, window_size=SIZE, max_keys_per_user=2)
     for start, counts in truth.items():
         assert store.counts(start) == counts
-    assert store.evictions > 10 and store.catch_up_reads > 10  # the fallback path really ran, chunked
+    assert store.caches.evictions > 10 and store.caches.catch_up_reads > 10  # the fallback path really ran, chunked
     assert max(sizes) <= 40
 
 
@@ -335,10 +335,10 @@ def test_the_catch_up_read_after_a_restart_is_chunked(redis_client):
     finally:
         del redis_client.getrange
     assert r.duplicate == 500 and r.replanned == 1
-    assert len(reads) == restarted.catch_up_reads == -(-(log_len - 1000) // 1000) and max(reads) <= 1000
+    assert len(reads) == restarted.caches.catch_up_reads == -(-(log_len - 1000) // 1000) and max(reads) <= 1000
     truth = bounded_counts([(0, u, k) for _, u, k in events], window_size=SIZE, max_keys_per_user=2)
     assert restarted.counts(0) == truth[0]
-    assert restarted._bounding[(0, 0)].users == 500
+    assert restarted.caches.windows[(0, 0)].users == 500
 
 
 def test_log_decoder_completes_pairs_cut_anywhere():

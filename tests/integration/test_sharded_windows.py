@@ -78,7 +78,7 @@ def test_a_restarted_store_catches_up_over_log_segments_exactly(redis_client):
                             log_segment_bytes=1024, catch_up_chunk_bytes=700)  # reads cross segment borders
     _apply(restarted, logs, rnd, replays=True)
     assert {s: restarted.counts(s) for s in restarted.windows()} == _truth(logs)
-    assert restarted.catch_up_reads > 0
+    assert restarted.caches.catch_up_reads > 0
 
 
 def test_the_reader_merges_shards_exactly(redis_client):

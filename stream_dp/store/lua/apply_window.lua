@@ -12,7 +12,7 @@
 --                        a chunk refused as full, full:<p> = "lo:hi,lo:hi,..." (the offsets in (lo, hi] of
 --                        this window shard were refused; a replay reports them as full again)
 --                 (states: the window_state prelude, stream_dp/store/window_state.py)
--- ARGV[1] the header, JSON (stream_dp.ingest.store.ApplyHeader; "v" = 1):
+-- ARGV[1] the header, JSON (stream_dp.ingest.chunks.ApplyHeader; "v" = 1):
 --   start, end, partition, closed_through (string; the caller's view of the global watermark, the window is
 --   late when end <= it), known_late (the caller already knows the window closed), token_before, token,
 --   log_bytes_before, last_offset, applied, bounded,

@@ -1,198 +1,28 @@
-"""Subscribe to the releases topic: schema-checked, de-duplicated release records, for any downstream reader.
-
-A release record (``config/release.schema.json``) is what the service publishes per window and release
-type. :func:`subscribe` yields them as dicts, each one
-
-- **checked**: its ``schema_version`` is one this client reads (an unknown version raises
-  :class:`UnsupportedSchemaVersion` by default -- a newer producer is never misread silently), and it
-  follows the JSON schema shipped with the package (a record that does not is skipped and reported);
-- **once**: a release the worker republished after a crash (same ``release_id``, same bytes) is yielded
-  only the first time it is seen;
-
-from one of three starting points:
-
-- ``start="beginning"`` (default): every release still on the topic, then new ones;
-- ``start="now"``: only releases published after the subscriber was assigned its partitions (the end is
-  the high-water mark of the first fetch, not the broker's end offset, which some Kafka-protocol brokers
-  under-report);
-- ``group="my-service"``: a Kafka consumer group for a downstream service. It resumes where the group
-  left off after a restart (``start`` then only chooses where a *new* group begins). Delivery is at least
-  once: a record's offset is committed once the caller asks for the next record (or calls
-  :meth:`ReleaseSubscriber.commit`), so the record being processed when the service died is delivered
-  again -- make processing idempotent by ``release_id``.
-
-The module imports no Redis client: subscribers only ever see what the service published.
-
->>> check_record(b'{"schema_version": 2, "release_id": "0-60.topk"}')
-Traceback (most recent call last):
-...
-stream_dp.client.UnsupportedSchemaVersion: release record 0-60.topk has schema_version 2; this stream-dp client reads schema_version 1 only (upgrade stream-dp to read newer records)
-"""
+"""Reading the releases topic: from the beginning, from now, or in a consumer group that resumes where it left
+off (at least once: an offset is committed once the caller asks for the next record); each message checked
+(:mod:`~stream_dp.client.records`) and handed out whole and once (:mod:`~stream_dp.client.once`)."""
 
 from __future__ import annotations
 
-import json
-import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from stream_dp import kafka_sockets
-from stream_dp.broker_reach import BOOTSTRAP_ERRORS, BrokerReach, BrokerUnreachable, unreachable
-from stream_dp.errors import StreamDPError
-from stream_dp.kafka_options import forbid_auto_create
+from stream_dp.broker_reach import BOOTSTRAP_ERRORS, BrokerReach, unreachable
+from stream_dp.client.once import DEFAULT_SEEN_CAPACITY, PartJoiner, SeenIds
+from stream_dp.client.records import ReleaseRecordError, check_record, report_invalid
 from stream_dp.config import KafkaConfig
-from stream_dp.wire import join_parts
-
-log = logging.getLogger(__name__)
-
-__all__ = ["BrokerUnreachable", "InvalidReleaseRecord", "ReleaseRecordError", "ReleaseSubscriber",
-           "UnsupportedSchemaVersion", "check_record", "subscribe"]
+from stream_dp.kafka_options import forbid_auto_create
 
 kafka_sockets.install()  # the subscriber's consumer closes its sockets on kafka-python 3.0's leaking paths
 
-SUPPORTED_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
-SCHEMA_PATH = Path(__file__).resolve().parent / "defaults" / "release.schema.json"
 STARTS = ("beginning", "now")
-DEFAULT_SEEN_CAPACITY = 100_000  # release ids remembered for de-duplication (a year of hourly windows x 10 types)
-
-
-class ReleaseRecordError(ValueError, StreamDPError):
-    """A message on the releases topic that this client will not hand out as a release record."""
-
-    def __init__(self, message: str, *, release_id: str | None = None, where: str | None = None) -> None:
-        super().__init__(message + (f" (at {where})" if where else ""))
-        self.release_id = release_id
-        self.where = where
-
-
-class UnsupportedSchemaVersion(ReleaseRecordError):
-    """The record declares a ``schema_version`` this client does not know (a newer or foreign producer)."""
-
-
-class InvalidReleaseRecord(ReleaseRecordError):
-    """Not JSON, not an object, or not following the release schema."""
-
-
-@lru_cache(maxsize=1)
-def _validator() -> Any:
-    import jsonschema
-
-    schema = json.loads(SCHEMA_PATH.read_text())
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
-
-
-def release_types() -> tuple[str, ...]:
-    """The release types the shipped schema knows (``type`` enum), e.g. ``("topk", "alerts", …)``."""
-    return tuple(_validator().schema["properties"]["type"]["enum"])
-
-
-def check_record(value: bytes | str | dict[str, Any], *, where: str | None = None) -> dict[str, Any]:
-    """The release record in ``value`` (a message value or a decoded dict), checked.
-
-    Raises :class:`UnsupportedSchemaVersion` if its ``schema_version`` is not one of
-    :data:`SUPPORTED_SCHEMA_VERSIONS`, :class:`InvalidReleaseRecord` if it is not a JSON object following
-    the schema. The version is checked first, so a newer record is reported as newer, not as invalid.
-    """
-    if isinstance(value, dict):
-        record = value
-    else:
-        try:
-            record = json.loads(value)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidReleaseRecord(f"message is not JSON ({exc.__class__.__name__})", where=where) from None
-        if not isinstance(record, dict):
-            raise InvalidReleaseRecord(f"message is JSON but not an object ({type(record).__name__})", where=where)
-    rid = record.get("release_id")
-    rid = rid if isinstance(rid, str) else None
-    version = record.get("schema_version")
-    if version not in SUPPORTED_SCHEMA_VERSIONS or isinstance(version, bool):
-        supported = ", ".join(str(v) for v in sorted(SUPPORTED_SCHEMA_VERSIONS))
-        raise UnsupportedSchemaVersion(
-            f"release record {rid or '(no release_id)'} has schema_version {version!r}; this stream-dp client "
-            f"reads schema_version {supported} only (upgrade stream-dp to read newer records)",
-            release_id=rid, where=where)
-    errors = sorted(_validator().iter_errors(record), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        path = "/".join(str(p) for p in first.absolute_path) or "(the record)"
-        raise InvalidReleaseRecord(
-            f"release record {rid or '(no release_id)'} does not follow the release schema: {path}: {first.message}",
-            release_id=rid, where=where)
-    return record
-
-
-def report_invalid(error: ReleaseRecordError) -> None:
-    """The default ``on_invalid``: an unknown schema version stops the reader (raise); a malformed record is
-    logged and skipped (a dead message must not stop every subscriber)."""
-    if isinstance(error, UnsupportedSchemaVersion):
-        raise error
-    log.warning("skipped a message on the releases topic: %s", error)
-
-
-class SeenIds:
-    """Release ids already handed out, the most recent ``capacity`` of them (oldest forgotten first)."""
-
-    def __init__(self, capacity: int = DEFAULT_SEEN_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def first_time(self, release_id: str) -> bool:
-        """True the first time ``release_id`` is offered (and remembers it), False afterwards."""
-        if release_id in self._ids:
-            self._ids.move_to_end(release_id)
-            return False
-        self._ids[release_id] = None
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
-        return True
-
-
-class PartJoiner:
-    """Joins the part messages of releases too large for one message (field ``part``; the publisher sends a
-    release's parts one after the other on its partition, :func:`stream_dp.wire.message_parts`).
-
-    Per partition at most one release is being joined. A message of another release on that partition ends
-    it: the publisher was interrupted between two parts (a crash, a failed send), and it publishes that
-    release again, whole, later. Parts of one release seen twice (such a republication) are the same bytes."""
-
-    def __init__(self) -> None:
-        self._open: dict[Any, tuple[str, int, dict[int, dict[str, Any]]]] = {}  # partition -> (id, offset, parts)
-
-    def offer(self, partition: Any, offset: int, record: dict[str, Any]) -> dict[str, Any] | None:
-        """``record`` itself when it is whole; for a part, None until the release's last part, then the
-        joined record (:func:`~stream_dp.wire.join_parts`)."""
-        rid = record["release_id"]
-        current = self._open.get(partition)
-        if current is not None and current[0] != rid:
-            log.warning("release %s: only parts %s of %d arrived before release %s; it is published again whole",
-                        current[0], sorted(current[2]), next(iter(current[2].values()))["part"]["count"], rid)
-            del self._open[partition]
-            current = None
-        part = record.get("part")
-        if part is None:
-            return record
-        if current is None:
-            current = self._open[partition] = (rid, offset, {})
-        current[2][int(part["index"])] = record
-        if len(current[2]) < int(part["count"]):
-            return None
-        del self._open[partition]
-        return join_parts(list(current[2].values()))
-
-    def first_offset(self, partition: Any) -> int | None:
-        """The offset of the first part of the release being joined on ``partition`` (None: none is)."""
-        current = self._open.get(partition)
-        return None if current is None else current[1]
 
 
 @dataclass(frozen=True)
