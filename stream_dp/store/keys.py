@@ -115,6 +115,20 @@ class Keys:
         with :func:`key_shard_of` = ``shard``."""
         return f"{self.prefix}:{self.key_shard_tag(start, shard)}:counts"
 
+    def key_shard_applied(self, start: int, shard: int) -> str:
+        """Hash (layout ``"key"``): ``<user shard>:<partition>`` → the highest chunk offset of that source counted
+        into this key shard (``store/lua/count_keys.lua``; at most S × partitions fields)."""
+        return f"{self.prefix}:{self.key_shard_tag(start, shard)}:applied"
+
+    def key_shard_meta(self, start: int, shard: int) -> str:
+        """Hash (layout ``"key"``): the key shard's metadata (``state``: :mod:`stream_dp.store.window_state`)."""
+        return f"{self.prefix}:{self.key_shard_tag(start, shard)}:meta"
+
+    def key_shard(self, start: int, shard: int) -> list[str]:
+        """The KEYS of ``count_keys.lua`` for one key shard: counts, applied, meta."""
+        return [self.key_shard_counts(start, shard), self.key_shard_applied(start, shard),
+                self.key_shard_meta(start, shard)]
+
     def window_released(self, start: int) -> str:
         """String: set once the window's releases are published (fenced by the claim, same tag)."""
         return f"{self.prefix}:{{w:{start}}}:released"

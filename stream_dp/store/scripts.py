@@ -13,7 +13,8 @@ Preludes, prepended in the order listed (each script's KEYS and ARGV are documen
 - ``ledger_common`` -- the ledger scripts' KEYS, argument decoding and cap rule (``lua/ledger_common.lua``).
 
 Who runs what: ingest (:mod:`stream_dp.ingest.store`) ``apply_window``, ``register_windows``,
-``advance_watermark``, ``close_window``, ``finalize_watermark``; the release worker's window reader
+``advance_watermark``, ``close_window``, ``finalize_watermark`` (and, in the key layout still to be wired in,
+``count_keys``: :mod:`stream_dp.store.key_counts`); the release worker's window reader
 (:mod:`stream_dp.release.windows`) the ``window_*`` reads, ``mark_released``, ``mark_released_fence``,
 ``release_one_shard``, ``advance_released_cursor``; its claims (:mod:`stream_dp.release.claim`) ``claim_*``;
 the alerts' state (:mod:`stream_dp.release.alerts`) ``alerts_*``; the ledger (:mod:`stream_dp.accounting.ledger`)
@@ -37,6 +38,9 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "advance_watermark": (),
     "close_window": ("window_state",),
     "finalize_watermark": (),
+    # the key layout's step 2, one key shard ({w:<start>:k<j>}): not run by the service yet
+    # (docs/design/key-sharded-counts.md)
+    "count_keys": ("window_state",),
     # the release worker: reads of a closed window, its released mark, the released-through cursor
     "window_read_chunk": (),
     "window_top": (),
