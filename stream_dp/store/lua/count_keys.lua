@@ -9,13 +9,13 @@
 -- ARGV: entries of four arguments each: source, last offset (integer, as a string), the increment keys
 --       (NUL-separated), their counts (commas). The entries of one source must come in offset order with no
 --       pending entry of that source left out before them (the ordering rule: applied is a high-water mark).
--- Reply: {counted, skipped} entries, or {'released', 0} when the key shard is released (nothing counted).
+-- Reply: {counted, skipped} entries, or {WINDOW_RELEASED, 0} when the key shard is released (nothing counted).
 -- Everything is parsed and checked before the first write (a script that fails half way keeps its writes).
 if #ARGV % 4 ~= 0 then
   return redis.error_reply('count_keys: ' .. #ARGV .. ' arguments, not entries of 4')
 end
 if redis.call('HGET', KEYS[3], 'state') == WINDOW_RELEASED then
-  return {'released', 0}
+  return {WINDOW_RELEASED, 0}
 end
 local entries = {}
 for e = 1, #ARGV, 4 do
