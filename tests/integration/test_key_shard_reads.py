@@ -8,12 +8,9 @@ shards on every master, each read one batch per master)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import pytest
-from redis.cluster import RedisCluster
 
-from cluster_helpers import local_cluster
 from stream_dp.node_batches import run_batched, run_reads
 from stream_dp.release.key_windows import KeyShardReads
 from stream_dp.release.windows import Window, WindowReader
@@ -71,16 +68,6 @@ def _check(client, shards: int, seed: int, trials: int) -> None:
 @pytest.mark.parametrize("shards", [2, 12])
 def test_key_shard_reads_equal_the_unsharded_reads(redis_client, shards):
     _check(redis_client, shards, seed=shards, trials=15)
-
-
-@pytest.fixture
-def cluster(tmp_path) -> Iterator[RedisCluster]:
-    with local_cluster(tmp_path, masters=3) as nodes:
-        client = nodes.client()
-        try:
-            yield client
-        finally:
-            client.close()
 
 
 def test_key_shard_reads_on_a_real_cluster(cluster):
