@@ -27,6 +27,11 @@ what the release publisher does), back to back and after an idle gap, and a Redi
 release's first steps come after the worker, the broker and redis-server idled until the close). The last
 stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
+The peak resident set size of the bench process (the worker runs in it) is reported for the windows' releases
+alone (``peak_rss_bytes_windows``: the peak is started afresh after the worker's start-up, so the template's
+load and the baselines' full reads are not in it) beside its size before the first window
+(``rss_bytes_before_windows``); on a kernel that refuses the reset the peak is null.
+
 ``--trace`` lists the Redis round trips (one per command sent alone, one per pipeline) and produces of the
 last window's release, in order, with their times and the time spent in the worker before each (its own
 work between steps); every run reports the median round trips, process CPU time and voluntary context
@@ -44,11 +49,13 @@ random (multinomially: a key's users fall into every shard), so the worker merge
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -72,9 +79,20 @@ from stream_dp.release.worker import ReleaseWorker
 from stream_dp.state_epochs import EpochMarker
 from tests.support.windows import set_watermark
 
+from bench.bench_ingest import proc_status_bytes
 from bench.results import emit, start_cpu_load, stop_cpu_load
 
 SIZE = 3600
+
+
+def reset_peak_rss() -> bool:
+    """Start this process's peak resident set size (VmHWM) afresh (Linux: ``5`` written to
+    ``/proc/self/clear_refs``); False where that is not allowed (the peak is then not reported)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
 TEMPLATE = "bench:template"
 
 
@@ -305,6 +323,9 @@ def measure(args: argparse.Namespace) -> None:
         hot_ping_ms, idle_ping_ms = statistics.median(hot_ping) * 1e3, statistics.median(idle_ping) * 1e3
 
         worker.start()  # worker start-up (schedule, Lua scripts loaded, recovery), before any window closes
+        # the peak RSS of the releases alone: the template's load and the baselines' full reads came before
+        rss_reset = reset_peak_rss()
+        rss_before = proc_status_bytes(os.getpid(), "VmRSS")
         latencies: list[float] = []
         per_type: dict[str, list[float]] = {t: [] for t in worker.types}
         phase_totals = {p: 0.0 for p in PHASES}
@@ -461,6 +482,9 @@ def measure(args: argparse.Namespace) -> None:
     print(f"Redis round trips per window (median): {int(statistics.median(round_trips))}")
     print(f"process CPU per window (median, ms): {statistics.median(cpu_ms):.1f}; "
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
+    if rss_reset:
+        print(f"bench process RSS before the first window {rss_before / 2**20:.0f} MiB, peak during the windows' "
+              f"releases {proc_status_bytes(os.getpid(), 'VmHWM') / 2**20:.0f} MiB")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     emit({
         "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "keep_windows": args.keep_windows, "gc_freeze": not args.no_gc_freeze, "ledger_guard": not args.no_ledger_guard, "kafka_client": args.kafka_client,
@@ -479,6 +503,8 @@ def measure(args: argparse.Namespace) -> None:
         "cpu_ms_per_window_median": statistics.median(cpu_ms),
         "voluntary_switches_per_window_median": int(statistics.median(switches)),
         "items_median": {t: int(statistics.median(v)) for t, v in items.items()},
+        "rss_bytes_before_windows": rss_before,
+        "peak_rss_bytes_windows": proc_status_bytes(os.getpid(), "VmHWM") if rss_reset else None,
     })
 
 

@@ -12,7 +12,8 @@ Preludes, prepended in the order listed (each script's KEYS and ARGV are documen
 - ``release_shard`` -- the function that marks one window shard released (``lua/release_shard.lua``);
 - ``ledger_common`` -- the ledger scripts' KEYS, argument decoding and cap rule (``lua/ledger_common.lua``).
 
-Who runs what: ingest's store (:mod:`stream_dp.ingest.store`) ``apply_window``, its watermarks
+Who runs what: ingest's store (:mod:`stream_dp.ingest.store`) ``apply_window`` (and, in the key layout,
+``count_keys``: :mod:`stream_dp.store.key_counts`), its watermarks
 (:mod:`stream_dp.ingest.watermarks`) ``register_windows``, ``advance_watermark``, ``close_window``,
 ``finalize_watermark``; the release worker's window reader
 (:mod:`stream_dp.release.windows`) the ``window_*`` reads, ``mark_released``, ``mark_released_fence``,
@@ -38,6 +39,9 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "advance_watermark": (),
     "close_window": ("window_state",),
     "finalize_watermark": (),
+    # the key layout's step 2, one key shard ({w:<start>:k<j>}): not run by the service yet
+    # (docs/design/key-sharded-counts.md)
+    "count_keys": ("window_state",),
     # the release worker: reads of a closed window, its released mark, the released-through cursor
     "window_read_chunk": (),
     "window_top": (),

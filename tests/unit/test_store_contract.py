@@ -117,10 +117,16 @@ def named_in_source() -> set[str]:
     return names
 
 
+#: Scripts shipped ahead of the code that runs them, each with the design that wires it in. Once a component
+#: registers one, the test below fails until it is taken off this list.
+STAGED = {"count_keys": "docs/design/key-sharded-counts.md (step 2 of the key layout's apply)"}
+
+
 def test_every_script_the_code_uses_exists_and_every_script_is_used():
     named, registered = named_in_source(), registered_by_components()
     assert named <= set(scripts.SCRIPTS), named - set(scripts.SCRIPTS)
-    assert registered | named == set(scripts.SCRIPTS)
+    assert not (registered | named) & set(STAGED), "a staged script is run now: take it off STAGED"
+    assert registered | named | set(STAGED) == set(scripts.SCRIPTS)
     assert "ledger_restore" in named  # stream-dp budget rebuild (stream_dp/release/ledger_rebuild.py)
 
 

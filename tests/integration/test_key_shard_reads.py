@@ -1,0 +1,82 @@
+"""The key layout's top-k and watched-key reads (``release/key_windows.py``, docs/design/key-sharded-counts.md)
+against real Redis: the same counts written as one unsharded window (what :class:`WindowReader` reads today)
+and, through the real step-2 script (``count_keys.lua``), into S key shards; both reads return identical
+dicts in identical order -- the input of the top-k and alerts mechanisms is the single-shard input, so their
+release is too, draw for draw. On a single redis-server (S = 2, 12) and on a 3-master cluster (S = 12, the key
+shards on every master, each read one batch per master)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from stream_dp.node_batches import run_batched, run_reads
+from stream_dp.release.key_windows import KeyShardReads
+from stream_dp.release.windows import Window, WindowReader
+from stream_dp.store import scripts
+from stream_dp.store.key_counts import CountEntry, count_args, split_by_key_shard
+from stream_dp.store.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+SIZE = 60
+WINDOW = Window(3600, 3600 + SIZE)
+ALPHABET = ["a", "b", "z", "é", "日", "𝄞", "0"]
+
+
+def _both(client, shards: int, rnd: random.Random, trial: int) -> tuple[WindowReader, KeyShardReads, list[str]]:
+    """A random window (many ties, non-ASCII keys) as one unsharded window and as key shards filled by chunks
+    through count_keys.lua (under prefixes of this trial's own); returns both readers and the window's keys."""
+    single, layered = Keys(f"one{trial}"), Keys(f"ks{trial}", shards, "key")
+    count = scripts.register(client, "count_keys")
+    total: dict[str, int] = {}
+    items = []
+    for chunk in range(rnd.randint(0, 30)):
+        increments = {"".join(rnd.choices(ALPHABET, k=rnd.randint(1, 3))): rnd.randint(1, 3)
+                      for _ in range(rnd.randint(1, 20))}
+        for k, n in increments.items():
+            total[k] = total.get(k, 0) + n
+        for j, part in split_by_key_shard(increments, shards).items():
+            ks, args = layered.key_shard(WINDOW.start, j), count_args([CountEntry(0, 0, chunk, part)])
+            items.append((ks[0], lambda pipe, ks=ks, args=args: pipe.evalsha(count.sha, len(ks), *ks, *args)))
+    if items:
+        client.script_load(count.script)
+        run_batched(client, items)  # one pipeline per master on a cluster
+        client.zadd(single.window_counts(WINDOW.start), total)
+    return (WindowReader(client, keys=single, size_seconds=SIZE), KeyShardReads(client, keys=layered),
+            sorted(total))
+
+
+def _check(client, shards: int, seed: int, trials: int) -> None:
+    rnd = random.Random(seed)
+    for trial in range(trials):
+        reader, by_key, present = _both(client, shards, rnd, trial)
+        for n in (1, 5, 50, 1001):
+            want = list(reader.top_counts(WINDOW, n).now().items())
+            assert list(by_key.top_counts(WINDOW, n).now().items()) == want, (trial, n)
+        watched = rnd.sample(present, min(len(present), 5)) + ["never-seen", *present[:2]]
+        want_watched = list(reader.counts_of(WINDOW, watched).now().items())
+        step = by_key.counts_of(WINDOW, watched)
+        assert list(step.now().items()) == want_watched
+        # both reads are one batch each: they can ride along with another step, here sent together
+        top, counts = run_reads(client, by_key.top_counts(WINDOW, 5).batch, step.batch)
+        assert list(top.items()) == list(reader.top_counts(WINDOW, 5).now().items())
+        assert list(counts.items()) == want_watched
+
+
+@pytest.mark.parametrize("shards", [2, 12])
+def test_key_shard_reads_equal_the_unsharded_reads(redis_client, shards):
+    _check(redis_client, shards, seed=shards, trials=15)
+
+
+def test_key_shard_reads_on_a_real_cluster(cluster):
+    keys = Keys("ks", 12, "key")
+    masters = {cluster.get_node_from_key(keys.key_shard_counts(WINDOW.start, j)).name for j in range(12)}
+    assert len(masters) == 3  # the key shards of one window really are spread over every master
+    _check(cluster, 12, seed=47, trials=6)
+
+
+def test_the_key_reads_refuse_a_user_layout(redis_client):
+    with pytest.raises(ValueError, match="windows.layout = 'user'"):
+        KeyShardReads(redis_client, keys=Keys("u", 4))
