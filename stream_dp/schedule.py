@@ -125,7 +125,7 @@ def establish(client, keys: Keys, windows: WindowsConfig, *,  # a redis client
     clock. A configured start or a window size that differs from the recorded one raises
     :class:`ScheduleMismatch` naming the setting: changing either would skip or re-release windows. So does
     a ``windows.shards`` (or user → shard hash) other than the recorded one: it would split a user's bounding
-    state over two shards (L0 > Δ); and so does a window layout (``keys.layout``, to be set by
+    state over two shards (L0 > Δ); and so does a window layout (``keys.layout``, set by
     ``windows.layout``: docs/design/key-sharded-counts.md) or key → key shard hash other than the recorded
     one: the counts would be read from shards that were never written, and empty windows released.
     """

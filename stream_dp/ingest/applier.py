@@ -133,7 +133,7 @@ class BatchApplier:
         self.window_size = cfg.windows.size_seconds
         self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
         self.decoder = EventDecoder(cfg.events, cfg.keys)
-        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards), window_size=self.window_size,
+        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout), window_size=self.window_size,
                                  unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user,
                                  cache_max_users=cfg.ingest.bounding_cache_max_users,
                                  catch_up_chunk_bytes=cfg.ingest.catch_up_chunk_bytes,

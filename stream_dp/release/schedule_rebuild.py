@@ -52,7 +52,7 @@ class WindowsRestored:
 def restore_windows(client: Any, cfg: Config, records: list[dict[str, Any]]) -> WindowsRestored:
     """Restore the schedule, the released windows and the watchlist from ``records`` (each release id's
     first record, :func:`~stream_dp.release.ledger_rebuild.first_records`)."""
-    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
+    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout)
     out = WindowsRestored()
     if not records:
         return out

@@ -16,7 +16,8 @@ places what one atomic step touches in one slot:
 
 **Layouts** (:data:`LAYOUTS`). ``"user"`` (the default, the only one the service runs today): a window shard
 holds its users' bounding state *and* their counts, so a key's count is split over every shard. ``"key"``
-(docs/design/key-sharded-counts.md; not yet selectable): the bounding state stays in the user shards, and
+(docs/design/key-sharded-counts.md; ``windows.layout = "key"``, written by ingest, not read by the release
+worker yet): the bounding state stays in the user shards, and
 the window's counts live in key shards ``{w:<start>:k<j>}``, ``j =`` :func:`key_shard_of` -- disjoint, each
 key's whole count in one of them, so every release type can read shard by shard and merge exactly.
 

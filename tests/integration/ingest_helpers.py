@@ -148,7 +148,7 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
 def window_store(client, cfg) -> WindowStore:
     """The ingest's window store of ``cfg`` (key prefix, shards, window size, bounding unit and Δ) on ``client``:
     the tests read the counts through it."""
-    return WindowStore(client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards),
+    return WindowStore(client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout),
                        window_size=cfg.windows.size_seconds, unit=cfg.contribution.unit,
                        max_keys_per_user=cfg.contribution.max_keys_per_user)
 

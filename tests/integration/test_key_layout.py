@@ -5,14 +5,22 @@
   equals the one set's ``ZREVRANGE 0 n-1``, members, counts and order -- Redis's own tie-break on the member
   bytes, not a model of it.
 - The layout is recorded with the release schedule; a deployment started in one layout refuses the other,
-  naming ``windows.layout``."""
+  naming ``windows.layout`` -- also as real worker processes: an ingest worker configured with
+  ``windows.layout = "key"`` on user-layout data, and a release worker configured with the key layout (which
+  it does not read yet), each exit 2 with one line naming the setting, no traceback."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
+
+from ingest_helpers import REPO, config_mapping, write_toml
+from stream_dp.processes import free_port
 
 from stream_dp.config import WindowsConfig
 from stream_dp.release.key_shards import merge_disjoint_top
@@ -79,3 +87,47 @@ def test_a_user_layout_deployment_keeps_its_record_and_refuses_the_key_layout(re
                                                              "shard_hash": SHARD_HASH}
     with pytest.raises(ScheduleMismatch, match=r"windows\.layout is 'key' .* written in layout 'user'"):
         establish(redis_client, Keys("ul", 4, "key"), _windows(4))
+
+
+def _worker(module: str, config, tmp_path) -> tuple[int, str]:
+    """Run ``python -m <module> --config <config>`` to its exit; its exit code and output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAM_DP_", "STREAMDP_"))}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run([sys.executable, "-m", module, "--config", str(config)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "ERROR" in line or "config error" in line]
+
+
+def test_an_ingest_worker_in_the_key_layout_on_user_layout_data_exits_2_naming_the_setting(redis_url, redis_client,
+                                                                                            tmp_path):
+    """Old data: a deployment whose schedule was recorded in the user layout (as every deployment before
+    layouts existed). An ingest worker configured with the key layout refuses to start before it touches a
+    window: the release would read key shards that were never written."""
+    data = config_mapping(f"127.0.0.1:{free_port()}", redis_url, "events", group="g", size=60, max_keys=3,
+                          prefix="old")
+    windows = WindowsConfig(size_seconds=60, start=data["windows"]["start"])
+    establish(redis_client, Keys("old"), windows)  # the user-layout deployment's first start
+    recorded = redis_client.get(Keys("old").schedule())
+    data["windows"]["layout"] = "key"
+    code, text = _worker("workers.ingest", write_toml(tmp_path / "key.toml", data), tmp_path)
+    assert code == 2 and "Traceback" not in text, text[-3000:]
+    errors = _error_lines(text)
+    assert len(errors) == 1 and "windows.layout is 'key'" in errors[0] and "keep windows.layout = 'user'" in errors[0], text
+    assert redis_client.get(Keys("old").schedule()) == recorded  # the record is left as it was
+    assert redis_client.keys("old:{w:*") == []  # no window was touched
+
+
+def test_a_release_worker_in_the_key_layout_exits_2_naming_the_setting(redis_url, tmp_path):
+    """The release worker does not read key shards yet: configured with them it would release every window
+    empty, so it refuses to start, naming the setting."""
+    data = config_mapping(f"127.0.0.1:{free_port()}", redis_url, "events", group="g", size=60, max_keys=3,
+                          prefix="rel")
+    data["windows"]["layout"] = "key"
+    code, text = _worker("workers.release", write_toml(tmp_path / "release.toml", data), tmp_path)
+    assert code == 2 and "Traceback" not in text, text[-3000:]
+    errors = _error_lines(text)
+    assert len(errors) == 1 and "windows.layout = 'key' is not supported by the release worker" in errors[0], text
