@@ -103,6 +103,13 @@ class Keys:
         states: :mod:`stream_dp.store.window_state`)."""
         return f"{self.prefix}:{self.window_tag(start, shard)}:meta"
 
+    def window_pending(self, start: int, shard: int = 0) -> str:
+        """Hash (layout ``"key"``, in the user shard): the chunks' accepted increments recorded by step 1 and
+        not yet known to be counted in their key shards, field ``<partition>:<last offset>:<key shard>`` →
+        JSON ``{key: increment}`` (``store/lua/apply_window.lua``; counted by ``count_keys.lua``, deleted once
+        counted: :mod:`stream_dp.ingest.key_counter`)."""
+        return f"{self.prefix}:{self.window_tag(start, shard)}:pending"
+
     # --- one key shard of a window (layout "key") -------------------------------------------------
     def key_shard_tag(self, start: int, shard: int) -> str:
         """The hash tag of key shard ``shard`` of the window starting at ``start``: ``{w:<start>:k<shard>}``
