@@ -169,3 +169,22 @@ def test_worker_two_sends_the_older_pending_entry_before_its_own(redis_client):
     _apply(_store(redis_client, keys), _chunks(logs, 0, 200))
     assert _store(redis_client, keys).counts(0) == _truth(logs)[0]
     assert _uncounted(redis_client, keys, 0) == []
+
+
+def test_the_key_layout_on_a_real_cluster_counts_exactly(cluster):
+    """12 shards on a 3-master cluster: both steps go one pipeline per master (key and user shards on every
+    master), each script over one slot; with replays and a crash after step 1, the counts equal the oracle's."""
+    keys = Keys("cl", 12, "key")
+    masters = {cluster.get_node_from_key(keys.key_shard_counts(0, j)).name for j in range(12)}
+    assert len(masters) == 3
+    rnd = random.Random(12)
+    logs = random_log(rnd, 1500, partitions=2, users=200, keys=60, span=2 * SIZE, pareto=0.8)
+    crashing = CrashAt("after_record", 2)
+    store = _store(cluster, keys, crashing)
+    _apply(store, _chunks(logs, 0, 400))
+    with pytest.raises(Crash):
+        _apply(store, _chunks(logs, 400, 800))  # recorded in the user shards, counted nowhere
+    apply_in_batches(_store(cluster, keys), logs, random.Random(5), size=SIZE, replays=True, most=300, shuffle=True)
+    for start, counts in _truth(logs).items():
+        assert _store(cluster, keys).counts(start) == counts
+        assert _uncounted(cluster, keys, start) == []
