@@ -1,5 +1,7 @@
 """The reads of a closed window in the key layout that touch only some keys: top-k's top n and the watched
-keys' counts (docs/design/key-sharded-counts.md; not wired into the release worker yet).
+keys' counts (docs/design/key-sharded-counts.md), served through
+:class:`~stream_dp.release.window_counts.WindowCountsReader` when ``windows.layout = "key"`` (the release
+worker itself still refuses that layout: its sample and histogram reads and the drain are not done).
 
 In the key layout every key's whole window count is in one key shard (:func:`~stream_dp.store.keys.key_shard_of`),
 so each read is one batch of single-shard commands -- one pipeline per master on a cluster, one round trip on
@@ -17,12 +19,15 @@ Counts are raw, per key, and private: they stay in this process and go only into
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from stream_dp.node_batches import ReadStep, Reads, evalsha_item
 from stream_dp.release.key_shards import merge_disjoint_top, route_by_key_shard
-from stream_dp.release.windows import Window
 from stream_dp.store import scripts
 from stream_dp.store.keys import Keys
+
+if TYPE_CHECKING:
+    from stream_dp.release.windows import Window
 
 
 class KeyShardReads:

@@ -23,6 +23,12 @@ sample, whose count classes are of the *summed* counts, and the whole-window mec
 every shard once, merged in memory (a key's class is unknown until all its shards are read), then
 served from that merge for the window's other release types.
 
+**Key layout** (``windows.layout = "key"``, docs/design/key-sharded-counts.md): the counts are in disjoint key
+shards; the top n and the watched keys are read per key shard and merged exactly, in one batch
+(:class:`~stream_dp.release.key_windows.KeyShardReads`). The whole-window reads (the sample's count classes,
+``all_counts``, the bounding logs) are not done for it yet and refuse it (:class:`KeyLayoutNotRead`), so no
+type reads the empty user-shard counts by mistake.
+
 Counts are raw, per-key, and private: they stay in this process and go only into mechanisms. A closed
 window never changes (ingest's contract), so what one read brought may serve the window's other types.
 """
@@ -39,6 +45,7 @@ import redis
 
 from stream_dp.errors import StreamDPError
 from stream_dp.node_batches import ReadStep, Reads, evalsha_item
+from stream_dp.release.key_windows import KeyShardReads
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.store import scripts
 from stream_dp.store.bounding_log import LOG_SEGMENT_BYTES, LogDecoder, log_pieces
@@ -96,6 +103,10 @@ class WindowLogShort(RuntimeError, StreamDPError):
 
 
 
+class KeyLayoutNotRead(RuntimeError, StreamDPError):
+    """A read that the key layout does not serve yet (``windows.layout = "key"``: issue 47)."""
+
+
 class WindowCountsReader:
     """Read-only access to the counts of ingest's closed windows (see the module's docstring), with the
     window's merge (sharded) or top (unsharded) kept for its other release types."""
@@ -112,6 +123,7 @@ class WindowCountsReader:
         self._scores = scripts.register(client, "window_scores")
         self._top_script = scripts.register(client, "window_top")
         self._members_at = scripts.register(client, "window_members_at")
+        self._by_key = KeyShardReads(client, keys=keys) if keys.layout == "key" else None
 
     @property
     def scripts(self) -> tuple:
@@ -133,6 +145,8 @@ class WindowCountsReader:
         Read as one JSON reply (a read-only Lua ``ZREVRANGE``): redis-py's pure-Python parse of k̄+1 = 1001
         members with scores took ~5-10 ms, the JSON parse well under 1 ms.
         """
+        if self._by_key is not None:
+            return self._by_key.top_counts(window, n)
         batch = None
         if self.keys.shards == 1:
             name = self.keys.window_counts(window.start)
@@ -162,6 +176,8 @@ class WindowCountsReader:
     def counts_of(self, window: Window, watched: list[str]) -> ReadStep:
         """Counts of the given public keys (0 for a key with no events), summed over the shards; ``.now()``, or
         queued as one command (``ZMSCORE``, ``.later(ride)``) on an unsharded window."""
+        if self._by_key is not None:
+            return self._by_key.counts_of(window, watched)
         batch = None
         keys = list(watched)
         if self.keys.shards == 1:
@@ -191,9 +207,15 @@ class WindowCountsReader:
         client parses in C: a pure-Python RESP parse of 10⁶ members and scores takes seconds. Members are
         in ``ZRANGE`` order (score, then member bytes), which is deterministic.
         """
+        self._user_layout_only("the whole window's counts")
         if self.keys.shards > 1:
             return self._merge(window, chunk)[1]
         return self._read_shard(window, 0, chunk)
+
+    def _user_layout_only(self, what: str) -> None:
+        if self._by_key is not None:
+            raise KeyLayoutNotRead(f"{what}: not read in windows.layout = 'key' yet (docs/design/"
+                                   "key-sharded-counts.md); the release worker refuses that layout at start")
 
     def _read_shard(self, window: Window, shard: int, chunk: int | None) -> WindowCounts:
         chunk = chunk or self.read_chunk
@@ -268,6 +290,7 @@ class WindowCountsReader:
         users' distinct counts has at most ~√(2·total) distinct counts). Walked in chunks of ``chunk``
         distinct counts per Lua call. An empty (or absent) window gives ``[]``.
         """
+        self._user_layout_only("the count histogram")
         if self.keys.shards > 1:
             merged = self._merge(window)[1]
             values, sizes = np.unique(merged.counts, return_counts=True)
@@ -298,6 +321,7 @@ class WindowCountsReader:
         Raises ``RuntimeError`` when a rank is past the end or holds another count: the window changed
         after its histogram was read (a closed window never does -- ingest's contract).
         """
+        self._user_layout_only("the keys at ranks")
         want = np.asarray(counts, dtype=np.float64)
         if self.keys.shards > 1:  # ranks in the merge's ascending count order (count_histogram's classes)
             merged = self._merge(window)[1]

@@ -25,7 +25,8 @@ WINDOW = Window(3600, 3600 + SIZE)
 ALPHABET = ["a", "b", "z", "é", "日", "𝄞", "0"]
 
 
-def _both(client, shards: int, rnd: random.Random, trial: int) -> tuple[WindowReader, KeyShardReads, list[str]]:
+def _both(client, shards: int, rnd: random.Random, trial: int
+          ) -> tuple[WindowReader, KeyShardReads | WindowReader, list[str]]:
     """A random window (many ties, non-ASCII keys) as one unsharded window and as key shards filled by chunks
     through count_keys.lua (under prefixes of this trial's own); returns both readers and the window's keys."""
     single, layered = Keys(f"one{trial}"), Keys(f"ks{trial}", shards, "key")
@@ -44,8 +45,9 @@ def _both(client, shards: int, rnd: random.Random, trial: int) -> tuple[WindowRe
         client.script_load(count.script)
         run_batched(client, items)  # one pipeline per master on a cluster
         client.zadd(single.window_counts(WINDOW.start), total)
-    return (WindowReader(client, keys=single, size_seconds=SIZE), KeyShardReads(client, keys=layered),
-            sorted(total))
+    # the key-shard reads on their own, and served by the release's reader in the key layout
+    by_key = rnd.choice([KeyShardReads(client, keys=layered), WindowReader(client, keys=layered, size_seconds=SIZE)])
+    return WindowReader(client, keys=single, size_seconds=SIZE), by_key, sorted(total)
 
 
 def _check(client, shards: int, seed: int, trials: int) -> None:
@@ -80,3 +82,30 @@ def test_key_shard_reads_on_a_real_cluster(cluster):
 def test_the_key_reads_refuse_a_user_layout(redis_client):
     with pytest.raises(ValueError, match="windows.layout = 'user'"):
         KeyShardReads(redis_client, keys=Keys("u", 4))
+
+
+def test_the_release_reader_in_the_key_layout_reads_what_ingest_wrote(redis_client):
+    """End to end on ingest's side: the same random log applied by ingest's store in the key layout (S = 4) and
+    unsharded in the user layout; the release's WindowReader returns the same top and watched counts, item for
+    item and in order. The whole-window reads refuse the key layout (not done yet) instead of reading the
+    empty user-shard counts."""
+    from store_helpers import apply_in_batches, random_log
+    from stream_dp.ingest.store import WindowStore
+    from stream_dp.release.window_counts import KeyLayoutNotRead
+
+    rnd = random.Random(21)
+    logs = random_log(rnd, 2000, partitions=2, users=200, keys=300, span=SIZE / 2, pareto=0.6)
+    layouts = (Keys("e2e-user"), Keys("e2e-key", 4, "key"))
+    for keys in layouts:
+        store = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=3)
+        apply_in_batches(store, logs, random.Random(2), size=SIZE, replays=True, most=250, shuffle=True)
+    window = Window(0, SIZE)
+    user, key = (WindowReader(redis_client, keys=keys, size_seconds=SIZE) for keys in layouts)
+    assert len(user.top_counts(window, 10_000).now()) > 50  # many keys, many ties
+    for n in (1, 10, 101, 10_000):
+        assert list(key.top_counts(window, n).now().items()) == list(user.top_counts(window, n).now().items())
+    watched = [f"k{i}" for i in range(0, 400, 7)] + ["never-seen"]
+    assert list(key.counts_of(window, watched).now().items()) == list(user.counts_of(window, watched).now().items())
+    for read in (lambda: key.all_counts(window), lambda: key.count_histogram(window)):
+        with pytest.raises(KeyLayoutNotRead, match="windows.layout = 'key'"):
+            read()
