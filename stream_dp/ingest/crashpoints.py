@@ -15,22 +15,8 @@ between the steps is healed by the replay: nothing counted twice, nothing lost.
 
 from __future__ import annotations
 
-from typing import Protocol
+from stream_dp.crashpoints import NO_CRASHES, CrashPoints
+
+__all__ = ["NO_CRASHES", "POINTS", "CrashPoints"]
 
 POINTS = ("after_record", "after_count", "after_trim")
-
-
-class CrashPoints(Protocol):
-    """Told each time the store reaches one of :data:`POINTS`."""
-
-    def reached(self, point: str) -> None: ...
-
-
-class _NoCrashes:
-    """Production's crash points: reaching one does nothing."""
-
-    def reached(self, point: str) -> None:
-        return None
-
-
-NO_CRASHES: CrashPoints = _NoCrashes()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
+from kafka import KafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from tests.support.bounding_oracle import bounded_counts
@@ -80,6 +81,15 @@ def ground_truth(events: list[dict[str, Any]], *, size: int, max_keys: int, unit
 
 #: The public schedule start of the ingest tests: their streams start at (or after) T0 (near the present).
 from event_times import T0  # noqa: E402
+
+
+def committed_total(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """The sum over ``topic``'s partitions of ``group``'s committed offsets (0 where none)."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return sum(c.committed(TopicPartition(topic, p)) or 0 for p in range(partitions))
+    finally:
+        c.close()
 
 
 def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, size: int, max_keys: int,

@@ -19,7 +19,7 @@ import random
 
 import pytest
 
-from store_helpers import Log, apply_in_batches, random_log
+from store_helpers import Log, apply_in_batches, random_log, uncounted_pending
 from stream_dp.ingest.store import Chunk, WindowStore
 from stream_dp.ingest.windowing import window_start
 from stream_dp.store import scripts
@@ -75,18 +75,6 @@ def _apply(store: WindowStore, chunks: list[Chunk]) -> None:
     store.apply(chunks, closed_through=None)
 
 
-def _uncounted(client, keys: Keys, start: int) -> list[str]:
-    """Pending entries that some key shard has not counted (must be none once the replay is done)."""
-    out = []
-    for user_shard in range(keys.shards):
-        for field in client.hkeys(keys.window_pending(start, user_shard)):
-            partition, offset, key_shard = (int(x) for x in field.decode().split(":"))
-            high = client.hget(keys.key_shard_applied(start, key_shard), f"{user_shard}:{partition}")
-            if high is None or int(high) < offset:
-                out.append(field.decode())
-    return out
-
-
 @pytest.mark.parametrize("shards", [1, 4])
 def test_the_key_layout_counts_exactly_what_the_user_layout_counts(redis_client, shards):
     rnd = random.Random(shards)
@@ -103,7 +91,7 @@ def test_the_key_layout_counts_exactly_what_the_user_layout_counts(redis_client,
             names = {m.decode() for m in redis_client.zrange(by_key.keys.key_shard_counts(start, j), 0, -1)}
             assert all(key_shard_of(k, shards) == j for k in names)
         assert not redis_client.exists(by_key.keys.window_counts(start, 0))  # user shards count nothing
-        assert _uncounted(redis_client, by_key.keys, start) == []
+        assert uncounted_pending(redis_client, by_key.keys, start) == []
 
 
 @pytest.mark.parametrize("point", ["after_record", "after_count", "after_trim"])
@@ -126,7 +114,7 @@ def test_a_crash_at_each_step_is_healed_by_the_replay(redis_client, point):
     truth = _truth(logs)
     for start, counts in truth.items():
         assert _store(redis_client, keys).counts(start) == counts
-        assert _uncounted(redis_client, keys, start) == []
+        assert uncounted_pending(redis_client, keys, start) == []
 
 
 def test_a_crash_part_way_through_step_two_is_healed_by_the_replay(redis_client):
@@ -152,7 +140,7 @@ def test_a_crash_part_way_through_step_two_is_healed_by_the_replay(redis_client)
         redis_client.evalsha(count.sha, 3, *keys.key_shard(start, key_shard), *count_args(entries))
     _apply(_store(redis_client, keys), _chunks(logs, 300, 600))  # the replay
     assert _store(redis_client, keys).counts(start) == _truth(logs)[start]
-    assert _uncounted(redis_client, keys, start) == []
+    assert uncounted_pending(redis_client, keys, start) == []
 
 
 def test_worker_two_sends_the_older_pending_entry_before_its_own(redis_client):
@@ -168,7 +156,7 @@ def test_worker_two_sends_the_older_pending_entry_before_its_own(redis_client):
     assert _store(redis_client, keys).counts(0) == {}  # A recorded, not counted
     _apply(_store(redis_client, keys), _chunks(logs, 0, 200))
     assert _store(redis_client, keys).counts(0) == _truth(logs)[0]
-    assert _uncounted(redis_client, keys, 0) == []
+    assert uncounted_pending(redis_client, keys, 0) == []
 
 
 def test_the_key_layout_on_a_real_cluster_counts_exactly(cluster):
@@ -187,4 +175,4 @@ def test_the_key_layout_on_a_real_cluster_counts_exactly(cluster):
     apply_in_batches(_store(cluster, keys), logs, random.Random(5), size=SIZE, replays=True, most=300, shuffle=True)
     for start, counts in _truth(logs).items():
         assert _store(cluster, keys).counts(start) == counts
-        assert _uncounted(cluster, keys, start) == []
+        assert uncounted_pending(cluster, keys, start) == []

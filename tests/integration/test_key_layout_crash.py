@@ -18,11 +18,11 @@ import subprocess
 import sys
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
-from ingest_helpers import (REPO, config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
-                            start_worker, stop_worker, wait_for, write_toml)
-from ingest_kill import CRASHED
+from ingest_helpers import (REPO, committed_total, config_mapping, create_topic, ground_truth, make_events, produce,
+                            redis_counts, start_worker, stop_worker, wait_for, write_toml)
+from store_helpers import uncounted_pending
+from kill_at import CRASHED
 from stream_dp.ingest.crashpoints import POINTS
 from stream_dp.ingest.store import WindowStore
 from stream_dp.processes import die_with_parent
@@ -38,33 +38,14 @@ N = 6000
 KILLS = 3
 
 
-def _committed(bootstrap: str, group: str, topic: str) -> int:
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        return sum(c.committed(TopicPartition(topic, p)) or 0 for p in range(PARTITIONS))
-    finally:
-        c.close()
-
-
 def _start_crashing(cfg_file, log_path, spec: str) -> subprocess.Popen[bytes]:
     here = str(REPO / "tests" / "integration")
     env = {k: v for k, v in os.environ.items() if k != "STREAM_DP_LOG_LEVEL"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), here])  # the applier process unpickles ingest_kill's object
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), here])  # the applier process unpickles kill_at's object
     with open(log_path, "ab") as log:
         return subprocess.Popen([sys.executable, os.path.join(here, "crashing_ingest.py"), "--crash-at", spec,
                                  "--config", str(cfg_file)], cwd=REPO, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-
-
-def _uncounted(client, keys: Keys, start: int) -> list[str]:
-    out = []
-    for user_shard in range(keys.shards):
-        for field in client.hkeys(keys.window_pending(start, user_shard)):
-            partition, offset, key_shard = (int(x) for x in field.decode().split(":"))
-            high = client.hget(keys.key_shard_applied(start, key_shard), f"{user_shard}:{partition}")
-            if high is None or int(high) < offset:
-                out.append(field.decode())
-    return out
 
 
 @pytest.mark.timeout(600)
@@ -93,11 +74,11 @@ def test_sigkill_at_each_step_of_the_two_step_apply_counts_stay_exact(bootstrap_
                 proc.wait(timeout=10)
         text = log.read_text()
         assert CRASHED in text and "Traceback" not in text, text[-3000:]
-        crashed.append(_committed(bootstrap_servers, group, topic))
+        crashed.append(committed_total(bootstrap_servers, group, topic, PARTITIONS))
     assert crashed[-1] < N, f"the kills must land before the end of the stream: {crashed}"
     final = start_worker(cfg_file, tmp_path / "final.log")
     try:
-        wait_for(lambda: _committed(bootstrap_servers, group, topic) == N, timeout=120, interval=0.3,
+        wait_for(lambda: committed_total(bootstrap_servers, group, topic, PARTITIONS) == N, timeout=120, interval=0.3,
                  what="every event committed")
     finally:
         assert stop_worker(final) == 0
@@ -105,7 +86,7 @@ def test_sigkill_at_each_step_of_the_two_step_apply_counts_stay_exact(bootstrap_
     store = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=MAX_KEYS)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
     assert redis_counts(store, truth) == truth
-    assert all(_uncounted(redis_client, keys, start) == [] for start in truth)
+    assert all(uncounted_pending(redis_client, keys, start) == [] for start in truth)
     assert not any(redis_client.exists(keys.window_counts(start, s)) for start in truth for s in range(SHARDS))
 
 
@@ -144,4 +125,4 @@ def test_sigkill_after_recording_a_sources_last_chunk_is_healed_by_the_replay(bo
         assert "already applied" in (tmp_path / "final.log").read_text()  # it was a replay of duplicates
     finally:
         assert stop_worker(final) == 0
-    assert all(_uncounted(redis_client, keys, start) == [] for start in truth)
+    assert all(uncounted_pending(redis_client, keys, start) == [] for start in truth)
