@@ -37,28 +37,38 @@ from stream_dp.store.keys import Keys
 
 #: (window start, user shard, partition): where a chunk's entries come from.
 Source = tuple[int, int, int]
-#: pending field → its value (JSON increments), as step 1 wrote them.
-Pending = dict[str, str]
+#: pending field → its increments (key → count), as step 1 wrote them.
+Pending = dict[str, Mapping[str, int]]
 Items = list[tuple[str, Callable[[Pipeline], object]]]
 
 
-def pending_fields(partition: int, last_offset: int, increments: Mapping[str, int], shards: int) -> list[str]:
-    """Step 1's ARGV[5..] for a chunk's accepted ``increments``: (field, value) pairs, one per key shard that
-    counts one of its keys, field ``<partition>:<last_offset>:<key shard>``, value the JSON increments.
+def pending_entries(partition: int, last_offset: int, increments: Mapping[str, int], shards: int) -> Pending:
+    """A chunk's accepted ``increments`` as its pending entries: one per key shard that counts one of its
+    keys, field ``<partition>:<last_offset>:<key shard>``.
 
-    >>> pending_fields(3, 41, {"a": 1}, 1)
+    >>> pending_entries(3, 41, {"a": 1}, 1)
+    {'3:41:0': {'a': 1}}
+    """
+    return {f"{partition}:{last_offset}:{shard}": incs
+            for shard, incs in sorted(split_by_key_shard(increments, shards).items())}
+
+
+def pending_args(entries: Pending) -> list[str]:
+    """Step 1's ARGV[5..]: (field, JSON increments) pairs.
+
+    >>> pending_args({'3:41:0': {'a': 1}})
     ['3:41:0', '{"a":1}']
     """
     out: list[str] = []
-    for shard, incs in sorted(split_by_key_shard(increments, shards).items()):
-        out += [f"{partition}:{last_offset}:{shard}", json.dumps(incs, ensure_ascii=False, separators=(",", ":"))]
+    for field, incs in entries.items():
+        out += [field, json.dumps(incs, ensure_ascii=False, separators=(",", ":"))]
     return out
 
 
 def parse_pending(flat: Iterable[Any]) -> Pending:
-    """A flat (field, value, …) reply of step 1 or of ``HGETALL`` as field → value text."""
+    """A flat (field, JSON value, …) reply of step 1 or of ``HGETALL`` as field → increments."""
     items = [reply_text(x) for x in flat]
-    return dict(zip(items[0::2], items[1::2]))
+    return {field: json.loads(value) for field, value in zip(items[0::2], items[1::2])}
 
 
 class KeyCounter:
@@ -88,8 +98,8 @@ class KeyCounter:
 
     # --- step 2 -------------------------------------------------------------------------------------
     def count(self, recorded: Mapping[Source, Pending], replays: Iterable[Source]) -> None:
-        """Count into the key shards every entry step 1 ``recorded`` (per source: its reply, the source's whole
-        pending) and every pending entry of the ``replays`` sources (read here). Raises redis errors unchanged
+        """Count into the key shards every entry step 1 ``recorded`` (per source: the chunk's own entries and
+        the older ones its reply named) and every pending entry of the ``replays`` sources (read here). Raises redis errors unchanged
         (the batch is then replayed; nothing is deleted from pending)."""
         pending: dict[Source, Pending] = {s: dict(p) for s, p in recorded.items()}
         wanted = sorted(set(replays) - set(recorded))
@@ -99,12 +109,11 @@ class KeyCounter:
         entries: dict[tuple[int, int], list[CountEntry]] = {}  # (window, key shard) → entries
         fields: dict[tuple[int, int], list[str]] = {}  # (window, user shard) → the fields sent
         for (start, user_shard, partition), found in pending.items():
-            for field, value in found.items():
+            for field, increments in found.items():
                 part, offset, key_shard = (int(x) for x in field.split(":"))
                 if part != partition:
                     continue
-                entries.setdefault((start, key_shard), []).append(
-                    CountEntry(user_shard, partition, offset, json.loads(value)))
+                entries.setdefault((start, key_shard), []).append(CountEntry(user_shard, partition, offset, increments))
                 fields.setdefault((start, user_shard), []).append(field)
         if not entries:
             return
@@ -128,7 +137,7 @@ class KeyCounter:
         shards = sorted({(start, shard) for start, shard, _ in sources})
         names = [self.keys.window_pending(start, shard) for start, shard in shards]
         items: Items = [(name, _hgetall(name)) for name in names]
-        got = {ws: {reply_text(k): reply_text(v) for k, v in reply.items()}
+        got = {ws: parse_pending(x for kv in reply.items() for x in kv)
                for ws, reply in zip(shards, run_batched(self.client, items))}
         return [{f: v for f, v in got[(start, shard)].items() if f.startswith(f"{partition}:")}
                 for start, shard, partition in sources]

@@ -61,7 +61,8 @@ from stream_dp.ingest.bounding_cache import CATCH_UP_CHUNK_BYTES, BoundingCaches
 from stream_dp.ingest.chunks import (MAX_SHARD_LOG_BYTES, ApplyHeader, Chunk, ChunkResult, parse_full_ranges,
                                      reply_text, split_by_shard)
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
-from stream_dp.ingest.key_counter import Items, KeyCounter, Pending, Source, parse_pending, pending_fields
+from stream_dp.ingest.key_counter import (Items, KeyCounter, Pending, Source, parse_pending, pending_args,
+                                          pending_entries)
 from stream_dp.ingest.watermarks import PartitionReport, Watermarks, WatermarkState
 from stream_dp.node_batches import is_cluster, run_batched
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
@@ -169,6 +170,7 @@ class WindowStore:
         """Plan and send the ``pending`` chunks once; fills ``results``; returns the chunks refused as stale."""
         sent: list[tuple[int, ChunkPlan | None]] = []
         args: list[list[object]] = []
+        own: dict[int, Pending] = {}  # layout "key": each sent chunk's own pending entries
         size = self.window_size
         for i in pending:
             ch = chunks[i]
@@ -194,8 +196,8 @@ class WindowStore:
                 args.append([header.encode(), plan.log, "\0".join(plan.increments),
                              ",".join(map(str, plan.increments.values()))])
             else:  # step 1 of the key layout: the increments go to the user shard's pending hash
-                args.append([header.encode(), plan.log, "", "",
-                             *pending_fields(ch.partition, plan.last_offset, plan.increments, self.keys.shards)])
+                own[i] = pending_entries(ch.partition, plan.last_offset, plan.increments, self.keys.shards)
+                args.append([header.encode(), plan.log, "", "", *pending_args(own[i])])
         if not sent:
             return []
         try:
@@ -216,7 +218,7 @@ class WindowStore:
                 results[i] = ChunkResult(applied=plan.applied, duplicate=plan.duplicate, linf=plan.linf,
                                          l0=plan.l0)
                 if self.key_counter is not None:
-                    recorded[(ch.start, ch.shard, ch.partition)] = parse_pending(reply[1])
+                    recorded[(ch.start, ch.shard, ch.partition)] = {**parse_pending(reply[1]), **own[i]}
                 continue
             if plan is not None and status != b"full":
                 undo.append((cache, plan))

@@ -24,8 +24,9 @@
 -- KEYS[5] pending HASH  "<partition>:<last_offset>:<key shard>" -> the chunk's accepted increments for that
 --                       key shard (JSON, opaque here). ARGV[3] and ARGV[4] are empty and ARGV[5..] are
 --                       (field, value) pairs written to pending instead of counting into KEYS[1]; the reply
---                       {"ok", flat pending of this partition} names every entry of the partition still
---                       pending (this chunk's and any older one not yet known counted), for step 2.
+--                       {"ok", flat pending of this partition} names every *older* entry of the partition
+--                       still pending (not yet known counted; normally none), for step 2 to send before this
+--                       chunk's (the caller has this chunk's own).
 --
 -- The plan is valid only for the state it was made on: apply_token names that state, every apply
 -- replaces it, and a plan made on any other state (or on a log of another length) is refused. Replies:
@@ -152,9 +153,10 @@ if tonumber(h.bounded) ~= 0 then
   redis.call('HINCRBY', meta, 'events_bounded', tonumber(h.bounded))
 end
 if h.pending then
-  local flat, out, prefix = redis.call('HGETALL', KEYS[5]), {}, partition .. ':'
+  local flat, out, prefix, own = redis.call('HGETALL', KEYS[5]), {}, partition .. ':', {}
+  for e = 5, #ARGV - 1, 2 do own[ARGV[e]] = true end
   for x = 1, #flat, 2 do
-    if string.sub(flat[x], 1, #prefix) == prefix then
+    if not own[flat[x]] and string.sub(flat[x], 1, #prefix) == prefix then
       out[#out + 1] = flat[x]
       out[#out + 1] = flat[x + 1]
     end
