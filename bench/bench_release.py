@@ -339,13 +339,13 @@ def measure(args: argparse.Namespace) -> None:
         slowest: tuple[float, int, list[tuple[str, float]]] | None = None  # (latency, window, steps) for --trace
         store = WindowStore(client, keys=keys, window_size=SIZE)  # ingest's watermark step (loop mode)
         installing: list[float] = []  # loop mode: when ingest's step sent the script installing the watermark
-        finalize = store._finalize
+        finalize = store.watermarks._finalize  # the script that installs the watermark (stream_dp.ingest.watermarks)
 
         def timed_finalize(*args: Any, **kwargs: Any) -> Any:
             installing.append(time.perf_counter())
             return finalize(*args, **kwargs)
 
-        store._finalize = timed_finalize  # type: ignore[method-assign]
+        store.watermarks._finalize = timed_finalize  # type: ignore[method-assign]
         from_step: dict[str, list[float]] = {"all": [], **{t: [] for t in worker.types}}  # clock before the whole step
         stop, loop = threading.Event(), None
         if args.poll_only:  # the loop as it was before the close notice: sleep out the poll interval (an A/B)

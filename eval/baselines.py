@@ -155,6 +155,27 @@ def _topk_rows(values: np.ndarray, k: int) -> np.ndarray:
     return idx
 
 
+def topk_rows_random_ties(values: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """:func:`_topk_rows` with ties broken uniformly at random, independently per row: every row's columns are
+    shuffled first (O(columns) per row), so which of several equal values is picked, and in which order, depends
+    on no column's position. Discrete noise (counts of 1-2 plus integer noise) makes many released values equal,
+    and a re-rank that picks among them by array layout favours whichever method lists its columns in a
+    count-correlated order (the peers list keys by true count, stream-dp's domain rows by key).
+
+    >>> rows = topk_rows_random_ties(np.zeros((4000, 3)), 1, np.random.default_rng(0))[:, 0]
+    >>> bool(np.all(np.abs(np.bincount(rows, minlength=3) / 4000 - 1 / 3) < 0.03))
+    True
+    >>> topk_rows_random_ties(np.array([[1.0, 3.0, 2.0, -np.inf]]), 5, np.random.default_rng(0)).tolist()
+    [[1, 2, 0, -1, -1]]
+    """
+    n_rows, n_cols = values.shape
+    if n_cols == 0:
+        return -np.ones((n_rows, k), dtype=np.int64)
+    perm = rng.permuted(np.broadcast_to(np.arange(n_cols), (n_rows, n_cols)), axis=1)
+    picked = _topk_rows(np.take_along_axis(values, perm, axis=1), k)
+    return np.where(picked >= 0, np.take_along_axis(perm, np.maximum(picked, 0), axis=1), -1)
+
+
 def _to_keys(cols: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Map column indices (into ``keys``) to key ids, keeping -1 padding."""
     return np.where(cols >= 0, keys[np.maximum(cols, 0)], -1)

@@ -244,7 +244,8 @@ def single_window(cell: Cell, epsilon_w: float, *, runs: int, seed: int, peers: 
         per_window = []
         for start in sorted(truth):
             rel = run(truth[start], cell_rng(seed, "continual-domain", cell.name, epsilon_w, method, start))
-            per_window.append(p._score(rel, truth[start], K)["recall"])
+            ties = cell_rng(seed, "continual-domain-ties", cell.name, epsilon_w, method, start)
+            per_window.append(p._score(rel, truth[start], K, ties)["recall"])
         out[method] = np.stack(per_window, axis=1)
     return out
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,15 +58,16 @@ def partial_domain(universe: int, *, seed: int, dataset: str, fraction: float = 
 
 
 def run_partial_domain_experiment(datasets: Iterable[Stream], grid: PeerGrid, *, seed: int = 20261129,
-                                  peers: bool = True, workers: int = 1) -> list[dict[str, Any]]:
+                                  peers: bool = True, workers: int = 1, cache: Path | None = None
+                                  ) -> list[dict[str, Any]]:
     """Rows of the stream-dp methods and PipelineDP's public partitions with the partial domain, per dataset ×
     Δ × ε_w × k (``known_domain`` True, ``domain`` = "partial"); cells in ``workers`` processes
-    (:func:`eval.peers.map_cells`)."""
+    (:func:`eval.peers.map_cells`; ``cache`` keeps finished cells)."""
     jobs = [(stream.name, hist, domain, dk, eps, grid, seed, peers)
             for stream in datasets
             for domain in (partial_domain(stream.universe, seed=seed, dataset=stream.name),)
             for dk in grid.deltas_keys for hist in (bounded_histogram(stream, dk),) for eps in grid.epsilons]
-    rows = map_cells(_cell, jobs, workers)
+    rows = map_cells(_cell, jobs, workers, cache=cache)
     for row in rows:
         row["domain"] = DOMAIN_LABEL
         row["domain_fraction"] = DOMAIN_FRACTION

@@ -57,7 +57,10 @@ SCALES = {
     "tiny": Scale("tiny", topk_runs=20, zipf_users=2000, zipf_universe=1000, zipf_exponent=1.1,
                   use_movielens=False, continual_runs=2, continual_users=1500, seed_runs=30, svt_runs=10,
                   seed_ks=(2, 8), peer_runs=10, weighting_runs=5, weighting_hourly_users=(300,)),
-    # the committed report: ~48 minutes on 2 cores (40 of them the peer libraries, called per run)
+    # the report of 8fa33d2: ~48 minutes on 2 cores (40 of them the peer libraries, called per run). Since stream-dp's
+    # rows call the production functions (stream_dp.api) and OpenDP's Gaussian threshold has its true-delta row, a
+    # Zipf cell of experiment 4 costs ~450 CPU-seconds at 1000 runs (OpenDP's four rows ~340, stream-dp's ~64,
+    # PipelineDP's ~45): ~1.5-2 hours on 2 idle cores for the grid; --cell-cache makes an interrupted run resumable
     "full": Scale("full", topk_runs=1000, zipf_users=20000, zipf_universe=10000, zipf_exponent=1.0,
                   use_movielens=True, continual_runs=20, continual_users=20000, seed_runs=1000, svt_runs=200,
                   peer_runs=1000),
@@ -226,15 +229,32 @@ def run_seed_experiments(scale: Scale, movielens: Stream | None, *, seed: int) -
 
 
 def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = None,
-            redis_url: str | None = None, workers: int = 1) -> dict[str, Any]:
+            redis_url: str | None = None, workers: int = 1, cell_cache: Path | None = None) -> dict[str, Any]:
     """Run every experiment at ``scale``, write CSVs and ``meta.json`` into ``out``; return the meta. The peer
-    experiments' cells run in ``workers`` processes (the rows do not depend on it)."""
+    experiments' cells run in ``workers`` processes (the rows do not depend on it); ``cell_cache`` keeps their
+    finished cells, so a rerun of an interrupted run resumes (:func:`eval.peers.map_cells`)."""
     commit = git_commit()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     timings: dict[str, float] = {}
     streams = datasets(scale, movielens_dir)
     grid = Grid(runs=scale.topk_runs)
+
+    # the peer experiments first: the longest (the peer libraries run per Monte-Carlo run) and resumable
+    # (``cell_cache``); the experiments are seeded each on its own, so their order changes no row
+    t = time.perf_counter()
+    peer_rows = run_peer_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed, peers=peers_available(),
+                                    workers=workers, cache=cell_cache)
+    analysis.write_csv(out / "peers.csv", peer_rows)
+    analysis.write_csv(out / "peers_verdicts.csv", cell_verdicts(peer_rows))
+    timings["peers"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    partial_rows = run_partial_domain_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed,
+                                                 peers=peers_available(), workers=workers, cache=cell_cache)
+    analysis.write_csv(out / "peers_partial_domain.csv", partial_rows)
+    analysis.write_csv(out / "peers_partial_domain_verdicts.csv", partial_domain_verdicts(partial_rows, peer_rows))
+    timings["peers_partial_domain"] = time.perf_counter() - t
 
     t = time.perf_counter()
     analysis.write_csv(out / "calibration.csv", calibration_rows(grid))
@@ -260,20 +280,6 @@ def run_all(out: Path, scale: Scale, *, seed: int, movielens_dir: Path | None = 
         continual_domain_meta = continual_domain.run_and_write(out, scale.name, redis_url, seed=seed,
                                                                movielens_dir=movielens_dir, peers=peers_available())
     timings["continual_domain"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    peer_rows = run_peer_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed, peers=peers_available(),
-                                    workers=workers)
-    analysis.write_csv(out / "peers.csv", peer_rows)
-    analysis.write_csv(out / "peers_verdicts.csv", cell_verdicts(peer_rows))
-    timings["peers"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    partial_rows = run_partial_domain_experiment(streams, PeerGrid(runs=scale.peer_runs), seed=seed,
-                                                 peers=peers_available(), workers=workers)
-    analysis.write_csv(out / "peers_partial_domain.csv", partial_rows)
-    analysis.write_csv(out / "peers_partial_domain_verdicts.csv", partial_domain_verdicts(partial_rows, peer_rows))
-    timings["peers_partial_domain"] = time.perf_counter() - t
 
     t = time.perf_counter()
     analysis.write_csv(out / "weighting.csv", run_weighting_experiment(
@@ -311,11 +317,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="redis-server for the continual-release replay (default: start an embedded one)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes for the peer experiments' cells (default: one per CPU)")
+    parser.add_argument("--cell-cache", type=Path, default=None,
+                        help="directory keeping each finished cell of the peer experiments; a rerun with the same "
+                             "arguments reuses them (resume an interrupted run; clear it after a code change)")
     parser.add_argument("--render-only", action="store_true", help="re-render README.md and figures from CSVs")
     args = parser.parse_args(argv)
     if not args.render_only:
         meta = run_all(args.out, SCALES[args.scale], seed=args.seed, movielens_dir=args.movielens,
-                       redis_url=args.redis_url, workers=args.workers)
+                       redis_url=args.redis_url, workers=args.workers, cell_cache=args.cell_cache)
         print(f"experiments done in {meta['total_seconds']} s", file=sys.stderr)
     path = render_report(args.out)
     print(path)

@@ -141,9 +141,36 @@ class Ledger(LedgerView):
         super().__init__(ScopeScripts(redis_client, cap, keys=keys, lifetime_cap=lifetime_cap,
                                       replication=replication,
                                       cap_notices=cap_notices if cap_notices is not None else CapNotices()))
-        self.cap = cap
-        self.lifetime_cap = lifetime_cap
-        self.replication = replication
+
+    # The settings live on the scripts' slot, the one object every operation and the confirm step read: a
+    # copy here would let a caller's later assignment (the release service sets the replication policy
+    # once it has connected) reach some steps and not others.
+    @property
+    def cap(self) -> BudgetCap:
+        """The configured period cap (a scope already written keeps the cap it stored)."""
+        return self._slot.cap
+
+    @cap.setter
+    def cap(self, cap: BudgetCap) -> None:
+        self._slot.cap = cap
+
+    @property
+    def lifetime_cap(self) -> BudgetCap | None:
+        """The configured lifetime cap, if any."""
+        return self._slot.lifetime_cap
+
+    @lifetime_cap.setter
+    def lifetime_cap(self, cap: BudgetCap | None) -> None:
+        self._slot.lifetime_cap = cap
+
+    @property
+    def replication(self) -> ReplicationPolicy:
+        """How many replicas must hold a charge before its release is published (``redis.min_replicas_acked``)."""
+        return self._slot.replication
+
+    @replication.setter
+    def replication(self, policy: ReplicationPolicy) -> None:
+        self._slot.replication = policy
 
     @property
     def scripts(self) -> tuple[Any, ...]:

@@ -31,13 +31,19 @@ class LedgerView:
     """Reads of the ledger's scopes through ``slot`` (its Redis client, key layout and the caps results are
     reported under)."""
 
-    redis: redis.Redis
-    keys: Keys
-
     def __init__(self, slot: ScopeScripts) -> None:
         self._slot = slot
-        self.redis = slot.redis
-        self.keys = slot.keys
+
+    # read from the slot, never copied: every step of the ledger sees the same client and layout
+    @property
+    def redis(self) -> redis.Redis:
+        """The Redis client of the ledger's scripts."""
+        return self._slot.redis
+
+    @property
+    def keys(self) -> Keys:
+        """The key layout of the ledger's scopes."""
+        return self._slot.keys
 
     # --- the outbox -------------------------------------------------------------------------------
     def stored(self, scope: str, release_id: str) -> str | None:

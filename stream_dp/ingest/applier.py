@@ -31,7 +31,7 @@ from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.chunks import Chunk, ChunkResult
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.ingest.store import StaleBoundingState, WindowStore
-from stream_dp.ingest.watermarks import WatermarkState
+from stream_dp.ingest.watermarks import PartitionReport, WatermarkState
 from stream_dp.ingest.windowing import PartitionClock
 from stream_dp.store.keys import Keys
 from stream_dp.node_batches import FAILOVER_ERRORS
@@ -190,7 +190,7 @@ class BatchApplier:
                 out.l0 += r.l0
                 out.late += r.late
                 out.replanned += r.replanned
-        marks: dict[int, tuple[float | None, bool] | tuple[float | None, bool, bool]] = {
+        marks: dict[int, PartitionReport] = {
             p: (self.clock.watermark(p), p in req.busy, p in req.caught_up) for p in req.owned}
         state = self.store.advance_watermark(marks, known_partitions=req.known, idle_timeout=self.idle_timeout,
                                              require_epoch=req.epoch_required)

@@ -51,9 +51,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Any, cast
 
 import redis
 from redis.client import Pipeline
+from redis.typing import EncodableT
 
 from stream_dp.errors import StreamDPError
 from stream_dp.ingest.bounding import ChunkPlan, applied_prefix
@@ -151,8 +153,8 @@ class WindowStore:
             pending = self._apply_round(chunks, pending, results, closed_through, closed, recorded)
             if not pending:
                 self.caches.enforce_cap()
-                done = [replace(r, replanned=n) if n else r  # type: ignore[type-var]
-                        for r, n in zip(results, refused)]
+                # no chunk pending: every one has its result
+                done = [replace(r, replanned=n) if n else r for r, n in zip(cast(list[ChunkResult], results), refused)]
                 if self.key_counter is not None:  # step 2; a replayed chunk's source re-sends its pending
                     self.key_counter.count(recorded, [(ch.start, ch.shard, ch.partition) for ch, r in
                                                       zip(chunks, done) if r.duplicate or r.late])
@@ -169,9 +171,10 @@ class WindowStore:
                      closed_through: float | None, closed: str, recorded: dict[Source, Pending]) -> list[int]:
         """Plan and send the ``pending`` chunks once; fills ``results``; returns the chunks refused as stale."""
         sent: list[tuple[int, ChunkPlan | None]] = []
-        args: list[list[object]] = []
+        args: list[list[EncodableT]] = []
         own: dict[int, Pending] = {}  # layout "key": each sent chunk's own pending entries
         size = self.window_size
+        plan: ChunkPlan | None
         for i in pending:
             ch = chunks[i]
             if ch.closed or (closed_through is not None and ch.start + size <= closed_through):
@@ -214,7 +217,7 @@ class WindowStore:
             ch = chunks[i]
             cache = (ch.start, ch.shard)
             status = reply[0]
-            if status == b"ok":
+            if status == b"ok" and plan is not None:  # a known-late chunk (no plan) is never "ok"
                 results[i] = ChunkResult(applied=plan.applied, duplicate=plan.duplicate, linf=plan.linf,
                                          l0=plan.l0)
                 if self.key_counter is not None:
@@ -275,7 +278,7 @@ class WindowStore:
         return out
 
     def _send(self, sent: list[tuple[int, ChunkPlan | None]], chunks: Sequence[Chunk],
-              args: list[list[object]]) -> list:
+              args: list[list[EncodableT]]) -> list:
         script = self._apply
 
         # the key layout's counted pending entries are deleted riding this pipeline (replies after the chunks')
@@ -284,10 +287,13 @@ class WindowStore:
         def send() -> list:
             # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip);
             # one pipeline per master on a cluster (stream_dp.node_batches)
+            def evalsha(keys: Sequence[str], argv: list[EncodableT]) -> Callable[[Pipeline], object]:
+                return lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *argv)
+
             items: Items = []
             for (i, _), a in zip(sent, args):
                 keys = self.window_keys(chunks[i].start, chunks[i].shard)
-                items.append((keys[0], lambda pipe, keys=keys, a=a: pipe.evalsha(script.sha, len(keys), *keys, *a)))
+                items.append((keys[0], evalsha(keys, a)))
             return self._send_items(items + trims)[:len(items)]
 
         try:
@@ -314,8 +320,9 @@ class WindowStore:
         Kafka offsets it covers -- only once ``redis.min_replicas_acked`` replicas have every write. Raises
         the transient :class:`~stream_dp.replication.NotReplicated` otherwise (the batch is replayed)."""
         groups: dict[str, list[int]] = {}
+        client: Any = self.client  # redis.RedisCluster when is_cluster
         for i, (key, _) in enumerate(items):
-            node = self.client.get_node_from_key(key).name if is_cluster(self.client) else ""
+            node = client.get_node_from_key(key).name if is_cluster(client) else ""
             groups.setdefault(node, []).append(i)
         replies: list = [None] * len(items)
         for indexes in groups.values():
@@ -355,13 +362,16 @@ class WindowStore:
         out: dict[str, int] = {}
         name = self.keys.key_shard_counts if self.keys.layout == "key" else self.keys.window_counts
         for shard in range(self.keys.shards):
-            for k, v in self.client.zrange(name(start, shard), 0, -1, withscores=True):
+            counted = cast(list[tuple[bytes, float]],
+                           self.client.zrange(name(start, shard), 0, -1, withscores=True))
+            for k, v in counted:
                 out[k.decode()] = out.get(k.decode(), 0) + int(v)
         return out
 
     def windows(self) -> list[int]:
-        return [int(s) for s in self.client.zrange(self.keys.windows_index(), 0, -1)]
+        return [int(s) for s in cast(list[bytes], self.client.zrange(self.keys.windows_index(), 0, -1))]
 
     def meta(self, start: int, shard: int = 0) -> dict[str, str]:
         """One window shard's metadata (every shard is closed together)."""
-        return {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.window_meta(start, shard)).items()}
+        meta = cast(dict[bytes, bytes], self.client.hgetall(self.keys.window_meta(start, shard)))
+        return {k.decode(): v.decode() for k, v in meta.items()}

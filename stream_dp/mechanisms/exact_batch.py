@@ -28,6 +28,7 @@ probability) fails the same test.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -93,23 +94,40 @@ def bernoulli_exp_fraction(rng: np.random.Generator, num: np.ndarray, den: int) 
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _packed_coins(digits: int) -> np.ndarray:
+    """The coin decided by each R below ``digits``!: the loop passes K = 2 … j iff j! divides R, so it stops at the
+    first K with K! ∤ R and the coin is whether that K is odd. Only R = 0 passes every packed K (its entry is unused:
+    :func:`exp_minus_one` goes on with fresh coins). A table of ``digits``! booleans, built once per ``digits``."""
+    r = np.arange(_FACTORIAL[digits])
+    coin = np.zeros(len(r), dtype=bool)
+    undecided = np.ones(len(r), dtype=bool)
+    for k in range(2, digits + 1):
+        stops = undecided & (r % _FACTORIAL[k] != 0)
+        coin[stops] = k % 2 == 1
+        undecided &= ~stops
+    return coin
+
+
 def exp_minus_one(rng: np.random.Generator, size: int) -> np.ndarray:
     """``size`` coins of probability e^{−1} (Algorithm 1 at γ = 1). The loop's coin at K = 1 is Bernoulli(1); those at
     K = 2 … 8 are Bernoulli(1/K), independent: the mixed-radix digits d_K (uniform below K) of one uniform integer
-    R below 8!, coin K passing iff d_K = 0 -- i.e. the loop passes K = 2 … j iff R is divisible by j!. A loop that
-    passes K = 8 (probability 1/8!) goes on with fresh Bernoulli(1/K) coins.
+    R below 8!, coin K passing iff d_K = 0 -- i.e. the loop passes K = 2 … j iff R is divisible by j!. Where that
+    loop stops, and so the coin, is a function of R alone: one look-up in :func:`_packed_coins` decides every
+    element at once (the same coins, the same outcome as testing K = 2 … 8 in turn). A loop that passes K = 8
+    (R = 0, probability 1/8!) goes on with fresh Bernoulli(1/K) coins.
 
     >>> float(np.mean(exp_minus_one(np.random.default_rng(3), 100_000))).__round__(2)
     0.37
     """
-    out = np.empty(size, dtype=bool)
-    idx = np.arange(size)
     r = uniform_below(rng, _FACTORIAL[_DIGITS], size)
-    k = 2
+    out: np.ndarray = _packed_coins(_DIGITS)[r]
+    idx = np.flatnonzero(r == 0)
+    k = _DIGITS + 1
     while len(idx):
-        passed = r % _FACTORIAL[k] == 0 if k <= _DIGITS else uniform_below(rng, k, len(idx)) == 0
+        passed = uniform_below(rng, k, len(idx)) == 0
         out[idx[~passed]] = k % 2 == 1
-        idx, r = idx[passed], r[passed]
+        idx = idx[passed]
         k += 1
     return out
 

@@ -13,7 +13,7 @@ from stream_dp.mechanisms.gaussian_histogram import rho_for_epsilon
 
 from eval import peers
 from eval.calibration import window_epsilon
-from eval.data import zipf_stream
+from eval.data import Histogram, zipf_stream
 
 pytest.importorskip("opendp")
 pytest.importorskip("pipeline_dp")
@@ -290,3 +290,38 @@ def test_the_gaussian_true_delta_row_meets_the_window_delta_and_the_documented_o
     assert documented.map((dk, dk, 1))[1] <= delta  # what OpenDP states (threshold δ + conversion δ) ...
     doc_true = peers.opendp_gaussian_true_delta(doc_scale, doc_threshold, dk)
     assert doc_true > doc_stated and doc_true + (delta - doc_stated) > delta  # ... is not what it spends
+
+
+def test_a_cached_cell_is_read_back_equal_and_not_recomputed(tmp_path) -> None:
+    """map_cells with a cache: the first run computes and keeps every cell, a rerun reads them back (equal rows, the
+    cell not called), and a job with other parameters is not served from another's file."""
+    calls: list[tuple] = []
+
+    def cell(name: str, hist: Histogram, eps: float) -> list[dict]:
+        calls.append((name, eps))
+        return [{"dataset": name, "epsilon_w": eps, "keys": int(hist.counts.sum()), "known_domain": True,
+                 "recall_mean": np.float64(0.25), "rel_error_mean": float("nan")}]
+
+    hist = Histogram.from_arrays(np.array([0, 1]), np.array([5, 3]), 4)
+    jobs = [("a", hist, 1.0), ("a", hist, 2.0)]
+    first = peers.map_cells(cell, jobs, 1, cache=tmp_path)
+    again = peers.map_cells(cell, jobs, 1, cache=tmp_path)
+    assert calls == [("a", 1.0), ("a", 2.0)]
+    assert [{k: v for k, v in r.items() if k != "rel_error_mean"} for r in again] == \
+        [{k: v for k, v in r.items() if k != "rel_error_mean"} for r in first]
+    assert all(math.isnan(r["rel_error_mean"]) for r in again)
+    peers.map_cells(cell, [("a", Histogram.from_arrays(np.array([0]), np.array([5]), 4), 1.0)], 1, cache=tmp_path)
+    assert len(calls) == 3
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_equal_released_values_are_ranked_at_random_whatever_the_column_order() -> None:
+    """The re-rank breaks ties at random for every method: a release that puts the same value on every key scores
+    the recall of a random pick (k/n), whether its columns are listed by true count (as the peers' are) or in
+    reverse. Ranking ties by column position would score 1.0 for one order and 0.0 for the other."""
+    n, k, runs = 40, 4, 2000
+    hist = Histogram.from_arrays(np.arange(n), np.arange(n, 0, -1), universe=n)
+    equal = np.ones((runs, n))
+    scores = [peers._score(peers.Release(equal, index, True), hist, k, np.random.default_rng(1))["recall"].mean()
+              for index in (hist.keys, hist.keys[::-1])]
+    assert scores == pytest.approx([k / n, k / n], abs=0.02)

@@ -8,6 +8,7 @@ pool that keeps its accepted proposals by value -- fail the same tests with p < 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from fractions import Fraction
 
@@ -179,3 +180,45 @@ def test_small_numerators_over_a_denominator_beyond_int64_stay_exact() -> None:
     coins = bernoulli_exp(np.random.default_rng(108), np.full(100_000, 2**62, dtype=np.int64), den)
     p = math.exp(-1 / 3)
     assert abs(coins.mean() - p) <= 5 * math.sqrt(p * (1 - p) / 100_000)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Same seed, same draws: speed-ups of the batched samplers must not change a single draw
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def test_the_draws_of_a_seed_are_the_ones_before_the_packed_coin_table() -> None:
+    """Digests of draws for fixed seeds, computed on d1e79a6 (exp_minus_one testing K = 2 … 8 in turn) and pinned:
+    the look-up table of :func:`exact_batch._packed_coins` draws the same coins and decides them the same way, so a
+    seeded simulation reproduces exactly across the change -- and a release's items too (tests/unit/test_api.py)."""
+    assert _digest(sample_discrete_gaussian(Fraction(108993, 1000), 20_000, rng=11).tobytes()) == "7ef2ac8de928236f"
+    assert _digest(sample_discrete_gaussian(Fraction(15_000_000_123, 1000), 5_000, rng=11).tobytes()) \
+        == "3aa19d421ba6564e"
+    assert _digest(sample_discrete_laplace(Fraction(5), 20_000, rng=12).tobytes()) == "22a642ebe59774c4"
+
+
+@pytest.mark.parametrize("digits", [8, 3, 2])
+def test_the_packed_coin_table_is_the_loop_over_k(digits: int) -> None:
+    """Every entry of the table against CKS20 Algorithm 1's loop at γ = 1 read off R: pass K while K! divides R, the
+    coin is whether the first failing K is odd; R = 0 passes every packed K (decided by fresh coins)."""
+    table = exact_batch._packed_coins(digits)
+    assert len(table) == math.factorial(digits)
+    for r in range(1, math.factorial(digits)):
+        k = 2
+        while r % math.factorial(k) == 0:
+            k += 1
+        assert bool(table[r]) == (k % 2 == 1), r
+
+
+def test_a_broken_packed_coin_table_fails_the_law(monkeypatch) -> None:
+    """The table with its coins inverted (the loop's parity read the wrong way round): P = 1 − e^{−1}, caught."""
+    real = exact_batch._packed_coins
+    monkeypatch.setattr(exact_batch, "_packed_coins", lambda digits: ~real(digits))
+    n = 100_000
+    coins = exp_minus_one(np.random.default_rng(109), n)
+    p = math.exp(-1)
+    assert abs(coins.mean() - p) > 5 * math.sqrt(p * (1 - p) / n)

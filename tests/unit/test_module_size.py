@@ -8,12 +8,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MOST_LINES = 400
 
-#: Modules still over the limit while their split is under way (issue 45, other branches): take each off once
-#: its split is merged; the list only ever shrinks.
-NOT_SPLIT_YET = frozenset({
-    "stream_dp/accounting/ledger.py", "stream_dp/release/windows.py", "stream_dp/release/builders.py",
-    "stream_dp/mechanisms/pws_tables.py", "stream_dp/dev/devstack.py", "stream_dp/dev/demo.py",
-})
 
 
 def too_long(root: Path = ROOT, most: int = MOST_LINES) -> dict[str, int]:
@@ -24,7 +18,7 @@ def too_long(root: Path = ROOT, most: int = MOST_LINES) -> dict[str, int]:
 
 
 def test_no_module_is_longer_than_400_lines():
-    assert set(too_long()) - NOT_SPLIT_YET == set()
+    assert too_long() == {}
 
 
 def test_the_check_catches_a_long_module(tmp_path):  # broken variant: a module of 401 lines
