@@ -24,10 +24,12 @@ every shard once, merged in memory (a key's class is unknown until all its shard
 served from that merge for the window's other release types.
 
 **Key layout** (``windows.layout = "key"``, docs/design/key-sharded-counts.md): the counts are in disjoint key
-shards; the top n and the watched keys are read per key shard and merged exactly, in one batch
-(:class:`~stream_dp.release.key_windows.KeyShardReads`). The whole-window reads (the sample's count classes,
-``all_counts``, the bounding logs) are not done for it yet and refuse it (:class:`KeyLayoutNotRead`), so no
-type reads the empty user-shard counts by mistake.
+shards, final once the release's drain ran (:meth:`~stream_dp.release.windows.WindowReader.make_final`).
+Every read goes to :class:`~stream_dp.release.key_windows.KeyShardReads`, each key shard read for what the
+type needs and merged exactly, all shards in one batch per step: the top n (merged), the watched keys (each
+on its own shard), the sample's count classes (summed per count) and reported keys (each on its shard),
+the whole window (concatenated). The bounding logs stay in the user shards and are read as in the user
+layout.
 
 Counts are raw, per-key, and private: they stay in this process and go only into mechanisms. A closed
 window never changes (ingest's contract), so what one read brought may serve the window's other types.
@@ -103,10 +105,6 @@ class WindowLogShort(RuntimeError, StreamDPError):
 
 
 
-class KeyLayoutNotRead(RuntimeError, StreamDPError):
-    """A read that the key layout does not serve yet (``windows.layout = "key"``: issue 47)."""
-
-
 class WindowCountsReader:
     """Read-only access to the counts of ingest's closed windows (see the module's docstring), with the
     window's merge (sharded) or top (unsharded) kept for its other release types."""
@@ -136,6 +134,8 @@ class WindowCountsReader:
             self._merged = None
         if self._top is not None and self._top.start == window.start:
             self._top = None
+        if self._by_key is not None:
+            self._by_key.forget(window)
 
     def top_counts(self, window: Window, n: int) -> ReadStep:
         """The ``n`` largest counts, key → count, best first (ties: Redis' reverse lexicographic order);
@@ -207,15 +207,11 @@ class WindowCountsReader:
         client parses in C: a pure-Python RESP parse of 10⁶ members and scores takes seconds. Members are
         in ``ZRANGE`` order (score, then member bytes), which is deterministic.
         """
-        self._user_layout_only("the whole window's counts")
+        if self._by_key is not None:
+            return WindowCounts(*self._by_key.all_counts(window, chunk or self.read_chunk))
         if self.keys.shards > 1:
             return self._merge(window, chunk)[1]
         return self._read_shard(window, 0, chunk)
-
-    def _user_layout_only(self, what: str) -> None:
-        if self._by_key is not None:
-            raise KeyLayoutNotRead(f"{what}: not read in windows.layout = 'key' yet (docs/design/"
-                                   "key-sharded-counts.md); the release worker refuses that layout at start")
 
     def _read_shard(self, window: Window, shard: int, chunk: int | None) -> WindowCounts:
         chunk = chunk or self.read_chunk
@@ -290,7 +286,8 @@ class WindowCountsReader:
         users' distinct counts has at most ~√(2·total) distinct counts). Walked in chunks of ``chunk``
         distinct counts per Lua call. An empty (or absent) window gives ``[]``.
         """
-        self._user_layout_only("the count histogram")
+        if self._by_key is not None:
+            return self._by_key.count_histogram(window, chunk)
         if self.keys.shards > 1:
             merged = self._merge(window)[1]
             values, sizes = np.unique(merged.counts, return_counts=True)
@@ -321,7 +318,8 @@ class WindowCountsReader:
         Raises ``RuntimeError`` when a rank is past the end or holds another count: the window changed
         after its histogram was read (a closed window never does -- ingest's contract).
         """
-        self._user_layout_only("the keys at ranks")
+        if self._by_key is not None:
+            return self._by_key.members_at(window, ranks, counts, chunk)
         want = np.asarray(counts, dtype=np.float64)
         if self.keys.shards > 1:  # ranks in the merge's ascending count order (count_histogram's classes)
             merged = self._merge(window)[1]

@@ -3,15 +3,18 @@ against real Redis: the same counts written as one unsharded window (what :class
 and, through the real step-2 script (``count_keys.lua``), into S key shards; both reads return identical
 dicts in identical order -- the input of the top-k and alerts mechanisms is the single-shard input, so their
 release is too, draw for draw. On a single redis-server (S = 2, 12) and on a 3-master cluster (S = 12, the key
-shards on every master, each read one batch per master)."""
+shards on every master, each read one batch per master). The sample's and the histogram's whole-window
+reads (its count histogram, the keys at its ranks, the whole window) against the unsharded reads too."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from stream_dp.node_batches import run_batched, run_reads
+from stream_dp.release.key_shards import route_by_key_shard
 from stream_dp.release.key_windows import KeyShardReads
 from stream_dp.release.windows import Window, WindowReader
 from stream_dp.store import scripts
@@ -87,11 +90,10 @@ def test_the_key_reads_refuse_a_user_layout(redis_client):
 def test_the_release_reader_in_the_key_layout_reads_what_ingest_wrote(redis_client):
     """End to end on ingest's side: the same random log applied by ingest's store in the key layout (S = 4) and
     unsharded in the user layout; the release's WindowReader returns the same top and watched counts, item for
-    item and in order. The whole-window reads refuse the key layout (not done yet) instead of reading the
-    empty user-shard counts."""
+    item and in order, the same whole window (as a dict) and the same count histogram; the keys at the
+    sample's window ranks have the counts of one sorted set's ranks, and every key is at exactly one rank."""
     from store_helpers import apply_in_batches, random_log
     from stream_dp.ingest.store import WindowStore
-    from stream_dp.release.window_counts import KeyLayoutNotRead
 
     rnd = random.Random(21)
     logs = random_log(rnd, 2000, partitions=2, users=200, keys=300, span=SIZE / 2, pareto=0.6)
@@ -106,6 +108,36 @@ def test_the_release_reader_in_the_key_layout_reads_what_ingest_wrote(redis_clie
         assert list(key.top_counts(window, n).now().items()) == list(user.top_counts(window, n).now().items())
     watched = [f"k{i}" for i in range(0, 400, 7)] + ["never-seen"]
     assert list(key.counts_of(window, watched).now().items()) == list(user.counts_of(window, watched).now().items())
-    for read in (lambda: key.all_counts(window), lambda: key.count_histogram(window)):
-        with pytest.raises(KeyLayoutNotRead, match="windows.layout = 'key'"):
-            read()
+    _check_whole_window_reads(user, key, window)
+
+
+def _check_whole_window_reads(user: WindowReader, key: WindowReader, window: Window, chunk: int = 7) -> None:
+    whole = user.all_counts(window)
+    assert key.all_counts(window, chunk=chunk).as_dict() == whole.as_dict()  # in chunks: several rounds
+    histogram = user.count_histogram(window)
+    assert key.count_histogram(window, chunk=3) == histogram
+    ranks = np.arange(len(whole))
+    counts = np.sort(whole.counts)
+    got = key.members_at(window, ranks, counts, chunk=chunk)
+    assert sorted(got) == sorted(whole.keys)  # every key at exactly one window rank
+    assert [whole.as_dict()[k] for k in got] == counts.tolist()  # each with the count of its rank
+    shuffled = np.random.default_rng(3).permutation(ranks)[:40]
+    assert key.members_at(window, shuffled, counts[shuffled]) == [got[i] for i in shuffled.tolist()]
+    with pytest.raises(RuntimeError, match="changed while it was being sampled"):
+        key.members_at(window, ranks[-1:], counts[-1:] + 1)
+    with pytest.raises(RuntimeError, match="changed while it was being sampled"):
+        key.members_at(window, ranks[-1:] + 1, counts[-1:])
+
+
+def test_the_whole_window_reads_on_a_real_cluster(cluster):
+    """S = 12 key shards over 3 masters: the whole window, its histogram and its ranks, each step one batch
+    (one pipeline per master), equal the unsharded reads of the same counts."""
+    rnd = random.Random(77)
+    user_keys, key_keys = Keys("wcl-user"), Keys("wcl-key", 12, "key")
+    counts = {f"k{i}": float(rnd.choice([1, 1, 1, 2, 2, 3, 5, 8, 40])) for i in range(500)}
+    cluster.zadd(user_keys.window_counts(0), counts)
+    for shard, part in route_by_key_shard(counts, 12).items():
+        cluster.zadd(key_keys.key_shard_counts(0, shard), {k: counts[k] for k in part})
+    window = Window(0, SIZE)
+    user, key = (WindowReader(cluster, keys=keys, size_seconds=SIZE) for keys in (user_keys, key_keys))
+    _check_whole_window_reads(user, key, window, chunk=50)
