@@ -32,7 +32,7 @@ from stream_dp.ingest.chunks import reply_text
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.node_batches import run_batched
 from stream_dp.store import scripts
-from stream_dp.store.key_counts import CountEntry, count_args, split_by_key_shard
+from stream_dp.store.key_counts import count_args, entries_by_key_shard, pending_field, split_by_key_shard
 from stream_dp.store.keys import Keys
 
 #: (window start, user shard, partition): where a chunk's entries come from.
@@ -106,21 +106,20 @@ class KeyCounter:
         if wanted:
             for source, found in zip(wanted, self._read_pending(wanted)):
                 pending[source] = found
-        entries: dict[tuple[int, int], list[CountEntry]] = {}  # (window, key shard) → entries
+        listed: list[tuple[int, int, str, Mapping[str, int]]] = []
         fields: dict[tuple[int, int], list[str]] = {}  # (window, user shard) → the fields sent
-        for (start, user_shard, partition), found in pending.items():
-            for field, increments in found.items():
-                part, offset, key_shard = (int(x) for x in field.split(":"))
-                if part != partition:
+        for (start, user_shard, partition), entries_of in pending.items():
+            for field, increments in entries_of.items():
+                if pending_field(field)[0] != partition:
                     continue
-                entries.setdefault((start, key_shard), []).append(CountEntry(user_shard, partition, offset, increments))
+                listed.append((start, user_shard, field, increments))
                 fields.setdefault((start, user_shard), []).append(field)
+        entries = entries_by_key_shard(listed)
         if not entries:
             return
         self.crashpoints.reached("after_record")
         items: Items = []
         for (start, key_shard), group in sorted(entries.items()):
-            group.sort(key=lambda e: (e.user_shard, e.partition, e.last_offset))
             names = self.keys.key_shard(start, key_shard)
             items.append((names[0], _evalsha(self._count.sha, names, count_args(group))))
         try:

@@ -1,5 +1,6 @@
 """Step 2 of the key layout's apply: a chunk's accepted increments, split by key shard, as the arguments of
-``store/lua/count_keys.lua`` (docs/design/key-sharded-counts.md; not wired into ingest yet).
+``store/lua/count_keys.lua`` (docs/design/key-sharded-counts.md): sent by ingest's step 2
+(:mod:`stream_dp.ingest.key_counter`) and by the release worker's drain (:mod:`stream_dp.release.key_drain`).
 
 Step 1 bounds a chunk in its user shard and records the increments it accepted as pending; step 2 counts
 them into each key shard ``key_shard_of(key, S)``, once per chunk: a key shard keeps, per source (user shard,
@@ -11,7 +12,7 @@ order it is given; which entries are pending is step 1's reply.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stream_dp.store.keys import key_shard_of
@@ -69,4 +70,32 @@ def count_args(entries: Sequence[CountEntry]) -> list[str]:
                                  "key is not a positive integer")
         out += [e.source, str(int(e.last_offset)), "\0".join(e.increments),
                 ",".join(str(n) for n in e.increments.values())]
+    return out
+
+
+def pending_field(field: str) -> tuple[int, int, int]:
+    """A pending hash field ``<partition>:<last offset>:<key shard>`` as integers.
+
+    >>> pending_field("3:41:0")
+    (3, 41, 0)
+    """
+    partition, offset, key_shard = (int(x) for x in field.split(":"))
+    return partition, offset, key_shard
+
+
+def entries_by_key_shard(found: Iterable[tuple[int, int, str, Mapping[str, int]]]
+                         ) -> dict[tuple[int, int], list[CountEntry]]:
+    """Pending entries ``(window start, user shard, field, increments)`` grouped by (window start, key shard),
+    each group in the ordering rule's order (source, then offset): what one ``count_keys.lua`` call per key
+    shard takes (:func:`count_args`).
+
+    >>> entries_by_key_shard([(0, 1, "2:9:0", {"a": 1}), (0, 1, "2:5:0", {"b": 1})])[(0, 0)][0].last_offset
+    5
+    """
+    out: dict[tuple[int, int], list[CountEntry]] = {}
+    for start, user_shard, field, increments in found:
+        partition, offset, key_shard = pending_field(field)
+        out.setdefault((start, key_shard), []).append(CountEntry(user_shard, partition, offset, increments))
+    for group in out.values():
+        group.sort(key=lambda e: (e.user_shard, e.partition, e.last_offset))
     return out
