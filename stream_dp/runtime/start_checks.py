@@ -110,27 +110,15 @@ def topics_preflight_or_report(cfg: Config, roles: tuple[str, ...]) -> bool:
     return True
 
 
-def layout_or_report(cfg: Config, role: str | None) -> bool:
-    """False (after one line naming ``windows.layout``) for a release worker configured with the ``"key"``
-    layout: ingest writes it (docs/design/key-sharded-counts.md), but the release worker does not read key
-    shards yet -- it would read empty user shards and publish every window as empty, silently wrong."""
-    if role == "release" and cfg.windows.layout == "key":
-        log.error("config error: windows.layout = 'key' is not supported by the release worker yet (it reads "
-                  "the user layout's shards only, issue 47); run the release worker with windows.layout = 'user' "
-                  "on user-layout data")
-        return False
-    return True
-
-
 #: The topics each worker reads or writes, checked against the topic contract before it starts.
 WORKER_TOPICS = {"ingest": ("events", "dead-letter"), "release": ("releases",)}
 
 
 def worker_preflight(cfg: Config, role: str | None = None) -> bool:
     """The start checks every worker passes before it touches data: budget plan, Redis credentials, Redis,
-    release schedule, and the topic contract of the topics ``role`` uses (:data:`WORKER_TOPICS`); a release
-    worker also refuses the window layout it cannot read yet (:func:`layout_or_report`)."""
-    return (layout_or_report(cfg, role) and budget_plan_or_report(cfg) and redis_credentials_or_report(cfg)
+    release schedule (with the window layout it records: ``windows.layout``), and the topic contract of the
+    topics ``role`` uses (:data:`WORKER_TOPICS`)."""
+    return (budget_plan_or_report(cfg) and redis_credentials_or_report(cfg)
             and redis_preflight_or_report(cfg) and schedule_or_report(cfg)
             and (role not in WORKER_TOPICS or topics_preflight_or_report(cfg, WORKER_TOPICS[role])))
 

@@ -5,9 +5,9 @@
   equals the one set's ``ZREVRANGE 0 n-1``, members, counts and order -- Redis's own tie-break on the member
   bytes, not a model of it.
 - The layout is recorded with the release schedule; a deployment started in one layout refuses the other,
-  naming ``windows.layout`` -- also as real worker processes: an ingest worker configured with
-  ``windows.layout = "key"`` on user-layout data, and a release worker configured with the key layout (which
-  it does not read yet), each exit 2 with one line naming the setting, no traceback."""
+  naming ``windows.layout`` -- also as real worker processes: an ingest worker and a release worker configured
+  with ``windows.layout = "key"`` on user-layout data each exit 2 with one line naming the setting, no
+  traceback."""
 
 from __future__ import annotations
 
@@ -121,13 +121,16 @@ def test_an_ingest_worker_in_the_key_layout_on_user_layout_data_exits_2_naming_t
     assert redis_client.keys("old:{w:*") == []  # no window was touched
 
 
-def test_a_release_worker_in_the_key_layout_exits_2_naming_the_setting(redis_url, tmp_path):
-    """The release worker does not read key shards yet: configured with them it would release every window
-    empty, so it refuses to start, naming the setting."""
+def test_a_release_worker_in_the_key_layout_on_user_layout_data_exits_2_naming_the_setting(redis_url, redis_client,
+                                                                                              tmp_path):
+    """The release worker reads the key layout now; on data recorded in the user layout it would read key
+    shards that were never written and release every window empty, so it refuses to start, naming the
+    setting (the schedule's record, checked before the worker touches a window)."""
     data = config_mapping(f"127.0.0.1:{free_port()}", redis_url, "events", group="g", size=60, max_keys=3,
                           prefix="rel")
+    establish(redis_client, Keys("rel"), WindowsConfig(size_seconds=60, start=data["windows"]["start"]))
     data["windows"]["layout"] = "key"
     code, text = _worker("workers.release", write_toml(tmp_path / "release.toml", data), tmp_path)
     assert code == 2 and "Traceback" not in text, text[-3000:]
     errors = _error_lines(text)
-    assert len(errors) == 1 and "windows.layout = 'key' is not supported by the release worker" in errors[0], text
+    assert len(errors) == 1 and "windows.layout is 'key'" in errors[0] and "keep windows.layout = 'user'" in errors[0], text
