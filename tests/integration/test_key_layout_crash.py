@@ -8,7 +8,9 @@ sent), ``after_count`` (step 2 returned, nothing deleted from pending, offsets n
 SIGKILLed there three times, at a random hit of the point each time, and restarted; a last, plain worker
 consumes the rest. The key shards then hold exactly the oracle's counts (tests/support/bounding_oracle.py)
 and no pending entry is left uncounted. (A crash part way through step 2 is tested in process,
-tests/integration/test_key_layout_apply.py: on one redis-server step 2 is one pipeline.)"""
+tests/integration/test_key_layout_apply.py: on one redis-server step 2 is one pipeline.) And the case no replay
+heals: a worker SIGKILLed between the steps of its last chunk and never restarted, the window closed anyway;
+the release worker's drain counts the pending entries and the released counts equal the oracle's."""
 
 from __future__ import annotations
 
@@ -126,3 +128,51 @@ def test_sigkill_after_recording_a_sources_last_chunk_is_healed_by_the_replay(bo
     finally:
         assert stop_worker(final) == 0
     assert all(uncounted_pending(redis_client, keys, start) == [] for start in truth)
+
+
+@pytest.mark.timeout(300)
+def test_a_window_closed_after_a_sigkill_between_the_steps_is_released_with_the_oracle_counts(
+        bootstrap_servers, redis_client, redis_url, topic_name, tmp_path):
+    """The case no replay heals: the worker is SIGKILLed right after step 1 of its last chunk and never comes
+    back; the window is closed anyway (here by a watermark advance standing for the idle-partition timeout of
+    the surviving workers). The release worker's drain counts the pending entries before it reads: the
+    production release worker (in process, on the same Redis and config) publishes a histogram at an ε where
+    the noise is 0 that equals the oracle's counts at or above its threshold, in every window."""
+    from stream_dp.config import load_config
+    from tests.support.neighbours import release_in_process
+
+    topic, group = topic_name("events"), topic_name("group")
+    create_topic(bootstrap_servers, topic, 1)
+    events = make_events(11, 300, users=80, keys=40, windows=1, size=SIZE)
+    produce(bootstrap_servers, topic, events)
+    data = config_mapping(bootstrap_servers, redis_url, topic, group=group, size=SIZE, max_keys=MAX_KEYS,
+                          kafka={"session_timeout_ms": 6000, "heartbeat_interval_ms": 400},
+                          budget={"epsilon": 1e9, "delta": 0.5})
+    data["windows"].update(shards=SHARDS, layout="key")
+    data["releases.topk"] = {"enabled": False}
+    data["releases.alerts"] = {"enabled": False}
+    data["releases.sample"] = {"enabled": True, "window_epsilon": 1.0, "window_delta": 1e-6}
+    data["releases.histogram"] = {"enabled": True, "window_epsilon": 1e5, "window_delta": 1e-6, "max_keys": 10_000}
+    cfg_file = write_toml(tmp_path / "stream-dp.toml", data)
+    keys = Keys("sdp", SHARDS, "key")
+    store = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=MAX_KEYS)
+    truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
+    proc = _start_crashing(cfg_file, tmp_path / "crash.log", "after_record@1")
+    try:
+        wait_for(lambda: proc.poll() is not None, timeout=90, interval=0.1, what="the worker to die after step 1")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert CRASHED in (tmp_path / "crash.log").read_text()
+    assert all(uncounted_pending(redis_client, keys, start) for start in truth)  # recorded, counted nowhere
+    closing = max(truth) + 2 * SIZE
+    state = store.advance_watermark({0: (float(closing), False)}, known_partitions=[0], idle_timeout=120)
+    assert state.global_watermark is not None and state.global_watermark > max(truth)
+    view = release_in_process(load_config(cfg_file), redis_client, rng=1)
+    histograms = {r["window"]["start"]: r for r in view.records if r["type"] == "histogram"}
+    assert set(truth) <= set(histograms)
+    for start, counts in truth.items():
+        released = {item["key"]: item["count"] for item in histograms[start]["items"]}
+        assert released and released == {k: c for k, c in counts.items() if c >= min(released.values())}, start
+        assert uncounted_pending(redis_client, keys, start) == []
