@@ -134,6 +134,20 @@ class KeyShardReads:
                 parts.append(np.array(flat[1::2], dtype=np.float64))
         return keys, (np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64))
 
+    def shard_counts(self, window: Window, shard: int, chunk: int) -> dict[str, float]:
+        """One key shard's counts, key → count, read in ``ZRANGE`` chunks (the histogram reads the window one
+        key shard at a time: :class:`~stream_dp.mechanisms.count_parts.CountParts`)."""
+        name = self.keys.key_shard_counts(window.start, shard)
+        out: dict[str, float] = {}
+        offset = 0
+        while True:
+            flat = json.loads(run_with_scripts(self.r, [evalsha_item(self._chunk, [name], [offset, offset + chunk - 1])],
+                                               [self._chunk])[0])
+            out.update(zip(flat[0::2], (float(c) for c in flat[1::2])))
+            if len(flat) < 2 * chunk:
+                return out
+            offset += chunk
+
     def count_histogram(self, window: Window, chunk: int) -> list[tuple[float, int]]:
         """``(count, keys with that count)`` of the window, ascending: every key shard's walk summed (kept for
         :meth:`members_at` of the same window)."""

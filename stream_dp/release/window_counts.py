@@ -28,7 +28,7 @@ shards, final once the release's drain ran (:meth:`~stream_dp.release.windows.Wi
 Every read goes to :class:`~stream_dp.release.key_windows.KeyShardReads`, each key shard read for what the
 type needs and merged exactly, all shards in one batch per step: the top n (merged), the watched keys (each
 on its own shard), the sample's count classes (summed per count) and reported keys (each on its shard),
-the whole window (concatenated). The bounding logs stay in the user shards and are read as in the user
+the whole window (concatenated; the histogram takes it one key shard at a time, :meth:`count_parts`). The bounding logs stay in the user shards and are read as in the user
 layout.
 
 Counts are raw, per-key, and private: they stay in this process and go only into mechanisms. A closed
@@ -46,12 +46,13 @@ import numpy as np
 import redis
 
 from stream_dp.errors import StreamDPError
+from stream_dp.mechanisms.count_parts import CountParts
 from stream_dp.node_batches import ReadStep, Reads, evalsha_item
 from stream_dp.release.key_windows import KeyShardReads
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.store import scripts
 from stream_dp.store.bounding_log import LOG_SEGMENT_BYTES, LogDecoder, log_pieces
-from stream_dp.store.keys import Keys
+from stream_dp.store.keys import Keys, key_shard_of
 
 if TYPE_CHECKING:
     from stream_dp.release.windows import Window
@@ -212,6 +213,16 @@ class WindowCountsReader:
         if self.keys.shards > 1:
             return self._merge(window, chunk)[1]
         return self._read_shard(window, 0, chunk)
+
+    def count_parts(self, window: Window, *, chunk: int | None = None) -> CountParts:
+        """The window's counts as disjoint parts read one at a time, for the thresholded histograms
+        (:mod:`stream_dp.mechanisms.count_parts`): its key shards in the key layout (memory: one key shard and
+        the kept candidates), else the whole window as one part."""
+        if self._by_key is None:
+            return CountParts.whole(self.all_counts(window, chunk=chunk).as_dict())
+        by_key, shards, size = self._by_key, self.keys.shards, chunk or self.read_chunk
+        return CountParts(shards, lambda j: by_key.shard_counts(window, j, size),
+                          lambda key: key_shard_of(str(key), shards))
 
     def _read_shard(self, window: Window, shard: int, chunk: int | None) -> WindowCounts:
         chunk = chunk or self.read_chunk
