@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from redis.client import Pipeline
 
 from stream_dp.node_batches import Item, evalsha_item, run_batched, run_with_scripts
+from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 from stream_dp.store import scripts
 from stream_dp.store.key_counts import count_args, entries_by_key_shard
 from stream_dp.store.keys import Keys
@@ -80,20 +81,33 @@ class KeyShardDrain:
                 out.append((window.start, shard, _text(field), json.loads(value)))
         return out
 
-    def drain(self, window: Window) -> int:
+    def drain(self, window: Window, replication: ReplicationPolicy = NO_REPLICATION) -> int:
         """Count every pending entry of the closed ``window`` into its key shards (see the module's guarantee);
-        the number of entries sent (0: nothing was pending, one round trip). Idempotent; redis errors are
-        raised unchanged (the pass is retried, and the drain with it)."""
+        the number of entries sent (0: nothing was pending, one round trip). With ``replication.replicas`` > 0
+        (``redis.min_replicas_acked``) each key shard's counts are confirmed on that many replicas (``WAIT``)
+        before it returns, as ingest's step 2 is: a failover cannot then take back counts the release reads.
+        Idempotent; redis errors (and :class:`~stream_dp.replication.NotReplicated`) are raised unchanged (the
+        pass is retried, and the drain with it)."""
         found = self.pending(window)
         if not found:
             return 0
         items: list[Item] = []
         for (start, key_shard), group in sorted(entries_by_key_shard(found).items()):
             items.append(evalsha_item(self._count, self.keys.key_shard(start, key_shard), count_args(group)))
-        run_with_scripts(self.r, items, [self._count], ordered=False)  # each key shard's script on its own
+        if replication.replicas:
+            self._count_confirmed(items, replication)
+        else:
+            run_with_scripts(self.r, items, [self._count], ordered=False)  # each key shard's script on its own
         log.info("window %s: %d pending key-shard entries counted before its release (left by an ingest worker "
                  "stopped between its two steps)", window.label, len(found))
         return len(found)
+
+    def _count_confirmed(self, items: list[Item], replication: ReplicationPolicy) -> None:
+        """Each key shard's ``count_keys`` followed by ``WAIT`` on its master's connection (one key shard, one
+        slot, at a time: the drain has work only after an ingest worker died between its steps)."""
+        self.r.script_load(self._count.script)  # on a cluster: every master (the script runs by SHA below)
+        for key, queue in items:
+            write_then_wait(self.r, key, replication.replicas, replication.timeout_ms, queue)
 
     def release(self, window: Window, *, retention_seconds: int) -> None:
         """Mark every key shard of the window released (retention TTLs) and delete its pending hashes: run

@@ -93,7 +93,7 @@ class WindowRelease:
         window, scope = self.window, self.scope
         prechecked, watch, alerts_state = polled
         with self.metrics.phase("redis"):  # key layout: ingest's pending increments counted before any read
-            self.reader.make_final(window)
+            self.reader.make_final(window, self.ledger.replication)
         rids = [release_id(window, t) for t in self.types]
         ride = RideAlong()
         first = [ride.read(r) for r in (self.reader.release_state(window), self.outbox.stored_all(scope, rids))]

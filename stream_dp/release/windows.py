@@ -25,6 +25,7 @@ import redis
 
 from stream_dp.node_batches import Pending, Reads, run_batched
 from stream_dp.release.key_drain import KeyShardDrain
+from stream_dp.replication import NO_REPLICATION, ReplicationPolicy
 from stream_dp.release.window_counts import (LOG_READ_BYTES, READ_CHUNK, WindowCounts, WindowCountsReader,
                                              WindowLogShort)
 from stream_dp.schedule import ReleaseSchedule
@@ -76,11 +77,12 @@ class WindowReader(WindowCountsReader):
         drain = self._drain.scripts if self._drain is not None else ()
         return (self._mark, self._mark_fence, self._release_shard, self._cursor, *drain, *super().scripts)
 
-    def make_final(self, window: Window) -> int:
+    def make_final(self, window: Window, replication: ReplicationPolicy = NO_REPLICATION) -> int:
         """Before any read of a closed window's counts: in the key layout, every increment ingest left pending
         counted into its key shards (:meth:`KeyShardDrain.drain <stream_dp.release.key_drain.KeyShardDrain.drain>`,
-        idempotent; the number of entries it sent). Nothing to do in the user layout (counted in step 1)."""
-        return self._drain.drain(window) if self._drain is not None else 0
+        idempotent, confirmed on ``replication.replicas`` replicas; the number of entries it sent). Nothing
+        to do in the user layout (counted in step 1)."""
+        return self._drain.drain(window, replication) if self._drain is not None else 0
 
     # --- which windows ---------------------------------------------------------------------------
     def global_watermark(self) -> float | None:

@@ -146,3 +146,32 @@ def test_the_drain_on_a_real_cluster(cluster):
     assert uncounted_pending(cluster, keys, T0)
     _check_release(cluster, keys, truth)
 
+
+
+def test_the_drain_is_confirmed_on_the_replicas(tmp_path):
+    """``redis.min_replicas_acked`` = 1: when the drain returns, the counts it added are on the replica (read
+    there, no waiting); with the replica paused it raises NotReplicated (the pass is retried) rather than let
+    the release read counts a failover could take back."""
+    import os
+    import signal
+
+    import redis as redis_py
+
+    from cluster_helpers import master_with_replica
+    from stream_dp.replication import NotReplicated, ReplicationPolicy
+
+    with master_with_replica(tmp_path) as (master, replica):
+        client = redis_py.Redis(port=master.port)
+        keys = Keys("drainrep", 4, "key")
+        truth = _ingest_then_crash(client, keys, seed=21)
+        reader = WindowReader(client, keys=keys, size_seconds=SIZE)
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(NotReplicated):
+                reader.make_final(Window(T0, T0 + SIZE), ReplicationPolicy(1, 200))
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        assert reader.make_final(Window(T0, T0 + SIZE), ReplicationPolicy(1, 5000)) > 0
+        on_replica = WindowStore(redis_py.Redis(port=replica.port), keys=keys, window_size=SIZE,
+                                 max_keys_per_user=MAX_KEYS)
+        assert on_replica.counts(T0) == truth
