@@ -50,6 +50,18 @@ def _start_crashing(cfg_file, log_path, spec: str) -> subprocess.Popen[bytes]:
                                 stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
 
 
+def _killed_after_step_one(cfg_file, log_path) -> None:
+    """A worker SIGKILLed right after step 1 of its first batch (one batch: the whole stream)."""
+    proc = _start_crashing(cfg_file, log_path, "after_record@1")
+    try:
+        wait_for(lambda: proc.poll() is not None, timeout=90, interval=0.1, what="the worker to die after step 1")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert CRASHED in log_path.read_text()
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_at_each_step_of_the_two_step_apply_counts_stay_exact(bootstrap_servers, redis_client, redis_url,
@@ -109,14 +121,7 @@ def test_sigkill_after_recording_a_sources_last_chunk_is_healed_by_the_replay(bo
     keys = Keys("sdp", SHARDS, "key")
     store = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=MAX_KEYS)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
-    proc = _start_crashing(cfg_file, tmp_path / "crash.log", "after_record@1")
-    try:
-        wait_for(lambda: proc.poll() is not None, timeout=90, interval=0.1, what="the worker to die after step 1")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    assert CRASHED in (tmp_path / "crash.log").read_text()
+    _killed_after_step_one(cfg_file, tmp_path / "crash.log")
     recorded = sum(int(store.meta(start, s).get("events_applied", 0)) for start in truth for s in range(SHARDS))
     assert recorded == sum(sum(c.values()) for c in truth.values()), "step 1 must have recorded the whole stream"
     assert redis_counts(store, truth) == {start: {} for start in truth}  # recorded, counted nowhere yet
@@ -157,14 +162,7 @@ def test_a_window_closed_after_a_sigkill_between_the_steps_is_released_with_the_
     keys = Keys("sdp", SHARDS, "key")
     store = WindowStore(redis_client, keys=keys, window_size=SIZE, max_keys_per_user=MAX_KEYS)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
-    proc = _start_crashing(cfg_file, tmp_path / "crash.log", "after_record@1")
-    try:
-        wait_for(lambda: proc.poll() is not None, timeout=90, interval=0.1, what="the worker to die after step 1")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    assert CRASHED in (tmp_path / "crash.log").read_text()
+    _killed_after_step_one(cfg_file, tmp_path / "crash.log")
     assert all(uncounted_pending(redis_client, keys, start) for start in truth)  # recorded, counted nowhere
     closing = max(truth) + 2 * SIZE
     state = store.advance_watermark({0: (float(closing), False)}, known_partitions=[0], idle_timeout=120)

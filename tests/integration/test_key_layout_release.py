@@ -21,37 +21,28 @@ import random
 
 import pytest
 
-from stream_dp.config import Config, config_from_mapping
+from event_times import T0
+from stream_dp.config import Config
+from test_neighbouring_streams import DELTA_KEYS as MAX_KEYS
+from test_neighbouring_streams import SIZE, harness_cfg
 from tests.support.bounding_oracle import bounded_counts
 from tests.support.neighbours import Scenario, StreamEvent, View, run_in_process
 
 pytestmark = pytest.mark.integration
 
-SIZE = 60
-T0 = 1_200_000
-MAX_KEYS = 3
 WINDOWS = 3
 
 
 def _cfg(layout: str, shards: int, *, histogram: bool) -> Config:
-    """Top-k, alerts and the sample; or (``histogram``) the histogram alone, at an ε where its noise is 0 (its
-    own draws differ in number between the layouts -- rejection sampling over other keys in another order --
-    so on a shared generator the types after it would not be comparable draw for draw)."""
-    return config_from_mapping({
-        "windows": {"size_seconds": SIZE, "start": str(T0), "allowed_lateness_seconds": 0,
-                    "max_event_delay_seconds": 0, "max_clock_skew_seconds": 5,
-                    "idle_partition_timeout_seconds": 600, "retention_seconds": 600, "shards": shards,
-                    "layout": layout},
-        "contribution": {"max_keys_per_user": MAX_KEYS},
-        "budget": {"epsilon": 1e9, "delta": 0.5, "delta_prime": 1e-7, "period_seconds": 86400},
-        "releases": {
-            "topk": {"enabled": not histogram, "k": 5, "k_bar": 20, "window_epsilon": 2.0, "window_delta": 2e-6},
-            "alerts": {"enabled": not histogram, "watchlist": ["k1", "k2", "k7", "nobody"], "threshold": 5.0,
-                       "k": 3, "epsilon": 1.0},
-            "sample": {"enabled": not histogram, "window_epsilon": 1.0, "window_delta": 1e-6},
-            "histogram": {"enabled": histogram, "window_epsilon": 1e5, "window_delta": 1e-6, "max_keys": 10_000},
-        },
-    }, environ={})
+    """The harness' config: top-k, alerts and the sample; or (``histogram``) the histogram alone, at an ε where
+    its noise is 0 (its own draws differ in number between the layouts -- rejection sampling over other keys
+    in another order -- so on a shared generator the types after it would not be comparable draw for draw)."""
+    return harness_cfg(shards=shards, layout=layout,
+                       topk={"enabled": not histogram, "k": 5, "k_bar": 20},
+                       alerts={"enabled": not histogram, "watchlist": ["k1", "k2", "k7", "nobody"], "threshold": 5.0},
+                       sample={"enabled": not histogram},
+                       histogram={"enabled": histogram, "window_epsilon": 1e5, "window_delta": 1e-6,
+                                  "max_keys": 10_000})
 
 
 def _stream(seed: int) -> Scenario:
