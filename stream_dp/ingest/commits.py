@@ -29,6 +29,7 @@ from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from stream_dp.ingest.caught_up import CaughtUpCheck
 from stream_dp.ingest.dead_letters import DeadLetterWriter
 from stream_dp.ingest.metrics import IngestMetrics
 
@@ -41,8 +42,10 @@ class OffsetCommits:
     """The offsets applied in Redis but not committed yet, the commit in flight, and the next offset to
     apply per owned partition (for the lag)."""
 
-    def __init__(self, consumer: Any, topic: str, metrics: IngestMetrics, dead_letters: DeadLetterWriter) -> None:
+    def __init__(self, consumer: Any, topic: str, metrics: IngestMetrics, dead_letters: DeadLetterWriter, *,
+                 caught_up: CaughtUpCheck) -> None:
         self.consumer = consumer
+        self.caught_up = caught_up
         self.topic = topic
         self.metrics = metrics
         self.dead_letters = dead_letters
@@ -113,14 +116,16 @@ class OffsetCommits:
             self._pending.pop(tp, None)
             self._positions.pop(tp, None)
             self.dead_letters.forget_partition(tp.topic, tp.partition)
+        self.caught_up.forget(revoked)
 
     # --- lag -------------------------------------------------------------------------------------------
     def lags(self) -> dict[TopicPartition, int]:
-        """Records behind the fetched high-water mark per owned partition.
+        """Records behind the fetched high-water mark per owned partition, a zero confirmed by the partition's
+        leader (:class:`~stream_dp.ingest.caught_up.CaughtUpCheck`: the fetched mark is stale while fetches stall).
 
-        A partition with no known high-water mark yet has no entry (it is not known to be caught up). An
-        owned partition that delivered nothing since it was assigned counts from the consumer's position,
-        if the consumer knows it without waiting (unknown stays unknown)."""
+        A partition with no known high-water mark yet has no entry (it is not known to be caught up), nor one
+        whose leader did not confirm its zero. An owned partition that delivered nothing since it was assigned
+        counts from the consumer's position, if the consumer knows it without waiting (unknown stays unknown)."""
         lags = {}
         positions = dict(self._positions)
         for tp in self.consumer.assignment():
@@ -133,7 +138,7 @@ class OffsetCommits:
             hw = self.consumer.highwater(tp)
             if hw is not None:
                 lags[tp] = max(0, hw - pos)
-        return lags
+        return self.caught_up.confirm(lags, positions)
 
     def _position_now(self, tp: TopicPartition) -> int | None:
         """The consumer's fetch position of ``tp`` if it knows it already (never blocks), else None."""

@@ -306,6 +306,17 @@ class ConfluentConsumer:
             return None
         return high if high >= 0 else None
 
+    def end_offset(self, tp: TopicPartition, timeout_s: float) -> int | None:
+        """``tp``'s end offset as its leader answers now (not the fetched mark), or None without an answer."""
+        from confluent_kafka import TopicPartition as CKPartition
+
+        try:
+            _low, high = self._consumer.get_watermark_offsets(CKPartition(tp.topic, tp.partition),
+                                                              timeout=timeout_s, cached=False)
+        except Exception:  # noqa: BLE001 - a timeout or the leader's error: no answer
+            return None
+        return high if high is not None and high >= 0 else None
+
     # --- commits -----------------------------------------------------------------------------------------
     def commit(self, offsets: Offsets) -> None:
         """Commit ``offsets`` and wait for the broker's answer."""

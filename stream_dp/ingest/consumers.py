@@ -85,6 +85,15 @@ class KafkaPythonConsumer(KafkaConsumer):
         return self._reach.unreachable()
 
 
+    def end_offset(self, tp: Any, timeout_s: float) -> int | None:
+        """``tp``'s end offset as its leader answers now (ListOffsets), or None when no answer came within
+        ``timeout_s`` (:mod:`~stream_dp.ingest.caught_up`: the fetched high-water mark may be stale)."""
+        try:
+            return self.end_offsets([tp], timeout_ms=max(1, int(timeout_s * 1000))).get(tp)
+        except KafkaError:  # a timeout or the leader's error: no answer
+            return None
+
+
 class BrokersUnreachable(KafkaError, StreamDPError):
     """The consumer reports that no broker can be reached (its ``unreachable()``): the loop's "kafka"
     dependency is down although the poll raised nothing."""

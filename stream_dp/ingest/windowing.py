@@ -14,7 +14,8 @@ and counts nothing (a collector sends them while no events come, ``stream-dp rep
 
 The **global** watermark is the minimum over the *active* partitions of the topic, never moves backwards,
 and means: every window with ``end <= global`` is closed. A partition is **idle** only when an owner
-reported it *caught up* (its position reached the broker's high-water mark) within
+reported it *caught up* (its position reached the high-water mark, as the partition's leader confirms it:
+:mod:`stream_dp.ingest.caught_up`) within
 ``idle_partition_timeout_seconds`` and it has been quiet (no records, not behind) for that long. Every other
 partition is active -- busy, behind, or without a live owner (its worker died and the group has not
 handed it over yet) -- and holds the global back at its watermark, or entirely while it has none. So the

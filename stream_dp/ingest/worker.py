@@ -45,6 +45,7 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest
 from stream_dp.ingest.batches import Batch, BatchCutter
+from stream_dp.ingest.caught_up import CaughtUpCheck
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
 from stream_dp.ingest.consumers import BrokersUnreachable, records_of
 from stream_dp.ingest.runners import ThreadRunner
@@ -96,7 +97,8 @@ class IngestWorker:
         self.dead_letters = DeadLetterWriter(producer, cfg.kafka.dead_letter_topic, metrics,
                                              max_request_bytes=cfg.ingest.dead_letter_max_request_bytes,
                                              timeout_seconds=cfg.ingest.dead_letter_timeout_seconds)
-        self.commits = OffsetCommits(consumer, self.topic, metrics, self.dead_letters)
+        caught_up = CaughtUpCheck(consumer, idle_timeout=cfg.windows.idle_partition_timeout_seconds)
+        self.commits = OffsetCommits(consumer, self.topic, metrics, self.dead_letters, caught_up=caught_up)
         self.late = LateNotice(cfg.windows)  # a rate-limited line for events dropped as late
         self._progressed = False  # a batch outcome came back applied since the last failure
         self._kafka_down = False  # the consumer reported the brokers unreachable (:meth:`_brokers_unreachable`)
