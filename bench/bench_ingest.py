@@ -218,13 +218,18 @@ def _local_cluster(masters: int, workdir: Path):  # a context manager of LocalCl
     return local_cluster(workdir, masters=masters)
 
 
+def proc_status_bytes(pid: int, field: str) -> int:
+    """A size field of a live process's ``/proc/<pid>/status`` (``VmHWM``, ``VmRSS``…), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
 def _peak_rss(pid: int) -> int:
     """Peak resident set size (VmHWM) of a live process, in bytes (``ru_maxrss`` of a child started by
     fork+exec would report the parent's size at the fork when that is larger)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmHWM for pid {pid}")
+    return proc_status_bytes(pid, "VmHWM")
 
 
 def _children(pid: int) -> list[int]:

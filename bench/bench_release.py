@@ -27,6 +27,11 @@ what the release publisher does), back to back and after an idle gap, and a Redi
 release's first steps come after the worker, the broker and redis-server idled until the close). The last
 stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
+The peak resident set size of the bench process (the worker runs in it) is reported for the windows' releases
+alone (``peak_rss_bytes_windows``: the peak is started afresh after the worker's start-up, so the template's
+load and the baselines' full reads are not in it) beside its size before the first window
+(``rss_bytes_before_windows``); on a kernel that refuses the reset the peak is null.
+
 ``--trace`` lists the Redis round trips (one per command sent alone, one per pipeline) and produces of the
 last window's release, in order, with their times and the time spent in the worker before each (its own
 work between steps); every run reports the median round trips, process CPU time and voluntary context
@@ -35,20 +40,28 @@ processes on the machine than the latencies).
 
 ``--shards S`` stores each window in S shards (``windows.shards``), each key's count split over them at
 random (multinomially: a key's users fall into every shard), so the worker merges the shards exactly.
+``--layouts user,key`` measures each window layout (``windows.layout``) in turn in the same run (``user:1,key:12``:
+each with its own ``windows.shards``), each on a fresh dev stack: in ``"key"`` the S shards are key shards (``crc32(key) mod S``, each key's whole count in
+one), read per key shard after the drain (docs/design/key-sharded-counts.md). With two layouts the JSON line
+holds both summaries and the ratios last / first of the p99 latencies and of the peak RSS growth.
 
     python -m bench.bench_release                       # 10⁶ keys, 5 windows (~1-2 min on 2 cores)
     python -m bench.bench_release --keys 100000 --windows 10
     python -m bench.bench_release --shards 12
+    python -m bench.bench_release --shards 12 --layouts user,key   # issue 47: the key layout, ratio to user
+    python -m bench.bench_release --layouts user:1,user:12,key:12   # ... and to one unsharded window
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,7 +75,7 @@ from stream_dp.release.producers import release_producer
 from tests.support.devcluster import wait_until
 from stream_dp.dev.devstack import DevStack
 from stream_dp.ingest.store import WindowStore
-from stream_dp.store.keys import Keys
+from stream_dp.store.keys import Keys, key_shard_of
 from stream_dp.processes import freeze_start_up_heap
 from stream_dp.release.metrics import PHASES, ReleaseMetrics
 from stream_dp.release.ledger_guard import LedgerGuard
@@ -72,9 +85,20 @@ from stream_dp.release.worker import ReleaseWorker
 from stream_dp.state_epochs import EpochMarker
 from tests.support.windows import set_watermark
 
+from bench.bench_ingest import proc_status_bytes
 from bench.results import emit, start_cpu_load, stop_cpu_load
 
 SIZE = 3600
+
+
+def reset_peak_rss() -> bool:
+    """Start this process's peak resident set size (VmHWM) afresh (Linux: ``5`` written to
+    ``/proc/self/clear_refs``); False where that is not allowed (the peak is then not reported)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
 TEMPLATE = "bench:template"
 
 
@@ -186,12 +210,18 @@ def zipf_counts(n: int, a: float, top: float) -> np.ndarray:
     return np.maximum(1, np.floor(top / i**a))
 
 
-def load_template(client: redis.Redis, n: int, a: float, top: float, *, shards: int = 1, seed: int = 1) -> None:
+def load_template(client: redis.Redis, n: int, a: float, top: float, *, shards: int = 1, seed: int = 1,
+                  layout: str = "user") -> None:
     """One template sorted set per shard: Zipf counts, each key's count split uniformly at random over the
-    shards (a key absent from a shard where it got 0)."""
+    shards (a key absent from a shard where it got 0); in the key layout each key's whole count in its key
+    shard."""
     counts = zipf_counts(n, a, top)
-    parts = (counts[:, None] if shards == 1 else
-             np.random.default_rng(seed).multinomial(counts.astype(np.int64), [1 / shards] * shards))
+    if layout == "key":
+        parts = np.zeros((n, shards))
+        parts[np.arange(n), [key_shard_of(f"item-{j}", shards) for j in range(n)]] = counts
+    else:
+        parts = (counts[:, None] if shards == 1 else
+                 np.random.default_rng(seed).multinomial(counts.astype(np.int64), [1 / shards] * shards))
     chunk = 20_000
     for shard in range(shards):
         col = parts[:, shard]
@@ -203,9 +233,14 @@ def load_template(client: redis.Redis, n: int, a: float, top: float, *, shards: 
             pipe.execute()
 
 
+def counts_key(keys: Keys, start: int, shard: int) -> str:
+    """Where a window's counts of one shard live: its user shard, or its key shard in the key layout."""
+    return keys.key_shard_counts(start, shard) if keys.layout == "key" else keys.window_counts(start, shard)
+
+
 def open_window(client: redis.Redis, keys: Keys, start: int) -> None:
     for shard in range(keys.shards):
-        client.copy(f"{TEMPLATE}:{shard}", keys.window_counts(start, shard), replace=True)
+        client.copy(f"{TEMPLATE}:{shard}", counts_key(keys, start, shard), replace=True)
         client.hset(keys.window_meta(start, shard), mapping={"start": start, "end": start + SIZE})
     client.zadd(keys.windows_index(), {str(start): start})
 
@@ -241,18 +276,39 @@ def pct(values: list[float], q: float) -> float:
 def run(args: argparse.Namespace) -> None:
     burners = start_cpu_load(args.load)
     try:
-        measure(args)
+        layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+        results = {}
+        for name in layouts:  # "layout" or "layout:shards"
+            layout, _, shards = name.partition(":")
+            results[name] = measure(argparse.Namespace(**{**vars(args), "shards": int(shards or args.shards)}), layout)
     finally:
         stop_cpu_load(burners)
+    if len(results) == 1:
+        emit(next(iter(results.values())))
+        return
+    base, other = results[layouts[0]], results[layouts[-1]]
+    ratios = {k: other[k] / base[k] for k in base if k.startswith("p99_") and base[k]}
+    peak = (other["peak_rss_bytes_windows"] - other["rss_bytes_before_windows"],
+            base["peak_rss_bytes_windows"] - base["rss_bytes_before_windows"]) \
+        if other["peak_rss_bytes_windows"] and base["peak_rss_bytes_windows"] else None
+    print(f"\n{layouts[-1]} / {layouts[0]} (same run): p99 all {ratios.get('p99_all_s', float('nan')):.2f}x, "
+          + ", ".join(f"{t} {ratios[f'p99_{t}_s']:.2f}x" for t in ("topk", "alerts", "sample")
+                      if f"p99_{t}_s" in ratios)
+          + ("" if peak is None else f"; peak RSS growth during the windows {peak[0] / 2**20:.0f} MiB vs "
+             f"{peak[1] / 2**20:.0f} MiB"))
+    emit({"bench": "release", "keys": args.keys, "shards": args.shards, "layouts": results,
+          "ratio": {"of": f"{layouts[-1]}/{layouts[0]}", **ratios,
+                    "peak_rss_growth": None if peak is None or not peak[1] else peak[0] / peak[1]}})
 
 
-def measure(args: argparse.Namespace) -> None:
+def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
     with DevStack() as stack:
         cfg = config_from_mapping({
             "kafka": {"bootstrap_servers": stack.bootstrap_servers, "releases_topic": "releases"},
             "redis": {"url": stack.redis_url, "key_prefix": "bench"},
             # the schedule starts at window 1: window 0 only serves the baseline read and is never released
-            "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(SIZE), "shards": args.shards},
+            "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(SIZE), "shards": args.shards,
+                        "layout": layout},
             "budget": {"epsilon": 1e6, "delta": 1e-2, "delta_prime": 1e-7},
             "releases": {
                 "topk": {"enabled": True, "k": 10, "k_bar": args.k_bar, "epsilon": 0.1, "delta": 1e-7},
@@ -265,11 +321,11 @@ def measure(args: argparse.Namespace) -> None:
             "release": {"kafka_client": args.kafka_client},
         }, environ={})
         client = redis.Redis.from_url(stack.redis_url)
-        keys = Keys("bench", args.shards)
+        keys = Keys("bench", args.shards, layout)
         t = time.perf_counter()
-        load_template(client, args.keys, args.a, args.top, shards=args.shards, seed=args.seed)
+        load_template(client, args.keys, args.a, args.top, shards=args.shards, seed=args.seed, layout=layout)
         print(f"template window: {args.keys} distinct keys, Zipf a={args.a}, top count {args.top:g}, "
-              f"{args.shards} shard(s) (loaded in {time.perf_counter() - t:.1f}s)")
+              f"{args.shards} shard(s), layout {layout} (loaded in {time.perf_counter() - t:.1f}s)")
 
         topics.create(cfg.kafka, ("releases",))
         publisher = TimedPublisher(release_producer(cfg), "releases")  # release.kafka_client (--kafka-client)
@@ -298,13 +354,16 @@ def measure(args: argparse.Namespace) -> None:
         hot_ping = timed_round_trips(client.ping, idle=0.0)
         idle_ping = timed_round_trips(client.ping, idle=IDLE_GAP)
         for shard in range(args.shards):
-            client.delete(keys.window_counts(0, shard), keys.window_meta(0, shard))
+            client.delete(counts_key(keys, 0, shard), keys.window_meta(0, shard))
         client.zrem(keys.windows_index(), "0")
         read_ms, produce_ms = statistics.median(base_read) * 1e3, statistics.median(base_produce) * 1e3
         idle_produce_ms = statistics.median(idle_produce) * 1e3
         hot_ping_ms, idle_ping_ms = statistics.median(hot_ping) * 1e3, statistics.median(idle_ping) * 1e3
 
         worker.start()  # worker start-up (schedule, Lua scripts loaded, recovery), before any window closes
+        # the peak RSS of the releases alone: the template's load and the baselines' full reads came before
+        rss_reset = reset_peak_rss()
+        rss_before = proc_status_bytes(os.getpid(), "VmRSS")
         latencies: list[float] = []
         per_type: dict[str, list[float]] = {t: [] for t in worker.types}
         phase_totals = {p: 0.0 for p in PHASES}
@@ -409,7 +468,7 @@ def measure(args: argparse.Namespace) -> None:
                 # while the next window is measured); left to the retention TTL, 200 windows of 10⁶ keys held
                 # ~24 GB in Redis and the kernel killed it
                 if not args.keep_windows:
-                    client.delete(*(keys.window_counts(start, shard) for shard in range(args.shards)))
+                    client.delete(*(counts_key(keys, start, shard) for shard in range(args.shards)))
         finally:
             stop.set()
             if loop is not None:
@@ -433,7 +492,7 @@ def measure(args: argparse.Namespace) -> None:
     warm = latencies[1:] if len(latencies) > 1 else latencies
     print()
     print(f"### Release latency, {args.keys:,} distinct keys, k̄ = {args.k_bar}, topk + alerts + sample, "
-          f"{args.windows} windows, {args.shards} shard(s)\n")
+          f"{args.windows} windows, {args.shards} shard(s), layout {layout}\n")
     print("| measure | p50 | p99 | ratio to baseline |")
     print("|---|---|---|---|")
     print(f"| close → all 3 records published (all windows) | {pct(latencies, 50):.3f} s | {pct(latencies, 99):.3f} s "
@@ -461,9 +520,12 @@ def measure(args: argparse.Namespace) -> None:
     print(f"Redis round trips per window (median): {int(statistics.median(round_trips))}")
     print(f"process CPU per window (median, ms): {statistics.median(cpu_ms):.1f}; "
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
+    if rss_reset:
+        print(f"bench process RSS before the first window {rss_before / 2**20:.0f} MiB, peak during the windows' "
+              f"releases {proc_status_bytes(os.getpid(), 'VmHWM') / 2**20:.0f} MiB")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
-    emit({
-        "bench": "release", "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "keep_windows": args.keep_windows, "gc_freeze": not args.no_gc_freeze, "ledger_guard": not args.no_ledger_guard, "kafka_client": args.kafka_client,
+    return {
+        "bench": "release", "layout": layout, "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "keep_windows": args.keep_windows, "gc_freeze": not args.no_gc_freeze, "ledger_guard": not args.no_ledger_guard, "kafka_client": args.kafka_client,
         "shards": args.shards,
         "p50_all_s": pct(latencies, 50), "p99_all_s": pct(latencies, 99),
         "p50_warm_s": pct(warm, 50), "p99_warm_s": pct(warm, 99),
@@ -479,7 +541,9 @@ def measure(args: argparse.Namespace) -> None:
         "cpu_ms_per_window_median": statistics.median(cpu_ms),
         "voluntary_switches_per_window_median": int(statistics.median(switches)),
         "items_median": {t: int(statistics.median(v)) for t, v in items.items()},
-    })
+        "rss_bytes_before_windows": rss_before,
+        "peak_rss_bytes_windows": proc_status_bytes(os.getpid(), "VmHWM") if rss_reset else None,
+    }
 
 
 def main() -> None:
@@ -497,6 +561,9 @@ def main() -> None:
     p.add_argument("--trace-slowest", default="alerts", choices=("topk", "alerts", "sample"),
                    help="with --trace, also list the steps of the window where this type took longest (default alerts)")
     p.add_argument("--shards", type=int, default=1, help="windows.shards: each window stored in this many shards")
+    p.add_argument("--layouts", default="user",
+                   help="windows.layout(s) to measure in turn, each optionally with its own shards, e.g. user,key or "
+                        "user:1,key:12 (the JSON line then gives the last / the first)")
     p.add_argument("--no-ledger-guard", action="store_true",
                    help="leave out the ledger epoch read before each publication (an A/B of its cost)")
     p.add_argument("--no-gc-freeze", action="store_true",

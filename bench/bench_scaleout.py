@@ -57,7 +57,7 @@ from stream_dp.config import RedisConfig
 from stream_dp.connections import redis_client
 from stream_dp.dev.devstack import BROKERS, DevStack, free_port
 from stream_dp.ingest.store import WindowStore
-from stream_dp.store.keys import Keys
+from stream_dp.store.keys import LAYOUTS, Keys
 
 from bench.bench_ingest import (REPO, RedisTarget, _children, _cpu_seconds, _local_cluster, _scrape, next_scrape_in,
                                 produce, synthetic_events)
@@ -188,7 +188,7 @@ def _done(metrics: dict[str, float]) -> float:
 
 
 def write_config(path: Path, *, bootstrap: str, redis_url: str, cluster: bool, shards: int, partitions: int,
-                 group: str, t0: int, max_poll_records: int) -> Path:
+                 group: str, t0: int, max_poll_records: int, layout: str = "user") -> Path:
     path.write_text(f"""
 [kafka]
 bootstrap_servers = "{bootstrap}"
@@ -204,6 +204,7 @@ cluster = {"true" if cluster else "false"}
 size_seconds = {WINDOW_SECONDS}
 start = "{t0}"
 shards = {shards}
+layout = "{layout}"
 [contribution]
 max_keys_per_user = {MAX_KEYS_PER_USER}
 [metrics]
@@ -278,9 +279,10 @@ def wait_done(pool: list[Worker], events: int, deadline: float) -> tuple[float, 
     raise RuntimeError(f"not every event was done within {RUN_TIMEOUT_SECONDS:g}s of the group settling")
 
 
-def check_counts(client: redis.Redis, shards: int, oracle: dict[int, dict[str, int]]) -> None:
-    """Every window's counts (summed over its shards) equal the oracle's; raises naming the first that differs."""
-    store = WindowStore(client, keys=Keys(shards=shards), window_size=WINDOW_SECONDS)
+def check_counts(client: redis.Redis, shards: int, oracle: dict[int, dict[str, int]], layout: str = "user") -> None:
+    """Every window's counts (summed over its shards; its key shards in the key layout) equal the oracle's;
+    raises naming the first that differs."""
+    store = WindowStore(client, keys=Keys(shards=shards, layout=layout), window_size=WINDOW_SECONDS)
     extra = set(store.windows()) - set(oracle)
     if extra:
         raise AssertionError(f"counts in windows the stream has no events in: {sorted(extra)}")
@@ -312,7 +314,7 @@ def machine_cpu() -> tuple[int, int]:
 
 def run_n(n: int, *, target: RedisTarget, bootstrap: str, broker: str, shards: int, partitions: int, events: int,
           oracle: dict[int, dict[str, int]], t0: int, max_poll_records: int, workdir: Path, label: str,
-          min_share: float = MIN_MEASURED_SHARE) -> dict[str, Any]:
+          min_share: float = MIN_MEASURED_SHARE, layout: str = "user") -> dict[str, Any]:
     """One measurement: N workers from an empty Redis and a new group to every event done and checked.
     Besides the rate: the workers' CPU seconds per 10⁶ events (settled to done), the machine's busy share
     over that interval and the 1-minute load average before the start (a shared machine's other jobs)."""
@@ -320,7 +322,7 @@ def run_n(n: int, *, target: RedisTarget, bootstrap: str, broker: str, shards: i
     group = f"scaleout-{label}-{os.getpid()}"
     config = write_config(workdir / f"{label}.toml", bootstrap=bootstrap, redis_url=target.url,
                           cluster=target.cluster, shards=shards, partitions=partitions, group=group, t0=t0,
-                          max_poll_records=max_poll_records)
+                          max_poll_records=max_poll_records, layout=layout)
     watch = GroupWatch(bootstrap, group, broker=broker)
     load = os.getloadavg()[0]
     start = time.perf_counter()
@@ -343,7 +345,7 @@ def run_n(n: int, *, target: RedisTarget, bootstrap: str, broker: str, shards: i
                            f"rejected, exit codes {exit_codes} (logs: {workdir})")
     client = redis_client(RedisConfig(url=target.url, cluster=target.cluster))
     try:
-        check_counts(client, shards, oracle)
+        check_counts(client, shards, oracle, layout)
     finally:
         client.close()
     measured = events - done_settled
@@ -408,6 +410,13 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(rows)
 
 
+def _layouts(text: str) -> list[str]:
+    layouts = [x.strip() for x in text.split(",") if x.strip()]
+    if not layouts or set(layouts) - set(LAYOUTS) or len(set(layouts)) != len(layouts):
+        raise argparse.ArgumentTypeError(f"--layouts wants some of {', '.join(LAYOUTS)} once each, got {text!r}")
+    return layouts
+
+
 def _worker_counts(text: str) -> list[int]:
     counts = sorted({int(x) for x in text.split(",") if x.strip()})
     if not counts or counts[0] < 1:
@@ -435,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="refuse a run in which less than this share of the events was left once the group had "
                         "settled (the first workers start consuming while the others still join: Apache Kafka "
                         "holds a new group's first assignment back 3 s, Tansu does not)")
+    p.add_argument("--layouts", type=_layouts, default=["user"],
+                   help="windows.layout values to measure, e.g. user,key (docs/design/key-sharded-counts.md): "
+                        "each N in each layout, on the same events; key / user reported per N")
     p.add_argument("--rounds", type=int, default=1,
                    help="measure every N this many times (order alternating) and report the median")
     args = p.parse_args(argv)
@@ -463,28 +475,39 @@ def main(argv: list[str] | None = None) -> int:
         for name in redises:
             target = targets[name]()
             shards = args.shards if target.cluster else args.single_shards
-            runs = []
+            runs: dict[str, list[dict[str, Any]]] = {layout: [] for layout in args.layouts}
             for round_ in range(args.rounds):  # N up, then down, ...: a drift in the machine's load evens out
-                for n in args.workers if round_ % 2 == 0 else args.workers[::-1]:
+                for n, layout in [(n, layout) for n in (args.workers if round_ % 2 == 0 else args.workers[::-1])
+                                  for layout in args.layouts]:  # the layouts of one N back to back
                     r = run_n(n, target=target, bootstrap=stack.bootstrap_servers, broker=args.broker, shards=shards,
                               partitions=args.partitions, events=args.events, oracle=oracle, t0=t0,
-                              max_poll_records=args.max_poll_records, workdir=tmp, label=f"{name}-{n}-{round_}",
-                              min_share=args.min_measured_share)
-                    runs.append(r)
-                    print(f"{name}: {n} workers {r['events_per_s']:,.0f} events/s, {r['worker_cpu_s_per_1e6']:.1f} "
+                              max_poll_records=args.max_poll_records, workdir=tmp,
+                              label=f"{name}-{layout}-{n}-{round_}", min_share=args.min_measured_share, layout=layout)
+                    runs[layout].append(r)
+                    print(f"{name} ({layout} layout): {n} workers {r['events_per_s']:,.0f} events/s, {r['worker_cpu_s_per_1e6']:.1f} "
                           f"worker CPU-s per 10⁶ events (settled after {r['settle_s']:.1f}s, "
                           f"{r['measured_share']:.0%} measured, machine {r['machine_busy']:.0%} busy, load "
                           f"{r['load_avg_1m']:.1f}), counts == oracle", file=sys.stderr)
             target.close()
-            results[name] = with_ratios(per_worker_count(runs))
+            for layout in args.layouts:
+                results[name if layout == "user" else f"{name}/{layout}"] = with_ratios(per_worker_count(runs[layout]))
     names = {"single": "single Redis", "cluster": f"cluster ({args.masters} masters)"}
+    names.update({f"{k}/key": f"{v}, key layout" for k, v in names.items()})
+    layout_ratio = {name: [{"workers": u["workers"], "key_over_user": k["events_per_s"] / u["events_per_s"]}
+                           for u, k in zip(results[name], results[f"{name}/key"])]
+                    for name in redises if name in results and f"{name}/key" in results}
+    if layout_ratio:
+        print("key layout / user layout events/s: " + "; ".join(
+            f"{name} N={r['workers']}: {r['key_over_user']:.2f}" for name, rs in layout_ratio.items() for r in rs),
+            file=sys.stderr)
     print(f"{args.events:,} events, {args.partitions} partitions, broker {args.broker}, shards: single "
           f"{args.single_shards} / cluster {args.shards}; {os.cpu_count()} CPU cores\n")
     print(table({names[k]: v for k, v in results.items()}))
     emit({"bench": "scaleout", "events": args.events, "users": args.users, "keys": args.keys,
           "partitions": args.partitions, "broker": args.broker, "shards": args.shards,
           "single_shards": args.single_shards, "masters": args.masters, "cpu_count": os.cpu_count(),
-          "workers": args.workers, "rounds": args.rounds, "results": results})
+          "workers": args.workers, "rounds": args.rounds, "layouts": args.layouts, "results": results,
+          "key_over_user": layout_ratio})
     return 0
 
 

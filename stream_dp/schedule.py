@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stream_dp.config import ConfigError, WindowsConfig, parse_window_start
-from stream_dp.store.keys import SHARD_HASH, Keys
+from stream_dp.store.keys import KEY_HASH, SHARD_HASH, Keys
 
 
 def window_start(ts: float, size: int) -> int:
@@ -107,6 +107,16 @@ class ScheduleMismatch(ConfigError):
     """The config names a schedule other than the one this deployment recorded."""
 
 
+def layout_record(shards: int, layout: str) -> dict[str, object]:
+    """How a deployment's windows are laid out, as recorded in its schedule: the shard count and user hash,
+    and for the ``"key"`` layout the layout and key hash (a ``"user"`` deployment records no layout field, so
+    its record is the one written before layouts existed, and a record without one reads as ``"user"``)."""
+    out: dict[str, object] = {"shards": shards, "shard_hash": SHARD_HASH}
+    if layout != "user":
+        out.update(layout=layout, key_hash=KEY_HASH)
+    return out
+
+
 def establish(client, keys: Keys, windows: WindowsConfig, *,  # a redis client
               wall_clock: Callable[[], float] = time.time) -> ReleaseSchedule:
     """The deployment's schedule: recorded once (the first process to start writes it), then read back.
@@ -115,15 +125,24 @@ def establish(client, keys: Keys, windows: WindowsConfig, *,  # a redis client
     clock. A configured start or a window size that differs from the recorded one raises
     :class:`ScheduleMismatch` naming the setting: changing either would skip or re-release windows. So does
     a ``windows.shards`` (or user → shard hash) other than the recorded one: it would split a user's bounding
-    state over two shards (L0 > Δ).
+    state over two shards (L0 > Δ); and so does a window layout (``keys.layout``, set by
+    ``windows.layout``: docs/design/key-sharded-counts.md) or key → key shard hash other than the recorded
+    one: the counts would be read from shards that were never written, and empty windows released.
     """
     size = windows.size_seconds
     configured = parse_window_start(windows.start)
     wanted = configured if configured is not None else window_start(wall_clock(), size)
-    client.set(keys.schedule(), json.dumps({"start": wanted, "size": size, "shards": windows.shards,
-                                            "shard_hash": SHARD_HASH}), nx=True)
+    client.set(keys.schedule(), json.dumps({"start": wanted, "size": size,
+                                            **layout_record(windows.shards, keys.layout)}), nx=True)
     raw = client.get(keys.schedule())
     recorded = json.loads(raw)
+    recorded_layout = (recorded.get("layout", "user"), recorded.get("key_hash", KEY_HASH))
+    if recorded_layout != (keys.layout, KEY_HASH):
+        raise ScheduleMismatch(
+            f"windows.layout is {keys.layout!r} (key hash {KEY_HASH}) but this deployment's windows (redis key "
+            f"{keys.schedule()}) were written in layout {recorded_layout[0]!r} (key hash {recorded_layout[1]}): "
+            "its counts would be read from shards that were never written; keep "
+            f"windows.layout = {recorded_layout[0]!r}")
     # a schedule recorded before windows were sharded had one shard per window
     recorded_shards = (int(recorded.get("shards", 1)), recorded.get("shard_hash", SHARD_HASH))
     if recorded_shards != (windows.shards, SHARD_HASH):

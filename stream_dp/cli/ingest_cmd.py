@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "before the loss); run `stream-dp budget rebuild --from-topic` first")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, crashpoints: object = None) -> int:
     cfg = load_config_or_report(args.config)
     if cfg is None:
         return ExitCode.CONFIG
-    return run_ingest_worker(cfg, accept_state_loss=args.accept_state_loss)
+    return run_ingest_worker(cfg, accept_state_loss=args.accept_state_loss, crashpoints=crashpoints)

@@ -88,7 +88,7 @@ def _adopt(cfg) -> int:
                   file=sys.stderr)
             return ExitCode.CONFIG
         rewound = topic_identity.rewind_group(admin, group, topic)
-        forgotten = topic_identity.adopt(client, Keys(cfg.redis.key_prefix, cfg.windows.shards), topic, topic_id)
+        forgotten = topic_identity.adopt(client, Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout), topic, topic_id)
     except KafkaException as exc:
         print(f"topics error: {exc.args[0].str()} (stop every ingest worker of group {group!r} first)",
               file=sys.stderr)

@@ -89,6 +89,11 @@ class WindowsConfig:
     # each, so a Redis Cluster spreads a window over its masters). Size it masters x a few (docs/scaling.md);
     # 1 (one node) keeps one tag per window. Recorded with the schedule: a restart with another value is refused.
     shards: AtLeastOne = 1
+    # Where a window's counts live (docs/design/key-sharded-counts.md): "user" keeps each shard's counts with
+    # its users' bounding state (a key's count is split over the shards); "key" bounds in the user's shard and
+    # counts each key in one key shard (crc32(key) mod shards), so the release can read shard by shard.
+    # Recorded with the schedule: a start in the other layout is refused.
+    layout: Literal["user", "key"] = "user"
     # No Redis value of a window grows past this: a shard's bounding log is stored in segments of this size
     # (Redis caps one string at 512 MB; the default keeps every segment far below that).
     log_segment_bytes: Annotated[StrictInt, Field(ge=1024, le=256 << 20,

@@ -29,6 +29,7 @@ from stream_dp.config import Config
 from stream_dp.errors import StreamDPError
 from stream_dp.ingest.decode import Event, EventDecoder
 from stream_dp.ingest.chunks import Chunk, ChunkResult
+from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.ingest.store import StaleBoundingState, WindowStore
 from stream_dp.ingest.watermarks import PartitionReport, WatermarkState
 from stream_dp.ingest.windowing import PartitionClock
@@ -129,16 +130,16 @@ class ApplyFailed(StreamDPError):
 class BatchApplier:
     """Decodes, windows and applies batches for one ingest worker (call from one thread at a time)."""
 
-    def __init__(self, cfg: Config, redis_client: redis.Redis) -> None:
+    def __init__(self, cfg: Config, redis_client: redis.Redis, *, crashpoints: CrashPoints = NO_CRASHES) -> None:
         self.window_size = cfg.windows.size_seconds
         self.idle_timeout = cfg.windows.idle_partition_timeout_seconds
         self.decoder = EventDecoder(cfg.events, cfg.keys)
-        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards), window_size=self.window_size,
+        self.store = WindowStore(redis_client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout), window_size=self.window_size,
                                  unit=cfg.contribution.unit, max_keys_per_user=cfg.contribution.max_keys_per_user,
                                  cache_max_users=cfg.ingest.bounding_cache_max_users,
                                  catch_up_chunk_bytes=cfg.ingest.catch_up_chunk_bytes,
                                  log_segment_bytes=cfg.windows.log_segment_bytes,
-                                 max_shard_log_bytes=cfg.windows.max_shard_log_bytes)
+                                 max_shard_log_bytes=cfg.windows.max_shard_log_bytes, crashpoints=crashpoints)
         self.clock = PartitionClock(cfg.windows.allowed_lateness_seconds)
         self._windows_cfg = cfg.windows
         self._redis_cfg = cfg.redis

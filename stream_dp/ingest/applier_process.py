@@ -32,13 +32,13 @@ def serve(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - runs
     from stream_dp.connections import redis_client
 
     try:
-        cfg = pickle.loads(conn.recv_bytes())
+        cfg, crashpoints = pickle.loads(conn.recv_bytes())
     except (EOFError, OSError):
         return
     from stream_dp.redact import register_config_secrets
 
     register_config_secrets(cfg)  # this process's log lines mask them too
-    applier = BatchApplier(cfg, redis_client(cfg.redis))
+    applier = BatchApplier(cfg, redis_client(cfg.redis), crashpoints=crashpoints)
     in_order = InOrder(applier)
     collect_garbage_per_batches(containers_in_flight(cfg))  # start-up done: young collections per batches, not per records
     try:

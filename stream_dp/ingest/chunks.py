@@ -40,13 +40,15 @@ class ApplyHeader:
     most: int = 0  # most log bytes in a stale reply (0 = all)
     segment_bytes: int = LOG_SEGMENT_BYTES
     capacity: int = MAX_SHARD_LOG_BYTES
+    pending: bool = False  # layout "key": record the increments in the user shard's pending hash (KEYS[5])
 
     def encode(self) -> str:
         return json.dumps({"v": 1, "start": str(self.start), "end": str(self.end), "partition": self.partition,
                            "closed_through": self.closed_through, "known_late": self.known_late,
                            "token_before": self.token_before, "token": self.token,
                            "log_bytes_before": self.log_bytes_before, "last_offset": str(self.last_offset), "applied": self.applied, "bounded": self.bounded,
-                           "most": self.most, "segment_bytes": self.segment_bytes, "capacity": self.capacity},
+                           "most": self.most, "segment_bytes": self.segment_bytes, "capacity": self.capacity,
+                           "pending": self.pending},
                           separators=(",", ":"))
 
 

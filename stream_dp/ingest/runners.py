@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from stream_dp.config import Config
 from stream_dp.errors import StreamDPError
 from stream_dp.ingest.applier import BatchApplier, BatchOutcome, BatchRequest, Failure, redis_transient
+from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class ProcessRunner:
     never outlives it. It ends when its socket is closed.
     """
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, *, crashpoints: CrashPoints = NO_CRASHES) -> None:
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
@@ -128,7 +129,8 @@ class ProcessRunner:
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
-        self._conn.send_bytes(pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
+        # the config and the crash points (production's: a no-op; crash tests inject a picklable one)
+        self._conn.send_bytes(pickle.dumps((cfg, crashpoints), protocol=pickle.HIGHEST_PROTOCOL))
         self._in_flight = 0
 
     @property

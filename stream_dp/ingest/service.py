@@ -14,6 +14,7 @@ from stream_dp.config import Config
 from stream_dp.connections import kafka_producer, redis_client
 from stream_dp.ingest import state_check
 from stream_dp.ingest.consumers import ingest_consumer
+from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.ingest.runners import ProcessRunner
 from stream_dp.ingest.topic_identity import topic_guard
 from stream_dp.ingest.metrics import IngestMetrics
@@ -22,12 +23,14 @@ from stream_dp.ingest.worker import IngestWorker
 log = logging.getLogger(__name__)
 
 
-def build_worker(cfg: Config, registry: CollectorRegistry, *, accept_state_loss: bool = False) -> IngestWorker:
+def build_worker(cfg: Config, registry: CollectorRegistry, *, accept_state_loss: bool = False,
+                 crashpoints: CrashPoints = NO_CRASHES) -> IngestWorker:
     """The worker with clients built from ``cfg`` (consumer in the ingest group on the ``ingest.kafka_client``
     backend, DLQ producer, Redis). The topics must exist (``stream-dp topics create``; checked by the
     runtime's start checks, :func:`stream_dp.runtime.topics_preflight_or_report`). Before its first batch it
     checks that Redis holds the window state the group's committed offsets stand for
-    (:mod:`stream_dp.ingest.state_check`; ``accept_state_loss``: the operator's ``--accept-state-loss``)."""
+    (:mod:`stream_dp.ingest.state_check`; ``accept_state_loss``: the operator's ``--accept-state-loss``).
+    ``crashpoints``: production's no-op; crash tests inject one (:mod:`stream_dp.ingest.crashpoints`)."""
     consumer = ingest_consumer(cfg.kafka, cfg.ingest.kafka_client, prefetch_max_kbytes=cfg.ingest.prefetch_max_kbytes)
     producer = kafka_producer(cfg.kafka, max_block_ms=int(cfg.ingest.dead_letter_timeout_seconds * 1000),
                               max_request_size=cfg.ingest.dead_letter_max_request_bytes)
@@ -39,5 +42,5 @@ def build_worker(cfg: Config, registry: CollectorRegistry, *, accept_state_loss:
             client.close()
         log.info("ingest epoch %s (%s)", epoch.id, epoch.origin)
 
-    return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg),
+    return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg, crashpoints=crashpoints),
                         metrics=IngestMetrics(registry), topic_guard=topic_guard(cfg), before_start=check_state)

@@ -69,7 +69,7 @@ def committed_offsets(cfg: Config) -> dict[int, int]:
 def check(cfg: Config, client: Any, *, accept_loss: bool = False, committed: dict[int, int] | None = None) -> Epoch:
     """The ingest epoch this worker counts under, by the rule of the module docstring (``committed``: the
     group's committed offsets, read from the broker when not given)."""
-    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
+    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout)
     # the marker is confirmed on redis.min_replicas_acked replicas before ingest counts under it: window writes
     # are (each batch WAITs before its offsets are committed), and a failover must not take the marker back
     # alone -- its absence would then read as a loss of the state it guards

@@ -38,6 +38,12 @@ them, so a full shard never stops ingest in a loop. The refused offset ranges ar
 (a batch retried, or replayed after a crash, before its dead letters were written) reports those events
 as full again and their dead letters are not lost. Below capacity the guarantee is exact; at capacity it is not
 (docs/privacy.md "Capacity"), which is why the breach is a metric and an alert.
+
+**Layout "key"** (``windows.layout``; docs/design/key-sharded-counts.md). The script above bounds the chunk
+in its user shard as always, but records its accepted increments as pending there instead of counting them
+(step 1); :class:`~stream_dp.ingest.key_counter.KeyCounter` then counts them into the key shards, idempotently
+by chunk offset (step 2), before :meth:`WindowStore.apply` returns -- so before the Kafka commit, and a crash
+between the steps is healed by the replay.
 """
 
 from __future__ import annotations
@@ -56,6 +62,9 @@ from stream_dp.ingest.bounding import ChunkPlan, applied_prefix
 from stream_dp.ingest.bounding_cache import CATCH_UP_CHUNK_BYTES, BoundingCaches, WindowShard
 from stream_dp.ingest.chunks import (MAX_SHARD_LOG_BYTES, ApplyHeader, Chunk, ChunkResult, parse_full_ranges,
                                      reply_text, split_by_shard)
+from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
+from stream_dp.ingest.key_counter import (Items, KeyCounter, Pending, Source, parse_pending, pending_args,
+                                          pending_entries)
 from stream_dp.ingest.watermarks import PartitionReport, Watermarks, WatermarkState
 from stream_dp.node_batches import is_cluster, run_batched
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
@@ -81,7 +90,7 @@ class WindowStore:
                  max_keys_per_user: int = 5, cache_max_users: int | None = None,
                  catch_up_chunk_bytes: int = CATCH_UP_CHUNK_BYTES, log_segment_bytes: int = LOG_SEGMENT_BYTES,
                  max_shard_log_bytes: int = MAX_SHARD_LOG_BYTES,
-                 replication: ReplicationPolicy = NO_REPLICATION) -> None:
+                 replication: ReplicationPolicy = NO_REPLICATION, crashpoints: CrashPoints = NO_CRASHES) -> None:
         self.replication = replication  # WAIT for this many replicas after each apply (redis.min_replicas_acked)
         # every range (window size, Δ, unit, cache and byte bounds) is checked by the config (stream_dp.config)
         self.log_segment_bytes = log_segment_bytes
@@ -96,12 +105,15 @@ class WindowStore:
         self._apply = scripts.register(client, "apply_window")
         self._id = os.urandom(6).hex()  # makes this store's apply tokens unique
         self._tokens = 0
+        self.key_counter = (KeyCounter(client, keys, send=self._send_items, crashpoints=crashpoints)
+                            if keys.layout == "key" else None)  # step 2 of the key layout's apply
 
     # --- applying events -------------------------------------------------------------------------
     def window_keys(self, start: int, shard: int = 0) -> list[str]:
         k = self.keys
-        return [k.window_counts(start, shard), k.window_users(start, shard), k.window_offsets(start, shard),
-                k.window_meta(start, shard)]
+        names = [k.window_counts(start, shard), k.window_users(start, shard), k.window_offsets(start, shard),
+                 k.window_meta(start, shard)]
+        return names + [k.window_pending(start, shard)] if k.layout == "key" else names
 
     def register_windows(self, starts: Iterable[int]) -> dict[int, bool]:
         """Add windows to the index unless already closed; {start: open?} (:class:`Watermarks`)."""
@@ -136,12 +148,16 @@ class WindowStore:
         closed = "-inf" if closed_through is None else repr(float(closed_through))
         pending = list(range(len(chunks)))
         refused = [0] * len(chunks)
+        recorded: dict[Source, Pending] = {}  # layout "key": each recorded source's pending entries (step 1)
         for _ in range(MAX_STALE_ROUNDS):
-            pending = self._apply_round(chunks, pending, results, closed_through, closed)
+            pending = self._apply_round(chunks, pending, results, closed_through, closed, recorded)
             if not pending:
                 self.caches.enforce_cap()
                 # no chunk pending: every one has its result
                 done = [replace(r, replanned=n) if n else r for r, n in zip(cast(list[ChunkResult], results), refused)]
+                if self.key_counter is not None:  # step 2; a replayed chunk's source re-sends its pending
+                    self.key_counter.count(recorded, [(ch.start, ch.shard, ch.partition) for ch, r in
+                                                      zip(chunks, done) if r.duplicate or r.late])
                 return self._full_again(chunks, done)
             for i in pending:
                 refused[i] += 1
@@ -152,10 +168,11 @@ class WindowStore:
                                  "window?)")
 
     def _apply_round(self, chunks: Sequence[Chunk], pending: list[int], results: list[ChunkResult | None],
-                     closed_through: float | None, closed: str) -> list[int]:
+                     closed_through: float | None, closed: str, recorded: dict[Source, Pending]) -> list[int]:
         """Plan and send the ``pending`` chunks once; fills ``results``; returns the chunks refused as stale."""
         sent: list[tuple[int, ChunkPlan | None]] = []
         args: list[list[EncodableT]] = []
+        own: dict[int, Pending] = {}  # layout "key": each sent chunk's own pending entries
         size = self.window_size
         plan: ChunkPlan | None
         for i in pending:
@@ -177,9 +194,13 @@ class WindowStore:
                                  token=plan.token, log_bytes_before=plan.log_bytes_before,
                                  last_offset=plan.last_offset, applied=plan.applied, bounded=plan.linf + plan.l0,
                                  most=self.caches.catch_up_chunk_bytes, segment_bytes=self.log_segment_bytes,
-                                 capacity=self.max_shard_log_bytes)
-            args.append([header.encode(), plan.log, "\0".join(plan.increments),
-                         ",".join(map(str, plan.increments.values()))])
+                                 capacity=self.max_shard_log_bytes, pending=self.key_counter is not None)
+            if self.key_counter is None:
+                args.append([header.encode(), plan.log, "\0".join(plan.increments),
+                             ",".join(map(str, plan.increments.values()))])
+            else:  # step 1 of the key layout: the increments go to the user shard's pending hash
+                own[i] = pending_entries(ch.partition, plan.last_offset, plan.increments, self.keys.shards)
+                args.append([header.encode(), plan.log, "", "", *pending_args(own[i])])
         if not sent:
             return []
         try:
@@ -199,6 +220,8 @@ class WindowStore:
             if status == b"ok" and plan is not None:  # a known-late chunk (no plan) is never "ok"
                 results[i] = ChunkResult(applied=plan.applied, duplicate=plan.duplicate, linf=plan.linf,
                                          l0=plan.l0)
+                if self.key_counter is not None:
+                    recorded[(ch.start, ch.shard, ch.partition)] = {**parse_pending(reply[1]), **own[i]}
                 continue
             if plan is not None and status != b"full":
                 undo.append((cache, plan))
@@ -258,27 +281,38 @@ class WindowStore:
               args: list[list[EncodableT]]) -> list:
         script = self._apply
 
+        # the key layout's counted pending entries are deleted riding this pipeline (replies after the chunks')
+        trims: Items = self.key_counter.trim_items() if self.key_counter is not None else []
+
         def send() -> list:
             # EVALSHA directly: a pipeline of Script calls would first ask SCRIPT EXISTS (a round trip);
             # one pipeline per master on a cluster (stream_dp.node_batches)
             def evalsha(keys: Sequence[str], argv: list[EncodableT]) -> Callable[[Pipeline], object]:
-                return lambda pipe: pipe.evalsha(script.sha, 4, *keys, *argv)
+                return lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *argv)
 
-            items: list[tuple[str, Callable[[Pipeline], object]]] = []
+            items: Items = []
             for (i, _), a in zip(sent, args):
                 keys = self.window_keys(chunks[i].start, chunks[i].shard)
                 items.append((keys[0], evalsha(keys, a)))
-            if not self.replication.replicas:
-                return run_batched(self.client, items)
-            return self._send_replicated(items)
+            return self._send_items(items + trims)[:len(items)]
 
         try:
-            return send()
+            replies = send()
         except redis.exceptions.NoScriptError:
             # Redis restarted or flushed its scripts: load and send again (a chunk that did run before the
             # flush is refused as stale and planned again)
             self.client.script_load(script.script)
-            return send()
+            replies = send()
+        if self.key_counter is not None:
+            self.key_counter.trimmed(trims)
+        return replies
+
+    def _send_items(self, items: Items) -> list:
+        """Each item's commands, one pipeline per master; with ``redis.min_replicas_acked`` > 0 each pipeline is
+        followed by ``WAIT`` (:meth:`_send_replicated`)."""
+        if not self.replication.replicas:
+            return run_batched(self.client, items)
+        return self._send_replicated(items)
 
     def _send_replicated(self, items: list[tuple[str, Callable[[Pipeline], object]]]) -> list:
         """The items' scripts, one pipeline per master, each followed by ``WAIT`` on the same connection
@@ -323,12 +357,13 @@ class WindowStore:
 
     # --- reading (tests, tools) ------------------------------------------------------------------
     def counts(self, start: int) -> dict[str, int]:
-        """All counts of one window, summed over its shards (for tests and the curator only: never log or
-        export these)."""
+        """All counts of one window, summed over its shards (its key shards in the key layout: disjoint, so
+        no key is summed twice) -- for tests and the curator only: never log or export these."""
         out: dict[str, int] = {}
+        name = self.keys.key_shard_counts if self.keys.layout == "key" else self.keys.window_counts
         for shard in range(self.keys.shards):
             counted = cast(list[tuple[bytes, float]],
-                           self.client.zrange(self.keys.window_counts(start, shard), 0, -1, withscores=True))
+                           self.client.zrange(name(start, shard), 0, -1, withscores=True))
             for k, v in counted:
                 out[k.decode()] = out.get(k.decode(), 0) + int(v)
         return out

@@ -165,7 +165,7 @@ def topic_guard(cfg: Any) -> Callable[[], None]:
     # metadata refreshed every few seconds: after a broker dies the client finds another to ask
     admin = topics.admin_client(cfg.kafka, **{"topic.metadata.refresh.interval.ms": 5000})
     client = redis_client(cfg.redis)
-    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
+    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout)
     topic = cfg.kafka.events_topic
     unchecked = [0]  # checks in a row that could not be made
 

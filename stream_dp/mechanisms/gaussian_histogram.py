@@ -35,13 +35,14 @@ import numpy as np
 from stream_dp.accounting.composition import loose_zcdp_to_epsilon, zcdp_to_epsilon  # noqa: F401 (doctests)
 from stream_dp.accounting.events import DpEvent, ZCdpAndApproxDpEvent, ZCdpEvent
 from stream_dp.mechanisms._validation import check_delta, check_epsilon, check_positive_int, ranked_top
+from stream_dp.mechanisms.count_parts import CountParts
 from stream_dp.mechanisms.discrete_gaussian import (
     as_sigma2,
     discrete_gaussian_quantile,
     discrete_gaussian_tail,
     sample_discrete_gaussian,
 )
-from stream_dp.rng import RngLike
+from stream_dp.rng import RngLike, make_rng
 
 MECHANISM = "gaussian_histogram"
 # σ² is rounded *up* to a multiple of this (so ρ only shrinks) to keep the exact sampler's fractions small.
@@ -276,7 +277,7 @@ class ThresholdedGaussian(Protocol):
     def events(self) -> tuple[DpEvent, ...]: ...
 
 
-def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: ThresholdedGaussian, max_keys: int,
+def gaussian_histogram(counts: Mapping[Hashable, object] | CountParts, *, calibration: ThresholdedGaussian, max_keys: int,
                        confidence: float = 0.95, domain: Collection[Hashable] = (),
                        rng: RngLike = None) -> HistogramResult:
     """Release the keys whose discretely noised count clears τ, with noisy counts and intervals.
@@ -295,14 +296,15 @@ def gaussian_histogram(counts: Mapping[Hashable, object], *, calibration: Thresh
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    generator = make_rng(rng)  # one generator for every part of the counts, never re-seeded
     return noisy_threshold_release(
-        counts, noise=lambda n: sample_discrete_gaussian(calibration.sigma2, n, rng=rng),
+        counts, noise=lambda n: sample_discrete_gaussian(calibration.sigma2, n, rng=generator),
         threshold=calibration.threshold, max_keys=max_keys,
         ci_half_width=discrete_gaussian_quantile(calibration.sigma2, confidence), domain=domain,
         events=calibration.events())
 
 
-def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callable[[int], np.ndarray],
+def noisy_threshold_release(counts: Mapping[Hashable, object] | CountParts, *, noise: Callable[[int], np.ndarray],
                             threshold: int, max_keys: int, ci_half_width: int, domain: Collection[Hashable],
                             events: tuple[DpEvent, ...],
                             boundary: Callable[[int], np.ndarray] | None = None) -> HistogramResult:
@@ -310,27 +312,46 @@ def noisy_threshold_release(counts: Mapping[Hashable, object], *, noise: Callabl
     present and every ``domain`` key, keep the domain keys and the keys at or above ``threshold``, cap at
     ``max_keys`` by noisy count (ties in the fixed :func:`tie_key` order), attach count ± ``ci_half_width``.
     ``boundary(n)``: n independent coins; a key whose noisy count is exactly ``threshold − 1`` is also kept
-    when its coin is true (a randomised threshold, used by the Laplace histogram)."""
-    present, values = _check_counts(counts)
+    when its coin is true (a randomised threshold, used by the Laplace histogram). ``counts`` may come as
+    disjoint :class:`~stream_dp.mechanisms.count_parts.CountParts` (key shards): steps 1-3 then run part by
+    part, each part's ``max_keys`` best kept, and the union capped (the same law, one part in memory)."""
+    parts = counts if isinstance(counts, CountParts) else CountParts.whole(counts)
     max_keys = check_positive_int(max_keys, "max_keys")
     public = set(domain)
-    if public:
-        seen = set(present)
-        absent = [key for key in dict.fromkeys(domain) if key not in seen]
-        keys = present + absent
-        values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
-        in_domain = np.array([key in public for key in keys], dtype=bool)
-    else:
-        keys, in_domain = present, np.zeros(len(present), dtype=bool)
-    noisy = values + noise(len(keys))
-    keep = in_domain | (noisy >= threshold)
-    if boundary is not None:
-        edge = np.flatnonzero(~keep & (noisy == threshold - 1))
-        keep[edge] = boundary(len(edge))
-    kept = np.flatnonzero(keep)
-    order = ranked_top(kept, noisy, keys, max_keys)
+    domain_of: dict[int, list[Hashable]] = {}
+    for key in dict.fromkeys(domain):
+        domain_of.setdefault(parts.part_of(key), []).append(key)
+    best_keys: list[Hashable] = []
+    best_noisy: list[np.ndarray] = []
+    best_domain: list[np.ndarray] = []
+    kept_total = above = 0
+    for part in range(parts.size):
+        present, values = _check_counts(parts.read(part))
+        if public:
+            seen = set(present)
+            absent = [key for key in domain_of.get(part, []) if key not in seen]
+            keys = present + absent
+            values = np.concatenate([values, np.zeros(len(absent), dtype=np.int64)])
+            in_domain = np.array([key in public for key in keys], dtype=bool)
+        else:
+            keys, in_domain = present, np.zeros(len(present), dtype=bool)
+        noisy = values + noise(len(keys))
+        keep = in_domain | (noisy >= threshold)
+        if boundary is not None:
+            edge = np.flatnonzero(~keep & (noisy == threshold - 1))
+            keep[edge] = boundary(len(edge))
+        kept = np.flatnonzero(keep)
+        kept_total += len(kept)
+        above += int(np.count_nonzero(~in_domain[kept]))
+        top = ranked_top(kept, noisy, keys, max_keys)  # the part's best: the window's best are among them
+        best_keys += [keys[i] for i in top]
+        best_noisy.append(noisy[top])
+        best_domain.append(in_domain[top])
+    noisy_best = np.concatenate(best_noisy) if best_noisy else np.zeros(0, dtype=np.int64)
+    domain_best = np.concatenate(best_domain) if best_domain else np.zeros(0, dtype=bool)
+    order = ranked_top(np.arange(len(best_keys)), noisy_best, best_keys, max_keys)
     h = ci_half_width
-    rows = tuple(HistogramRow(keys[i], value, value - h, value + h, public_key)
-                 for i, value, public_key in zip(order, noisy[order].tolist(), in_domain[order].tolist()))
-    return HistogramResult(rows=rows, above_threshold=int(np.count_nonzero(~in_domain[kept])),
-                           threshold=threshold, ci_half_width=h, events=events, kept=int(len(kept)))
+    rows = tuple(HistogramRow(best_keys[i], value, value - h, value + h, public_key)
+                 for i, value, public_key in zip(order, noisy_best[order].tolist(), domain_best[order].tolist()))
+    return HistogramResult(rows=rows, above_threshold=above, threshold=threshold, ci_half_width=h, events=events,
+                           kept=kept_total)

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from stream_dp.accounting.events import ApproxDpEvent, DpEvent
+from stream_dp.mechanisms.count_parts import CountParts
 from stream_dp.mechanisms._validation import (check_delta, check_epsilon, check_positive_fraction, check_positive_int,
                                               check_size)
 from stream_dp.mechanisms.discrete_gaussian import _discrete_laplace
@@ -194,7 +195,7 @@ def calibrate_laplace_histogram(*, epsilon: float, threshold_delta: float, max_k
                                          threshold_delta=threshold_delta, max_keys_per_user=dk)
 
 
-def laplace_histogram(counts: Mapping[Hashable, object], *, calibration: LaplaceHistogramCalibration,
+def laplace_histogram(counts: Mapping[Hashable, object] | CountParts, *, calibration: LaplaceHistogramCalibration,
                       max_keys: int, confidence: float = 0.95, domain: Collection[Hashable] = (),
                       rng: RngLike = None) -> HistogramResult:
     """Release the keys whose discrete-Laplace-noised count clears τ (and the public ``domain`` keys), with

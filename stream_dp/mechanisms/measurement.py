@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from stream_dp.accounting.events import DpEvent
+from stream_dp.mechanisms.count_parts import CountParts
 from stream_dp.mechanisms.gaussian_histogram import HistogramCalibration, HistogramResult, gaussian_histogram
 from stream_dp.mechanisms.laplace_histogram import LaplaceHistogramCalibration, laplace_histogram
 from stream_dp.mechanisms.weighted_histogram import WeightedHistogramCalibration, weighted_histogram
@@ -85,7 +86,7 @@ class GaussianHistogram(_ThresholdHistogram):
     calibration: HistogramCalibration
     mechanism: str = "gaussian_histogram"
 
-    def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None,
+    def __call__(self, counts: Mapping[Hashable, Any] | CountParts, rng: RngLike = None,
                  domain: Collection[Hashable] | None = None) -> HistogramResult:
         return gaussian_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
                                   confidence=self.confidence, domain=self.domain if domain is None else domain,
@@ -101,7 +102,7 @@ class LaplaceHistogram(_ThresholdHistogram):
     calibration: LaplaceHistogramCalibration
     mechanism: str = "laplace_histogram"
 
-    def __call__(self, counts: Mapping[Hashable, Any], rng: RngLike = None,
+    def __call__(self, counts: Mapping[Hashable, Any] | CountParts, rng: RngLike = None,
                  domain: Collection[Hashable] | None = None) -> HistogramResult:
         return laplace_histogram(counts, calibration=self.calibration, max_keys=self.max_keys,
                                  confidence=self.confidence, domain=self.domain if domain is None else domain,

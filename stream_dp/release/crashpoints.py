@@ -16,22 +16,8 @@ prove a release is charged exactly once and never recomputed with fresh noise wh
 
 from __future__ import annotations
 
-from typing import Protocol
+from stream_dp.crashpoints import NO_CRASHES, CrashPoints
+
+__all__ = ["NO_CRASHES", "POINTS", "CrashPoints"]
 
 POINTS = ("after_reserve", "after_commit", "after_publish", "after_mark", "before_release_window")
-
-
-class CrashPoints(Protocol):
-    """Told each time the worker reaches one of :data:`POINTS`."""
-
-    def reached(self, point: str) -> None: ...
-
-
-class _NoCrashes:
-    """Production's crash points: reaching one does nothing."""
-
-    def reached(self, point: str) -> None:
-        return None
-
-
-NO_CRASHES: CrashPoints = _NoCrashes()

@@ -82,7 +82,8 @@ class HistogramBuilder:
             keys_per_user: Counter[Hashable] = Counter(user for user, _ in reader.bounding_pairs(window))
             return Domained(weighted_scores(reader.bounding_pairs(window), keys_per_user=keys_per_user,
                                             max_keys_per_user=self.cfg.contribution.max_keys_per_user), domain, block)
-        return Domained(reader.all_counts(window).as_dict(), domain, block)
+        # the counts as parts read one at a time (the key layout's key shards; else the whole window as one part)
+        return Domained(reader.count_parts(window), domain, block)
 
     def __post_init__(self) -> None:
         h = self.cfg.releases.histogram

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_dp.config import Config, parse_window_start
-from stream_dp.store.keys import SHARD_HASH, Keys
+from stream_dp.schedule import layout_record
+from stream_dp.store.keys import Keys
 from stream_dp.release.alerts import AlertsStore, InstanceState
 from stream_dp.release.types import REGISTRY
 
@@ -51,7 +52,7 @@ class WindowsRestored:
 def restore_windows(client: Any, cfg: Config, records: list[dict[str, Any]]) -> WindowsRestored:
     """Restore the schedule, the released windows and the watchlist from ``records`` (each release id's
     first record, :func:`~stream_dp.release.ledger_rebuild.first_records`)."""
-    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
+    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout)
     out = WindowsRestored()
     if not records:
         return out
@@ -65,7 +66,7 @@ def restore_windows(client: Any, cfg: Config, records: list[dict[str, Any]]) -> 
     first = min(types_by_window)
     configured = parse_window_start(cfg.windows.start)
     schedule = {"start": configured if configured is not None else first, "size": size,
-                "shards": cfg.windows.shards, "shard_hash": SHARD_HASH}
+                **layout_record(cfg.windows.shards, keys.layout)}
     out.schedule_written = bool(client.set(keys.schedule(), json.dumps(schedule), nx=True))
     wanted = set(cfg.releases.enabled())
     complete = sorted(w for w, types in types_by_window.items() if wanted <= types)

@@ -56,7 +56,7 @@ def build_worker(cfg: Config, *, registry: CollectorRegistry | None = None, work
     registry = registry if registry is not None else CollectorRegistry()
     metrics = ReleaseMetrics(registry)
     client = redis_client(cfg.redis)
-    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
+    keys = Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
                     lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
     publisher = Publisher(release_producer(cfg), cfg.kafka.releases_topic,

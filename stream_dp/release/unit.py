@@ -87,9 +87,13 @@ class WindowRelease:
         ``(None, None, UNREAD)``. The claim's first step is checked under the claim (the previous holder may
         have released the window since the poll); the other reads a release of the window starts with go
         right after the claim's ``SET``, in its round trip, with top-k's reservation and data and the
-        alerts' watched counts (or the alerts' opening, reserved right after top-k)."""
+        alerts' watched counts (or the alerts' opening, reserved right after top-k). In the key layout the
+        window's pending increments are counted first (:meth:`WindowReader.make_final
+        <stream_dp.release.windows.WindowReader.make_final>`): the claim's round trip already reads counts."""
         window, scope = self.window, self.scope
         prechecked, watch, alerts_state = polled
+        with self.metrics.phase("redis"):  # key layout: ingest's pending increments counted before any read
+            self.reader.make_final(window, self.ledger.replication)
         rids = [release_id(window, t) for t in self.types]
         ride = RideAlong()
         first = [ride.read(r) for r in (self.reader.release_state(window), self.outbox.stored_all(scope, rids))]

@@ -23,6 +23,14 @@ sample, whose count classes are of the *summed* counts, and the whole-window mec
 every shard once, merged in memory (a key's class is unknown until all its shards are read), then
 served from that merge for the window's other release types.
 
+**Key layout** (``windows.layout = "key"``, docs/design/key-sharded-counts.md): the counts are in disjoint key
+shards, final once the release's drain ran (:meth:`~stream_dp.release.windows.WindowReader.make_final`).
+Every read goes to :class:`~stream_dp.release.key_windows.KeyShardReads`, each key shard read for what the
+type needs and merged exactly, all shards in one batch per step: the top n (merged), the watched keys (each
+on its own shard), the sample's count classes (summed per count) and reported keys (each on its shard),
+the whole window (concatenated; the histogram takes it one key shard at a time, :meth:`count_parts`). The bounding logs stay in the user shards and are read as in the user
+layout.
+
 Counts are raw, per-key, and private: they stay in this process and go only into mechanisms. A closed
 window never changes (ingest's contract), so what one read brought may serve the window's other types.
 """
@@ -38,11 +46,13 @@ import numpy as np
 import redis
 
 from stream_dp.errors import StreamDPError
+from stream_dp.mechanisms.count_parts import CountParts
 from stream_dp.node_batches import ReadStep, Reads, evalsha_item
+from stream_dp.release.key_windows import KeyShardReads
 from stream_dp.release.shard_merge import merged_top
 from stream_dp.store import scripts
 from stream_dp.store.bounding_log import LOG_SEGMENT_BYTES, LogDecoder, log_pieces
-from stream_dp.store.keys import Keys
+from stream_dp.store.keys import Keys, key_shard_of
 
 if TYPE_CHECKING:
     from stream_dp.release.windows import Window
@@ -112,6 +122,7 @@ class WindowCountsReader:
         self._scores = scripts.register(client, "window_scores")
         self._top_script = scripts.register(client, "window_top")
         self._members_at = scripts.register(client, "window_members_at")
+        self._by_key = KeyShardReads(client, keys=keys) if keys.layout == "key" else None
 
     @property
     def scripts(self) -> tuple:
@@ -124,6 +135,8 @@ class WindowCountsReader:
             self._merged = None
         if self._top is not None and self._top.start == window.start:
             self._top = None
+        if self._by_key is not None:
+            self._by_key.forget(window)
 
     def top_counts(self, window: Window, n: int) -> ReadStep:
         """The ``n`` largest counts, key → count, best first (ties: Redis' reverse lexicographic order);
@@ -133,6 +146,8 @@ class WindowCountsReader:
         Read as one JSON reply (a read-only Lua ``ZREVRANGE``): redis-py's pure-Python parse of k̄+1 = 1001
         members with scores took ~5-10 ms, the JSON parse well under 1 ms.
         """
+        if self._by_key is not None:
+            return self._by_key.top_counts(window, n)
         batch = None
         if self.keys.shards == 1:
             name = self.keys.window_counts(window.start)
@@ -162,6 +177,8 @@ class WindowCountsReader:
     def counts_of(self, window: Window, watched: list[str]) -> ReadStep:
         """Counts of the given public keys (0 for a key with no events), summed over the shards; ``.now()``, or
         queued as one command (``ZMSCORE``, ``.later(ride)``) on an unsharded window."""
+        if self._by_key is not None:
+            return self._by_key.counts_of(window, watched)
         batch = None
         keys = list(watched)
         if self.keys.shards == 1:
@@ -191,9 +208,21 @@ class WindowCountsReader:
         client parses in C: a pure-Python RESP parse of 10⁶ members and scores takes seconds. Members are
         in ``ZRANGE`` order (score, then member bytes), which is deterministic.
         """
+        if self._by_key is not None:
+            return WindowCounts(*self._by_key.all_counts(window, chunk or self.read_chunk))
         if self.keys.shards > 1:
             return self._merge(window, chunk)[1]
         return self._read_shard(window, 0, chunk)
+
+    def count_parts(self, window: Window, *, chunk: int | None = None) -> CountParts:
+        """The window's counts as disjoint parts read one at a time, for the thresholded histograms
+        (:mod:`stream_dp.mechanisms.count_parts`): its key shards in the key layout (memory: one key shard and
+        the kept candidates), else the whole window as one part."""
+        if self._by_key is None:
+            return CountParts.whole(self.all_counts(window, chunk=chunk).as_dict())
+        by_key, shards, size = self._by_key, self.keys.shards, chunk or self.read_chunk
+        return CountParts(shards, lambda j: by_key.shard_counts(window, j, size),
+                          lambda key: key_shard_of(str(key), shards))
 
     def _read_shard(self, window: Window, shard: int, chunk: int | None) -> WindowCounts:
         chunk = chunk or self.read_chunk
@@ -268,6 +297,8 @@ class WindowCountsReader:
         users' distinct counts has at most ~√(2·total) distinct counts). Walked in chunks of ``chunk``
         distinct counts per Lua call. An empty (or absent) window gives ``[]``.
         """
+        if self._by_key is not None:
+            return self._by_key.count_histogram(window, chunk)
         if self.keys.shards > 1:
             merged = self._merge(window)[1]
             values, sizes = np.unique(merged.counts, return_counts=True)
@@ -298,6 +329,8 @@ class WindowCountsReader:
         Raises ``RuntimeError`` when a rank is past the end or holds another count: the window changed
         after its histogram was read (a closed window never does -- ingest's contract).
         """
+        if self._by_key is not None:
+            return self._by_key.members_at(window, ranks, counts, chunk)
         want = np.asarray(counts, dtype=np.float64)
         if self.keys.shards > 1:  # ranks in the merge's ascending count order (count_histogram's classes)
             merged = self._merge(window)[1]

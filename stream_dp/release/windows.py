@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import redis
 
 from stream_dp.node_batches import Pending, Reads, run_batched
+from stream_dp.release.key_drain import KeyShardDrain
+from stream_dp.replication import NO_REPLICATION, ReplicationPolicy
 from stream_dp.release.window_counts import (LOG_READ_BYTES, READ_CHUNK, WindowCounts, WindowCountsReader,
                                              WindowLogShort)
 from stream_dp.schedule import ReleaseSchedule
@@ -67,11 +69,20 @@ class WindowReader(WindowCountsReader):
         self._mark_fence = scripts.register(client, "mark_released_fence")
         self._release_shard = scripts.register(client, "release_one_shard")
         self._cursor = scripts.register(client, "advance_released_cursor")
+        self._drain = KeyShardDrain(client, keys=keys) if keys.layout == "key" else None
 
     @property
     def scripts(self) -> tuple:
         """The reader's Lua scripts (loaded when the worker starts, :func:`~stream_dp.node_batches.load_scripts`)."""
-        return (self._mark, self._mark_fence, self._release_shard, self._cursor, *super().scripts)
+        drain = self._drain.scripts if self._drain is not None else ()
+        return (self._mark, self._mark_fence, self._release_shard, self._cursor, *drain, *super().scripts)
+
+    def make_final(self, window: Window, replication: ReplicationPolicy = NO_REPLICATION) -> int:
+        """Before any read of a closed window's counts: in the key layout, every increment ingest left pending
+        counted into its key shards (:meth:`KeyShardDrain.drain <stream_dp.release.key_drain.KeyShardDrain.drain>`,
+        idempotent, confirmed on ``replication.replicas`` replicas; the number of entries it sent). Nothing
+        to do in the user layout (counted in step 1)."""
+        return self._drain.drain(window, replication) if self._drain is not None else 0
 
     # --- which windows ---------------------------------------------------------------------------
     def global_watermark(self) -> float | None:
@@ -193,14 +204,17 @@ class WindowReader(WindowCountsReader):
 
     def finish_released(self, window: Window, *, retention_seconds: int) -> None:
         """The steps after the fenced one, all idempotent (also run for a window found released, to finish
-        what a crash interrupted): release every shard (sharded windows), record the window in the worker's
-        index, move the cursor, drop it from ingest's index."""
+        what a crash interrupted): release every shard (sharded windows) and, in the key layout, every key
+        shard (a late step 2 then counts nothing) with its pending entries dropped; record the window in the
+        worker's index, move the cursor, drop it from ingest's index."""
         k = self.keys
         if k.shards > 1:
             for shard in range(k.shards):
                 self._release_shard(keys=[k.window_meta(window.start, shard), k.window_counts(window.start, shard),
                                           k.window_users(window.start, shard), k.window_offsets(window.start, shard)],
                                     args=[int(retention_seconds)])
+        if self._drain is not None:
+            self._drain.release(window, retention_seconds=retention_seconds)
         # The worker's own index lives in another slot; adding to it after the fenced step is idempotent
         # (the cursor script records the window, then moves the cursor: one round trip).
         # Then drop the window from ingest's index of windows: it is closed (end <= global watermark), so

@@ -76,7 +76,7 @@ class ReleaseWorker:
         # start steps of the process that need Redis and the broker (the ledger's check against the releases
         # topic, stream_dp.release.service): run first by start(), so the loop retries them until both answer
         self.before_start = before_start
-        self.keys = Keys(cfg.redis.key_prefix, cfg.windows.shards)
+        self.keys = Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout)
         self.reader = WindowReader(client, keys=self.keys, size_seconds=cfg.windows.size_seconds)
         self.client = client
         self.claims = WindowClaims(client, keys=self.keys, worker_id=worker_id, ttl_seconds=claim_ttl_seconds or cfg.release.claim_ttl_seconds)

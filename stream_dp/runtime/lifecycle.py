@@ -126,10 +126,11 @@ def run_worker(cfg: Config, *, role: str, build: Callable[[object], Running]) ->
     return outcome if isinstance(outcome, ExitCode) else ExitCode.OK
 
 
-def run_ingest_worker(cfg: Config, *, accept_state_loss: bool = False) -> int:
+def run_ingest_worker(cfg: Config, *, accept_state_loss: bool = False, crashpoints: object = None) -> int:
     """The ingest worker until a signal: the first one finishes the batch, commits and closes.
     ``accept_state_loss``: continue although Redis lost the window state of the committed offsets
-    (:mod:`stream_dp.ingest.state_check`)."""
+    (:mod:`stream_dp.ingest.state_check`); ``crashpoints``: None in production, crash tests inject one
+    (:mod:`stream_dp.ingest.crashpoints`)."""
     from stream_dp.ingest.runners import containers_in_flight
     from stream_dp.ingest.service import build_worker
     from stream_dp.processes import collect_garbage_per_batches
@@ -137,7 +138,8 @@ def run_ingest_worker(cfg: Config, *, accept_state_loss: bool = False) -> int:
     from stream_dp.ingest.topic_identity import TopicRecreated
 
     def build(registry: object) -> Running:
-        worker = build_worker(cfg, registry, accept_state_loss=accept_state_loss)  # type: ignore[arg-type]
+        extra: dict[str, Any] = {} if crashpoints is None else {"crashpoints": crashpoints}
+        worker = build_worker(cfg, registry, accept_state_loss=accept_state_loss, **extra)  # type: ignore[arg-type]
         collect_garbage_per_batches(containers_in_flight(cfg))  # start-up done: young collections per batches
 
         def run() -> ExitCode:

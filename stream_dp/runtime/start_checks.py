@@ -70,7 +70,7 @@ def schedule_or_report(cfg: Config) -> bool:
 
     client = redis_client(cfg.redis)
     try:
-        sched = establish(client, Keys(cfg.redis.key_prefix, cfg.windows.shards), cfg.windows)
+        sched = establish(client, Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout), cfg.windows)
     except ScheduleMismatch as exc:
         log.error("config error: %s", exc)
         return False
@@ -116,9 +116,10 @@ WORKER_TOPICS = {"ingest": ("events", "dead-letter"), "release": ("releases",)}
 
 def worker_preflight(cfg: Config, role: str | None = None) -> bool:
     """The start checks every worker passes before it touches data: budget plan, Redis credentials, Redis,
-    release schedule, and the topic contract of the topics ``role`` uses (:data:`WORKER_TOPICS`)."""
-    return (budget_plan_or_report(cfg) and redis_credentials_or_report(cfg) and redis_preflight_or_report(cfg)
-            and schedule_or_report(cfg)
+    release schedule (with the window layout it records: ``windows.layout``), and the topic contract of the
+    topics ``role`` uses (:data:`WORKER_TOPICS`)."""
+    return (budget_plan_or_report(cfg) and redis_credentials_or_report(cfg)
+            and redis_preflight_or_report(cfg) and schedule_or_report(cfg)
             and (role not in WORKER_TOPICS or topics_preflight_or_report(cfg, WORKER_TOPICS[role])))
 
 

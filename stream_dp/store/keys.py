@@ -14,6 +14,13 @@ places what one atomic step touches in one slot:
 - the release-worker bookkeeping shares ``{release}`` (stored releases live in their ledger scope);
 - the online sparse-vector state shares ``{svt:<name>}``.
 
+**Layouts** (:data:`LAYOUTS`). ``"user"`` (the default, the only one the service runs today): a window shard
+holds its users' bounding state *and* their counts, so a key's count is split over every shard. ``"key"``
+(docs/design/key-sharded-counts.md; ``windows.layout = "key"``, written by ingest, not read by the release
+worker yet): the bounding state stays in the user shards, and
+the window's counts live in key shards ``{w:<start>:k<j>}``, ``j =`` :func:`key_shard_of` -- disjoint, each
+key's whole count in one of them, so every release type can read shard by shard and merge exactly.
+
 Window starts are integer epoch seconds.
 """
 
@@ -24,6 +31,10 @@ from dataclasses import dataclass
 
 #: The name of the user → shard hash, recorded with the release schedule (a restart must use the same).
 SHARD_HASH = "crc32-utf8"
+#: The name of the key → key shard hash (layout ``"key"``), recorded with the schedule like :data:`SHARD_HASH`.
+KEY_HASH = "crc32-utf8"
+#: Where a window's counts live: with its users' bounding state (``"user"``), or in key shards (``"key"``).
+LAYOUTS = ("user", "key")
 #: The parts of one ledger scope, in the KEYS order of every ledger script (``lua/ledger_common.lua``).
 LEDGER_SCOPE_PARTS = ("totals", "log", "charges", "outbox", "unpublished", "reservations", "res_results", "settled",
                       "cap")
@@ -41,13 +52,31 @@ def shard_of(user: str, shards: int) -> int:
     return zlib.crc32(user.encode()) % shards if shards > 1 else 0
 
 
+def key_shard_of(key: str, shards: int) -> int:
+    """The key shard holding ``key``'s window count (layout ``"key"``): CRC-32 of the key's UTF-8 bytes mod
+    ``shards``. Keys reach here NFC-normalised by the decoder, so one key is one byte string and lands in
+    exactly one key shard: the key shards of a window are disjoint.
+
+    >>> key_shard_of("/home", 1), key_shard_of("/home", 12) == key_shard_of("/home", 12)
+    (0, True)
+    """
+    return zlib.crc32(key.encode()) % shards if shards > 1 else 0
+
+
 @dataclass(frozen=True)
 class Keys:
     """Key names under one ``prefix`` (``redis.key_prefix`` in the config), for windows split into
-    ``shards`` shards (``windows.shards``)."""
+    ``shards`` shards (``windows.shards``) in one of the :data:`LAYOUTS` (``"user"`` unless told)."""
 
     prefix: str = "sdp"
     shards: int = 1
+    layout: str = "user"
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"window layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.shards < 1:
+            raise ValueError(f"windows.shards must be >= 1, got {self.shards}")
 
     # --- one window ------------------------------------------------------------------------------
     def window_tag(self, start: int, shard: int = 0) -> str:
@@ -73,6 +102,40 @@ class Keys:
         """Hash: window shard metadata (start, end, events applied, users bounded, state, log length; the
         states: :mod:`stream_dp.store.window_state`)."""
         return f"{self.prefix}:{self.window_tag(start, shard)}:meta"
+
+    def window_pending(self, start: int, shard: int = 0) -> str:
+        """Hash (layout ``"key"``, in the user shard): the chunks' accepted increments recorded by step 1 and
+        not yet known to be counted in their key shards, field ``<partition>:<last offset>:<key shard>`` →
+        JSON ``{key: increment}`` (``store/lua/apply_window.lua``; counted by ``count_keys.lua``, deleted once
+        counted: :mod:`stream_dp.ingest.key_counter`)."""
+        return f"{self.prefix}:{self.window_tag(start, shard)}:pending"
+
+    # --- one key shard of a window (layout "key") -------------------------------------------------
+    def key_shard_tag(self, start: int, shard: int) -> str:
+        """The hash tag of key shard ``shard`` of the window starting at ``start``: ``{w:<start>:k<shard>}``
+        (the ``k`` keeps key shards apart from the user shards ``{w:<start>:<i>}`` for any S)."""
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"key shard {shard} outside 0..{self.shards - 1} (windows.shards = {self.shards})")
+        return f"{{w:{start}:k{shard}}}"
+
+    def key_shard_counts(self, start: int, shard: int) -> str:
+        """Sorted set (layout ``"key"``): key → the window's whole count (distinct bounded users) of every key
+        with :func:`key_shard_of` = ``shard``."""
+        return f"{self.prefix}:{self.key_shard_tag(start, shard)}:counts"
+
+    def key_shard_applied(self, start: int, shard: int) -> str:
+        """Hash (layout ``"key"``): ``<user shard>:<partition>`` → the highest chunk offset of that source counted
+        into this key shard (``store/lua/count_keys.lua``; at most S × partitions fields)."""
+        return f"{self.prefix}:{self.key_shard_tag(start, shard)}:applied"
+
+    def key_shard_meta(self, start: int, shard: int) -> str:
+        """Hash (layout ``"key"``): the key shard's metadata (``state``: :mod:`stream_dp.store.window_state`)."""
+        return f"{self.prefix}:{self.key_shard_tag(start, shard)}:meta"
+
+    def key_shard(self, start: int, shard: int) -> list[str]:
+        """The KEYS of ``count_keys.lua`` for one key shard: counts, applied, meta."""
+        return [self.key_shard_counts(start, shard), self.key_shard_applied(start, shard),
+                self.key_shard_meta(start, shard)]
 
     def window_released(self, start: int) -> str:
         """String: set once the window's releases are published (fenced by the claim, same tag)."""

@@ -12,11 +12,13 @@ Preludes, prepended in the order listed (each script's KEYS and ARGV are documen
 - ``release_shard`` -- the function that marks one window shard released (``lua/release_shard.lua``);
 - ``ledger_common`` -- the ledger scripts' KEYS, argument decoding and cap rule (``lua/ledger_common.lua``).
 
-Who runs what: ingest's store (:mod:`stream_dp.ingest.store`) ``apply_window``, its watermarks
+Who runs what: ingest's store (:mod:`stream_dp.ingest.store`) ``apply_window`` (and, in the key layout,
+``count_keys``: :mod:`stream_dp.store.key_counts`), its watermarks
 (:mod:`stream_dp.ingest.watermarks`) ``register_windows``, ``advance_watermark``, ``close_window``,
 ``finalize_watermark``; the release worker's window reader
 (:mod:`stream_dp.release.windows`) the ``window_*`` reads, ``mark_released``, ``mark_released_fence``,
-``release_one_shard``, ``advance_released_cursor``; its claims (:mod:`stream_dp.release.claim`) ``claim_*``;
+``release_one_shard``, ``advance_released_cursor``, and in the key layout its drain
+(:mod:`stream_dp.release.key_drain`) ``count_keys`` and ``release_key_shard``; its claims (:mod:`stream_dp.release.claim`) ``claim_*``;
 the alerts' state (:mod:`stream_dp.release.alerts`) ``alerts_*``; the ledger (:mod:`stream_dp.accounting.ledger`)
 ``ledger_*`` and ``stream-dp budget rebuild`` ``ledger_restore``.
 """
@@ -38,6 +40,9 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "advance_watermark": (),
     "close_window": ("window_state",),
     "finalize_watermark": (),
+    # the key layout's step 2, one key shard ({w:<start>:k<j>}): ingest's step 2 and the release's drain
+    # (docs/design/key-sharded-counts.md)
+    "count_keys": ("window_state",),
     # the release worker: reads of a closed window, its released mark, the released-through cursor
     "window_read_chunk": (),
     "window_top": (),
@@ -47,6 +52,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "mark_released": ("window_state", "release_shard"),
     "mark_released_fence": (),
     "release_one_shard": ("window_state", "release_shard"),
+    "release_key_shard": ("window_state",),
     "advance_released_cursor": (),
     # the release worker's claim on a window ({w:<start>}:claim)
     "claim_renew": (),

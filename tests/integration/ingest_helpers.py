@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
+from kafka import KafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from tests.support.bounding_oracle import bounded_counts
@@ -82,6 +83,15 @@ def ground_truth(events: list[dict[str, Any]], *, size: int, max_keys: int, unit
 from event_times import T0  # noqa: E402
 
 
+def committed_total(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """The sum over ``topic``'s partitions of ``group``'s committed offsets (0 where none)."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return sum(c.committed(TopicPartition(topic, p)) or 0 for p in range(partitions))
+    finally:
+        c.close()
+
+
 def config_mapping(bootstrap: str, redis_url: str, topic: str, *, group: str, size: int, max_keys: int,
                    lateness: int = 10**6, idle: float = 120.0, prefix: str = "sdp", **sections: Any
                    ) -> dict[str, Any]:
@@ -148,7 +158,7 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
 def window_store(client, cfg) -> WindowStore:
     """The ingest's window store of ``cfg`` (key prefix, shards, window size, bounding unit and Δ) on ``client``:
     the tests read the counts through it."""
-    return WindowStore(client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards),
+    return WindowStore(client, keys=Keys(cfg.redis.key_prefix, cfg.windows.shards, cfg.windows.layout),
                        window_size=cfg.windows.size_seconds, unit=cfg.contribution.unit,
                        max_keys_per_user=cfg.contribution.max_keys_per_user)
 

@@ -46,3 +46,16 @@ def apply_in_batches(store: WindowStore, logs: Log, rnd: random.Random, *, size:
         if shuffle:
             rnd.shuffle(chunks)
         store.apply(chunks, closed_through=None)
+
+
+def uncounted_pending(client, keys, start: int) -> list[str]:
+    """The key layout's pending entries of window ``start`` that a key shard has not counted yet (none once
+    every crash was healed): ``keys`` is a ``Keys`` with ``layout = "key"``."""
+    out = []
+    for user_shard in range(keys.shards):
+        for field in client.hkeys(keys.window_pending(start, user_shard)):
+            partition, offset, key_shard = (int(x) for x in field.decode().split(":"))
+            high = client.hget(keys.key_shard_applied(start, key_shard), f"{user_shard}:{partition}")
+            if high is None or int(high) < offset:
+                out.append(field.decode())
+    return out

@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from topic_helpers import CheckedProducer
 from event_times import T0
-from ingest_helpers import (config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
+from ingest_helpers import (committed_total, config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
                             start_worker, stop_worker, wait_for, write_toml)
 from stream_dp.ingest.consumers import KAFKA_CLIENTS
 from stream_dp.ingest.store import WindowStore
@@ -38,14 +37,6 @@ PARTITIONS = 4
 
 #: the guarantees below hold on both consumer backends (``ingest.kafka_client``)
 both_clients = pytest.mark.parametrize("client", KAFKA_CLIENTS)
-
-
-def _committed(bootstrap: str, group: str, topic: str) -> int:
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        return sum(c.committed(TopicPartition(topic, p)) or 0 for p in range(PARTITIONS))
-    finally:
-        c.close()
 
 
 def _applied(client, store: WindowStore) -> int:
@@ -66,7 +57,7 @@ def _setup(bootstrap, redis_url, topic_name, tmp_path, *, n, seed, client="kafka
 def _finish(bootstrap, group, topic, events, cfg_file, tmp_path, procs=()):
     procs = list(procs) or [start_worker(cfg_file, tmp_path / "final.log")]
     try:
-        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=90, interval=0.3,
+        wait_for(lambda: committed_total(bootstrap, group, topic, PARTITIONS) == len(events), timeout=90, interval=0.3,
                  what="every event committed")
     finally:
         codes = [stop_worker(p) for p in procs]
@@ -105,7 +96,7 @@ def test_sigkill_at_random_moments_during_replay_counts_stay_exact(bootstrap_ser
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    committed = _committed(bootstrap_servers, group, topic)
+    committed = committed_total(bootstrap_servers, group, topic, PARTITIONS)
     assert committed < n, f"the kills must land during the replay: {committed} of {n} committed"
     _finish(bootstrap_servers, group, topic, events, cfg_file, tmp_path)
     truth = ground_truth(events, size=SIZE, max_keys=MAX_KEYS)
@@ -189,7 +180,7 @@ def _through_an_outage(own_stack, topic_name, tmp_path, *, seed: int, max_poll_r
     try:
         wait_for(lambda: _applied(client, store) > 0, timeout=60, interval=0.02, what="progress")
         outage(proc, lambda: _applied(client, store))
-        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=120, interval=0.3,
+        wait_for(lambda: committed_total(bootstrap, group, topic, PARTITIONS) == len(events), timeout=120, interval=0.3,
                  what="every event committed after the outage")
     finally:
         code = stop_worker(proc)
@@ -310,7 +301,7 @@ def test_broker_stopped_under_an_idle_worker_is_reported_down_then_up_again(own_
                                             client=client, metrics={"port": port, "host": "127.0.0.1"})
     proc = start_worker(cfg_file, tmp_path / "worker.log")
     try:
-        wait_for(lambda: _committed(bootstrap, group, topic) == len(events), timeout=90, interval=0.3,
+        wait_for(lambda: committed_total(bootstrap, group, topic, PARTITIONS) == len(events), timeout=90, interval=0.3,
                  what="every event committed")
         wait_for(lambda: _scrape_gauges(port) == {"up": 1.0, "kafka": 1.0}, timeout=30, what="the worker up")
         own_stack.broker.stop()
@@ -368,7 +359,7 @@ def test_a_broker_outage_does_not_close_the_windows_of_partitions_that_are_behin
     slow = t0 + SIZE - 1 - lateness  # the watermark of partitions 1-3
     proc = start_worker(cfg_file, tmp_path / "worker.log")
     try:
-        wait_for(lambda: _committed(bootstrap, group, topic) == sent, timeout=90, interval=0.2,
+        wait_for(lambda: committed_total(bootstrap, group, topic, PARTITIONS) == sent, timeout=90, interval=0.2,
                  what="every event committed")
         own_stack.broker.stop()
         held = store.global_watermark()  # None: no window closed yet

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer
 
 from stream_dp.config import config_from_mapping
 from stream_dp.ingest.consumers import KAFKA_CLIENTS
 
 from topic_helpers import CheckedProducer
 from event_times import T0
-from ingest_helpers import (Running, config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
+from ingest_helpers import (Running, committed_total, config_mapping, create_topic, ground_truth, make_events, produce, redis_counts,
                             wait_for, window_store)
 
 pytestmark = pytest.mark.integration
@@ -22,14 +22,6 @@ both_clients = pytest.mark.parametrize("client", KAFKA_CLIENTS)
 
 SIZE = 600
 MAX_KEYS = 3
-
-
-def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        return sum(c.committed(TopicPartition(topic, p)) or 0 for p in range(partitions))
-    finally:
-        c.close()
 
 
 @both_clients
@@ -49,7 +41,7 @@ def test_random_events_over_several_windows_match_ground_truth(bootstrap_servers
     store = window_store(redis_client, cfg)
     with Running(cfg) as run:
         wait_for(lambda: run.metric("events_consumed_total") >= len(events) and
-                 _committed(bootstrap_servers, group, topic, 4) == len(events), timeout=90, what="all consumed")
+                 committed_total(bootstrap_servers, group, topic, 4) == len(events), timeout=90, what="all consumed")
     assert run.error is None and run.reason == "stop requested"
     assert redis_counts(store, truth) == truth
     applied = sum(sum(c.values()) for c in truth.values())
@@ -81,7 +73,7 @@ def test_the_last_batch_of_a_burst_is_finished_without_waiting_for_the_poll_time
     with Running(cfg) as run:
         wait_for(lambda: run.metric("events_consumed_total") == 4, timeout=60, what="the burst consumed")
         wait_for(lambda: run.metric("events_applied_total") == 3 and run.metric("dead_letters_produced_total") == 1
-                 and _committed(bootstrap_servers, group, topic, 1) == 4, timeout=10,
+                 and committed_total(bootstrap_servers, group, topic, 1) == 4, timeout=10,
                  what="the batch finished well within the poll timeout")
     assert run.error is None
     assert window_store(redis_client, cfg).counts(T0 // SIZE * SIZE) == {"k": 3}

@@ -3,29 +3,16 @@ nodes, and the lifetime scope (another slot) works through its hold/charge/settl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
-from redis.cluster import RedisCluster
 
 from stream_dp.accounting.budget import BudgetCap
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import PureDpEvent, RangeBoundedEvent
 from stream_dp.accounting.ledger import Ledger
 from stream_dp.store.keys import Keys
-from cluster_helpers import local_cluster
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(tmp_path) -> Iterator[RedisCluster]:
-    with local_cluster(tmp_path, masters=3) as nodes:
-        client = nodes.client()
-        try:
-            yield client
-        finally:
-            client.close()
 
 
 def test_ledger_on_a_real_cluster(cluster):

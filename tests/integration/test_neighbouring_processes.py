@@ -40,7 +40,7 @@ def _cli(command: str, config, log_path):
 
 
 def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: str, redis_url: str, topic_name,
-         releases: dict | None = None, types: tuple[str, ...] = TYPES):
+         releases: dict | None = None, types: tuple[str, ...] = TYPES, windows: dict | None = None):
     events_topic, releases_topic = topic_name(f"{name}-events"), topic_name(f"{name}-releases")
     create_topic(bootstrap, events_topic, scenario.partitions)
     contract_topics(bootstrap, releases=releases_topic)  # as `stream-dp topics create` makes it: one partition
@@ -50,7 +50,7 @@ def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: st
                   "events_partitions": scenario.partitions},
         "redis": {"url": redis_url, "key_prefix": topic_name(f"{name}-p")},
         "windows": {"size_seconds": SIZE, "start": str(T0), "allowed_lateness_seconds": 0,
-                    "max_event_delay_seconds": 0, "idle_partition_timeout_seconds": 600},
+                    "max_event_delay_seconds": 0, "idle_partition_timeout_seconds": 600, **(windows or {})},
         "contribution": {"max_keys_per_user": 3},
         "budget": {"epsilon": 1e6, "delta": 0.5},
         "releases.topk": {"enabled": True, "k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
@@ -85,10 +85,14 @@ def _run(tmp_path, name: str, scenario: Scenario, with_user: bool, bootstrap: st
     return subscriber_view(messages)
 
 
+@pytest.mark.parametrize("windows", [{}, {"layout": "key", "shards": 12}], ids=["user", "key-12"])
 @pytest.mark.parametrize("scenario", PICKED, ids=[s.name for s in PICKED])
-def test_structure_identical_through_real_workers(tmp_path, scenario, bootstrap_servers, redis_url, topic_name):
-    d = _run(tmp_path, "d", scenario, True, bootstrap_servers, redis_url, topic_name)
-    d_prime = _run(tmp_path, "d-prime", scenario, False, bootstrap_servers, redis_url, topic_name)
+def test_structure_identical_through_real_workers(tmp_path, scenario, bootstrap_servers, redis_url, topic_name,
+                                                   windows):
+    """Also in the key layout (12 key shards): the two-step apply, the drain and the reads per key shard in
+    the real worker processes leave the subscriber's view identical on D and D′."""
+    d = _run(tmp_path, "d", scenario, True, bootstrap_servers, redis_url, topic_name, windows=windows)
+    d_prime = _run(tmp_path, "d-prime", scenario, False, bootstrap_servers, redis_url, topic_name, windows=windows)
     assert d.structure().differences(d_prime.structure()) == [], (d.structure().rows, d_prime.structure().rows)
     windows = sorted({r[0] for r in d.structure().rows})
     assert windows == [T0 + i * SIZE for i in range(int((scenario.horizon - T0) // SIZE))]

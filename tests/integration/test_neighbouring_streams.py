@@ -26,7 +26,7 @@ from event_times import T0  # noqa: E402 - near the present (Kafka 4 refuses fut
 DELTA_KEYS = 3
 
 
-def harness_cfg(*, shards: int = 1, **releases: object) -> Config:
+def harness_cfg(*, shards: int = 1, layout: str = "user", **releases: object) -> Config:
     base: dict[str, dict[str, object]] = {
         "topk": {"enabled": True, "k": 3, "k_bar": 10, "window_epsilon": 3.0, "window_delta": 2e-6},
         "alerts": {"enabled": True, "watchlist": ["x", "y"], "threshold": 2.0, "k": 3, "epsilon": 1.0},
@@ -38,7 +38,8 @@ def harness_cfg(*, shards: int = 1, **releases: object) -> Config:
     return config_from_mapping({
         "windows": {"size_seconds": SIZE, "start": str(T0), "allowed_lateness_seconds": 0,
                     "max_event_delay_seconds": 0, "max_clock_skew_seconds": 5,
-                    "idle_partition_timeout_seconds": 600, "retention_seconds": 600, "shards": shards},
+                    "idle_partition_timeout_seconds": 600, "retention_seconds": 600, "shards": shards,
+                    "layout": layout},
         "contribution": {"max_keys_per_user": DELTA_KEYS},
         "budget": {"epsilon": 1e6, "delta": 0.5, "delta_prime": 1e-7, "period_seconds": 86400},
         "releases": base,
@@ -66,12 +67,20 @@ def index_driven(worker, client):
 SCENARIOS = scenarios(size=SIZE, t0=T0, max_keys=DELTA_KEYS, skew=5)
 
 
-@pytest.mark.parametrize("shards", [1, 2], ids=["one-shard", "two-shards"])
+#: (windows.layout, windows.shards) the harness runs: the user layout unsharded and split by user, and the key
+#: layout (docs/design/key-sharded-counts.md) at S = 1, 2, 12.
+LAYOUTS = [("user", 1), ("user", 2), ("key", 1), ("key", 2), ("key", 12)]
+LAYOUT_IDS = ["one-shard", "two-shards", "key-1", "key-2", "key-12"]
+
+
+@pytest.mark.parametrize("layout,shards", LAYOUTS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario, shards: int) -> None:
+def test_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario, layout: str,
+                                                        shards: int) -> None:
     """``shards = 2``: each window stored in two shards (ingest splits by user, the release merges the shards'
-    counts): the same view as with one."""
-    cfg = harness_cfg(shards=shards)
+    counts): the same view as with one. The key layout: counts in key shards (two-step apply, the release's
+    drain, every type read per key shard): the same view."""
+    cfg = harness_cfg(shards=shards, layout=layout)
     assert compare(scenario, cfg, redis_client, rng=1) == [], scenario.name
     # and the view is the schedule: every window from the start to the horizon, every type, in order
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=2,
@@ -81,9 +90,10 @@ def test_structure_is_identical_on_neighbouring_streams(redis_client, scenario: 
     assert {r[2] for r in view.structure().rows} == {"released"}
 
 
-def test_the_broken_index_driven_schedule_is_caught_by_the_harness(redis_client) -> None:
+@pytest.mark.parametrize("layout,shards", [("user", 1), ("key", 12)], ids=["one-shard", "key-12"])
+def test_the_broken_index_driven_schedule_is_caught_by_the_harness(redis_client, layout: str, shards: int) -> None:
     lone = SCENARIOS[0]
-    diffs = compare(lone, harness_cfg(), redis_client, rng=1, reader_factory=index_driven)
+    diffs = compare(lone, harness_cfg(shards=shards, layout=layout), redis_client, rng=1, reader_factory=index_driven)
     assert diffs and any("only in D:" in d for d in diffs), diffs
 
 
@@ -186,14 +196,15 @@ def test_audit_of_the_whole_pipeline_real_within_epsilon_broken_flagged(redis_cl
     assert len({o for o in _audit_views(boundary, cfg, redis_client, 40, seed=14)[0]}) > 1
 
 
-@pytest.mark.parametrize("calibration", ["zcdp", "exact"])
+@pytest.mark.parametrize("calibration,layout,shards", [("zcdp", "user", 1), ("exact", "user", 1), ("zcdp", "key", 2),
+                                                      ("exact", "key", 12)])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario,
-                                                                   calibration: str) -> None:
+                                                                   calibration: str, layout: str, shards: int) -> None:
     """The histogram release (issue 18) on every neighbouring pair, with either calibration (§8, §8c): same
     windows, statuses and charges (the calibration is public config); an empty window is a released (charged)
-    empty histogram."""
-    cfg = harness_cfg(topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
+    empty histogram. Also in the key layout (the window read as its key shards concatenated)."""
+    cfg = harness_cfg(shards=shards, layout=layout, topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
                       histogram={"enabled": True, "window_epsilon": 1.0, "window_delta": 2e-6, "calibration": calibration})
     assert compare(scenario, cfg, redis_client, rng=5) == [], scenario.name
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=6,
@@ -204,14 +215,15 @@ def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, 
                for r in view.records)
 
 
-@pytest.mark.parametrize("shards", [1, 2], ids=["one-shard", "two-shards"])
+@pytest.mark.parametrize("layout,shards", [("user", 1), ("user", 2), ("key", 12)], ids=["one-shard", "two-shards", "key-12"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_weighted_histogram_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario,
-                                                                          shards: int) -> None:
+                                                                          layout: str, shards: int) -> None:
     """The per-user weighted histogram (§8d) reads the windows' bounding logs, not their counts: the same
     windows, statuses and charges on every neighbouring pair, with one shard and with two (a user's pairs
     are in her shard; the scores add over shards)."""
-    cfg = harness_cfg(shards=shards, topk={"enabled": False}, alerts={"enabled": False}, sample={"enabled": False},
+    cfg = harness_cfg(shards=shards, layout=layout, topk={"enabled": False}, alerts={"enabled": False},
+                      sample={"enabled": False},
                       histogram={"enabled": True, "window_epsilon": 1.0, "window_delta": 2e-6, "weighting": "per_user"})
     assert compare(scenario, cfg, redis_client, rng=7) == [], scenario.name
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=8,

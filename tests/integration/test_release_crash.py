@@ -25,18 +25,19 @@ from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.store.keys import Keys
 from stream_dp.release.records import events_of, validate_record
 from stream_dp.release.crashpoints import POINTS
-from tests.support.windows import set_watermark, write_window
+from tests.support.windows import set_watermark, write_key_window, write_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = 60
 TYPES = ("topk", "alerts", "sample")
 
 
-def config_for(tmp_path, bootstrap: str, redis_url: str, topic: str, *, budget_epsilon: float):
+def config_for(tmp_path, bootstrap: str, redis_url: str, topic: str, *, budget_epsilon: float,
+               windows: dict | None = None):
     return write_config(tmp_path / "release.toml", {
         "kafka": {"bootstrap_servers": bootstrap, "releases_topic": topic},
         "redis": {"url": redis_url, "key_prefix": "t"},
-        "windows": {"size_seconds": SIZE, "retention_seconds": 3600, "start": "0"},
+        "windows": {"size_seconds": SIZE, "retention_seconds": 3600, "start": "0", **(windows or {})},
         # minute windows in a day-long period: these workers test crashes, not the budget plan
         "budget": {"epsilon": budget_epsilon, "delta": 1e-4, "delta_prime": 1e-7, "allow_partial_period": True},
         "releases.topk": {"enabled": True, "k": 3, "k_bar": 20, "epsilon": 0.5, "delta": 1e-6},
@@ -47,10 +48,16 @@ def config_for(tmp_path, bootstrap: str, redis_url: str, topic: str, *, budget_e
     })
 
 
-def add_window(client: redis.Redis, i: int, rnd: random.Random) -> None:
-    keys = Keys("t")
-    write_window(client, keys, i * SIZE, SIZE, {f"k{j}": float(rnd.randint(1, 200)) for j in range(40)})
+def add_window(client: redis.Redis, i: int, rnd: random.Random, keys: Keys | None = None) -> dict[str, int]:
+    """Window i written (in the key layout: half its counts left pending, as a crashed ingest would) and closed."""
+    keys = keys or Keys("t")
+    counts = {f"k{j}": rnd.randint(1, 200) for j in range(40)}
+    if keys.layout == "key":
+        assert write_key_window(client, keys, i * SIZE, SIZE, counts) > 0
+    else:
+        write_window(client, keys, i * SIZE, SIZE, {k: float(c) for k, c in counts.items()})
     set_watermark(client, keys, (i + 1) * SIZE)
+    return counts
 
 
 def released(client: redis.Redis) -> int:
@@ -80,19 +87,26 @@ def check_topic_and_ledger(client: redis.Redis, bootstrap: str, topic: str, wind
     return records, messages
 
 
+@pytest.mark.parametrize("layout", ["user", "key"])
 def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path, bootstrap_servers, redis_url,
-                                                                        topic_name) -> None:
+                                                                        topic_name, layout) -> None:
+    """Also in the key layout (4 key shards), each window with half its counts left pending by a crashed
+    ingest: the drain, the reads per key shard and the key shards' released mark under the same kills; every
+    window's key shards end with its whole counts, released."""
     client = redis.Redis.from_url(redis_url)
     topic = topic_name("releases")
     budget_epsilon = 9.0  # runs out part-way: status records are crash-tested too
-    cfg = config_for(tmp_path, bootstrap_servers, redis_url, topic, budget_epsilon=budget_epsilon)
+    windows = {} if layout == "user" else {"layout": "key", "shards": 4}
+    keys = Keys("t", windows.get("shards", 1), layout)
+    cfg = config_for(tmp_path, bootstrap_servers, redis_url, topic, budget_epsilon=budget_epsilon, windows=windows)
     rnd = random.Random(20261129)
     schedule = [f"{p}@1" for p in POINTS] + [f"{rnd.choice(POINTS)}@{rnd.randint(1, 2)}" for _ in range(5)]
     schedule += ["external"] * 3
     rnd.shuffle(schedule)
     kills = injected = 0
+    written = {}
     for i, point in enumerate(schedule):
-        add_window(client, i, rnd)
+        written[i * SIZE] = add_window(client, i, rnd, keys)
         log = tmp_path / f"worker-{i}.log"
         if point == "external":
             proc = start_worker(cfg, worker_id=f"w{i}", log_path=log)
@@ -122,6 +136,15 @@ def test_sigkill_at_random_points_leaves_one_record_per_window_and_type(tmp_path
     records, _ = check_topic_and_ledger(client, bootstrap_servers, topic, len(schedule), budget_epsilon)
     statuses = {r["status"] for r in records}
     assert statuses == {"released", "budget_exhausted"}
+    if layout == "key":
+        for start, counts in written.items():
+            got: dict[str, int] = {}
+            for j in range(keys.shards):
+                assert client.hget(keys.key_shard_meta(start, j), "state") == b"released"
+                got.update((k.decode(), int(v)) for k, v in client.zrange(keys.key_shard_counts(start, j), 0, -1,
+                                                                         withscores=True))
+                assert not client.exists(keys.window_pending(start, j))
+            assert got == counts, start
     client.close()
 
 

@@ -2,7 +2,8 @@
 topic. Real broker, real Redis, both workers as processes.
 
 - several windows → exactly one schema-valid record per (window, type) on the releases topic;
-- with a very large ε the released top-k is the true top-k of the bounded counts (the ingest ground truth);
+- with a very large ε the released top-k is the true top-k of the bounded counts (the ingest ground truth),
+  in the user layout and in the key layout (``windows.layout = "key"``, 12 key shards);
 - with a tiny budget the period runs out: budget_exhausted status records appear, the ledger stays under
   its cap and its spent equals the published costs.
 """
@@ -32,7 +33,7 @@ TYPES = ("topk", "alerts", "sample")
 
 
 def run_pipeline(tmp_path, bootstrap: str, redis_url: str, topic_name, *, seed: int, releases: dict,
-                 budget: dict) -> tuple[list[dict], dict[int, dict[str, int]], redis.Redis]:
+                 budget: dict, windows: dict | None = None) -> tuple[list[dict], dict[int, dict[str, int]], redis.Redis]:
     events_topic, releases_topic = topic_name("events"), topic_name("releases")
     create_topic(bootstrap, events_topic, 2)
     events = make_events(seed, 3000, users=400, keys=150, windows=WINDOWS, size=SIZE, t0=T0)
@@ -42,6 +43,7 @@ def run_pipeline(tmp_path, bootstrap: str, redis_url: str, topic_name, *, seed: 
     data = config_mapping(bootstrap, redis_url, events_topic, group=topic_name("g"), size=SIZE, max_keys=MAX_KEYS,
                           lateness=0, idle=1.0, prefix="e2e", budget=budget)
     data["kafka"]["releases_topic"] = releases_topic
+    data["windows"].update(windows or {})
     data["releases.histogram"] = {"enabled": False}  # TYPES: each type below enabled, the histogram not
     for name, values in releases.items():
         data[f"releases.{name}"] = {"enabled": True, **values}
@@ -70,11 +72,14 @@ def run_pipeline(tmp_path, bootstrap: str, redis_url: str, topic_name, *, seed: 
     return records, truth, client
 
 
+@pytest.mark.parametrize("windows", [{}, {"layout": "key", "shards": 12}], ids=["user", "key-12"])
 def test_windows_from_ingest_are_released_once_and_large_epsilon_topk_is_the_true_topk(
-        tmp_path, bootstrap_servers, redis_url, topic_name) -> None:
+        tmp_path, bootstrap_servers, redis_url, topic_name, windows) -> None:
+    """Also in the key layout (12 key shards: the two-step apply in the ingest process, the drain and the reads
+    per key shard in the release process): the same records, the same true top-k."""
     k, k_bar = 5, 40
     records, truth, client = run_pipeline(
-        tmp_path, bootstrap_servers, redis_url, topic_name, seed=3,
+        tmp_path, bootstrap_servers, redis_url, topic_name, seed=3, windows=windows,
         releases={"topk": {"k": k, "k_bar": k_bar, "epsilon": 1e4, "delta": 1e-6},
                   "alerts": {"watchlist": ["item-1", "item-2"], "threshold": 20.0, "k": 3, "epsilon": 1e4},
                   "sample": {"scheme": "pps", "tau": 0.05, "epsilon": 1.0, "delta": 1e-6}},

@@ -158,14 +158,7 @@ def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, r
     schedule is caught); ``worker_hook(worker)`` changes the worker before it runs (to show that a broken
     released domain is caught); production never passes either.
     """
-    from prometheus_client import CollectorRegistry
-
-    from stream_dp.accounting.ledger import BudgetCap, Ledger
     from stream_dp.ingest.applier import BatchApplier, BatchRequest, PartitionRecords
-    from stream_dp.store.keys import Keys
-    from stream_dp.release.metrics import ReleaseMetrics
-    from stream_dp.release.outbox import Outbox
-    from stream_dp.release.worker import ReleaseWorker
 
     prefix = f"{RUN_PREFIX}{uuid.uuid4().hex[:12]}"
     cfg = cfg.replace(redis=dataclasses.replace(cfg.redis, key_prefix=prefix))
@@ -186,7 +179,26 @@ def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, r
                 raise RuntimeError(out.failure.message)
     finally:
         applier.close()
-    keys = Keys(prefix)
+    view = release_in_process(cfg, client, rng=rng, reader_factory=reader_factory, worker_hook=worker_hook)
+    _drop_prefix(client, prefix)
+    return view
+
+
+def release_in_process(cfg: Config, client: Any, *, rng: Any = None,
+                       reader_factory: Callable[[Any, Any], Any] | None = None,
+                       worker_hook: Callable[[Any], None] | None = None) -> View:
+    """Release every due window of ``cfg``'s deployment (its ``redis.key_prefix``) with the production release
+    worker, in process, until none is due; the records a subscriber would read (``reader_factory`` and
+    ``worker_hook``: as :func:`run_in_process`'s)."""
+    from prometheus_client import CollectorRegistry
+
+    from stream_dp.accounting.ledger import BudgetCap, Ledger
+    from stream_dp.store.keys import Keys
+    from stream_dp.release.metrics import ReleaseMetrics
+    from stream_dp.release.outbox import Outbox
+    from stream_dp.release.worker import ReleaseWorker
+
+    keys = Keys(cfg.redis.key_prefix)
     ledger = Ledger(client, BudgetCap.from_config(cfg.budget), keys=keys,
                     lifetime_cap=BudgetCap.lifetime_from_config(cfg.budget))
     metrics = ReleaseMetrics(CollectorRegistry())
@@ -202,7 +214,6 @@ def run_in_process(events: Sequence[StreamEvent], cfg: Config, client: Any, *, r
             break
     else:  # pragma: no cover
         raise RuntimeError("the release worker did not settle within 10,000 passes")
-    _drop_prefix(client, prefix)
     return View(tuple(published.records))
 
 

@@ -53,6 +53,7 @@ STRING_VALUES = {
     "releases.sample.scheme": "ppswor",
     "releases.watch_topk.noise": "exponential",
     "windows.start": "2026-11-03T00:00:00Z",
+    "windows.layout": "key",
     "ingest.kafka_client": "kafka-python",
     "keys.normalization": "NFKC",
     "release.kafka_client": "kafka-python",

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from stream_dp.mechanisms.count_parts import CountParts
 from stream_dp.accounting.composition import compose
 from stream_dp.accounting.events import (
     ApproxDpEvent,
@@ -70,6 +71,9 @@ class MemoryWindow:
 
     def all_counts(self, window: Window) -> WindowCounts:
         return WindowCounts(list(self.counts), np.array([float(v) for v in self.counts.values()]))
+
+    def count_parts(self, window: Window) -> CountParts:
+        return CountParts.whole(self.counts)
 
     def bounding_pairs(self, window: Window) -> list[tuple[str, str]]:
         """Counted (user, key) pairs with these counts, users on 1 to 3 keys (Δ = 3 in :func:`config_for`): the

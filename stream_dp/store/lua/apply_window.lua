@@ -20,6 +20,14 @@
 --   none recorded yet), capacity (most log bytes this shard may hold)
 -- ARGV[2] the log record to append; ARGV[3] increment keys (NUL-separated); ARGV[4] their counts (commas)
 --
+-- Layout "key" (header pending = true; docs/design/key-sharded-counts.md, step 1 of the two-step apply):
+-- KEYS[5] pending HASH  "<partition>:<last_offset>:<key shard>" -> the chunk's accepted increments for that
+--                       key shard (JSON, opaque here). ARGV[3] and ARGV[4] are empty and ARGV[5..] are
+--                       (field, value) pairs written to pending instead of counting into KEYS[1]; the reply
+--                       {"ok", flat pending of this partition} names every *older* entry of the partition
+--                       still pending (not yet known counted; normally none), for step 2 to send before this
+--                       chunk's (the caller has this chunk's own).
+--
 -- The plan is valid only for the state it was made on: apply_token names that state, every apply
 -- replaces it, and a plan made on any other state (or on a log of another length) is refused. Replies:
 --   {"ok"}                                   recorded
@@ -129,13 +137,30 @@ while pos <= #log do
   len = len + #piece
   pos = pos + #piece
 end
-for j = 1, n do
-  redis.call('ZINCRBY', counts, cs[j], ks[j])
+if h.pending then
+  for e = 5, #ARGV - 1, 2 do
+    redis.call('HSET', KEYS[5], ARGV[e], ARGV[e + 1])
+  end
+else
+  for j = 1, n do
+    redis.call('ZINCRBY', counts, cs[j], ks[j])
+  end
 end
 redis.call('HSET', offsets, partition, h.last_offset)
 set_meta()
 redis.call('HINCRBY', meta, 'events_applied', tonumber(h.applied))
 if tonumber(h.bounded) ~= 0 then
   redis.call('HINCRBY', meta, 'events_bounded', tonumber(h.bounded))
+end
+if h.pending then
+  local flat, out, prefix, own = redis.call('HGETALL', KEYS[5]), {}, partition .. ':', {}
+  for e = 5, #ARGV - 1, 2 do own[ARGV[e]] = true end
+  for x = 1, #flat, 2 do
+    if not own[flat[x]] and string.sub(flat[x], 1, #prefix) == prefix then
+      out[#out + 1] = flat[x]
+      out[#out + 1] = flat[x + 1]
+    end
+  end
+  return {'ok', out}
 end
 return {'ok'}

@@ -1,0 +1,154 @@
+"""Step 2 of ingest's apply in the key layout (``windows.layout = "key"``; docs/design/key-sharded-counts.md):
+count the chunks' accepted increments, recorded as pending in their user shards by step 1, into the window's
+key shards -- each chunk at most once per key shard (``store/lua/count_keys.lua``), none lost.
+
+The guarantee, and what gives it:
+
+- **At most once.** A key shard keeps, per source (user shard, partition), the highest chunk offset it
+  counted, and skips an entry at or below it; so any entry may be sent again (a replay, a zombie worker).
+- **Never lost.** An entry stays pending in its user shard until a step 2 that carried it returned from
+  every key shard it names; only then is it deleted (riding the next step-1 pipeline: no round trip of its
+  own). The Kafka offsets are committed only after :meth:`KeyCounter.count` returned, so a crash anywhere
+  in between replays the batch; a replayed chunk (one with duplicate or late events) reads its source's
+  pending entries (one batched ``HGETALL`` per user shard, only on replays) and sends them again.
+- **Ordering rule** (the high-water mark is sound): the entries of one source reach a key shard in offset
+  order, each together with every still-pending older entry of the source -- step 1's reply names them all,
+  and :func:`~stream_dp.store.key_counts.count_args` refuses any other order.
+
+One pipeline per master for the whole step (:func:`~stream_dp.node_batches.run_batched`), sent through the
+store's sender, which ``WAIT``s for ``redis.min_replicas_acked`` replicas like step 1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import redis
+from redis.client import Pipeline
+
+from stream_dp.ingest.chunks import reply_text
+from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
+from stream_dp.node_batches import run_batched
+from stream_dp.store import scripts
+from stream_dp.store.key_counts import count_args, entries_by_key_shard, pending_field, split_by_key_shard
+from stream_dp.store.keys import Keys
+
+#: (window start, user shard, partition): where a chunk's entries come from.
+Source = tuple[int, int, int]
+#: pending field → its increments (key → count), as step 1 wrote them.
+Pending = dict[str, Mapping[str, int]]
+Items = list[tuple[str, Callable[[Pipeline], object]]]
+
+
+def pending_entries(partition: int, last_offset: int, increments: Mapping[str, int], shards: int) -> Pending:
+    """A chunk's accepted ``increments`` as its pending entries: one per key shard that counts one of its
+    keys, field ``<partition>:<last_offset>:<key shard>``.
+
+    >>> pending_entries(3, 41, {"a": 1}, 1)
+    {'3:41:0': {'a': 1}}
+    """
+    return {f"{partition}:{last_offset}:{shard}": incs
+            for shard, incs in sorted(split_by_key_shard(increments, shards).items())}
+
+
+def pending_args(entries: Pending) -> list[str]:
+    """Step 1's ARGV[5..]: (field, JSON increments) pairs.
+
+    >>> pending_args({'3:41:0': {'a': 1}})
+    ['3:41:0', '{"a":1}']
+    """
+    out: list[str] = []
+    for field, incs in entries.items():
+        out += [field, json.dumps(incs, ensure_ascii=False, separators=(",", ":"))]
+    return out
+
+
+def parse_pending(flat: Iterable[Any]) -> Pending:
+    """A flat (field, JSON value, …) reply of step 1 or of ``HGETALL`` as field → increments."""
+    items = [reply_text(x) for x in flat]
+    return {field: json.loads(value) for field, value in zip(items[0::2], items[1::2])}
+
+
+class KeyCounter:
+    """Sends step 2 for one :class:`~stream_dp.ingest.store.WindowStore` (call from its thread only)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, *, send: Callable[[Items], list],
+                 crashpoints: CrashPoints = NO_CRASHES) -> None:
+        self.client = client
+        self.keys = keys
+        self._send = send  # the store's sender: one pipeline per master, WAIT for replicas when configured
+        self.crashpoints = crashpoints
+        self._count = scripts.register(client, "count_keys")
+        self._trim: dict[str, set[str]] = {}  # pending hash → fields counted everywhere, to delete
+
+    # --- the deletion of counted entries, riding step 1 ------------------------------------------------
+    def trim_items(self) -> Items:
+        """``HDEL`` of the entries known counted, to ride the next step-1 pipeline (one reply each)."""
+        return [(name, _hdel(name, sorted(fields))) for name, fields in self._trim.items()]
+
+    def trimmed(self, items: Items) -> None:
+        """The pipeline that carried ``items`` (from :meth:`trim_items`) returned: forget them."""
+        if not items:
+            return
+        for name, _ in items:
+            self._trim.pop(name, None)
+        self.crashpoints.reached("after_trim")
+
+    # --- step 2 -------------------------------------------------------------------------------------
+    def count(self, recorded: Mapping[Source, Pending], replays: Iterable[Source]) -> None:
+        """Count into the key shards every entry step 1 ``recorded`` (per source: the chunk's own entries and
+        the older ones its reply named) and every pending entry of the ``replays`` sources (read here). Raises redis errors unchanged
+        (the batch is then replayed; nothing is deleted from pending)."""
+        pending: dict[Source, Pending] = {s: dict(p) for s, p in recorded.items()}
+        wanted = sorted(set(replays) - set(recorded))
+        if wanted:
+            for source, found in zip(wanted, self._read_pending(wanted)):
+                pending[source] = found
+        listed: list[tuple[int, int, str, Mapping[str, int]]] = []
+        fields: dict[tuple[int, int], list[str]] = {}  # (window, user shard) → the fields sent
+        for (start, user_shard, partition), entries_of in pending.items():
+            for field, increments in entries_of.items():
+                if pending_field(field)[0] != partition:
+                    continue
+                listed.append((start, user_shard, field, increments))
+                fields.setdefault((start, user_shard), []).append(field)
+        entries = entries_by_key_shard(listed)
+        if not entries:
+            return
+        self.crashpoints.reached("after_record")
+        items: Items = []
+        for (start, key_shard), group in sorted(entries.items()):
+            names = self.keys.key_shard(start, key_shard)
+            items.append((names[0], _evalsha(self._count.sha, names, count_args(group))))
+        try:
+            self._send(items)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(self._count.script)  # Redis restarted or flushed its scripts
+            self._send(items)
+        self.crashpoints.reached("after_count")
+        for (start, user_shard), sent in fields.items():
+            self._trim.setdefault(self.keys.window_pending(start, user_shard), set()).update(sent)
+
+    def _read_pending(self, sources: list[Source]) -> list[Pending]:
+        """Each source's pending entries (one ``HGETALL`` per user shard, one pipeline per master)."""
+        shards = sorted({(start, shard) for start, shard, _ in sources})
+        names = [self.keys.window_pending(start, shard) for start, shard in shards]
+        items: Items = [(name, _hgetall(name)) for name in names]
+        got = {ws: parse_pending(x for kv in reply.items() for x in kv)
+               for ws, reply in zip(shards, run_batched(self.client, items))}
+        return [{f: v for f, v in got[(start, shard)].items() if f.startswith(f"{partition}:")}
+                for start, shard, partition in sources]
+
+
+def _hdel(name: str, fields: list[str]) -> Callable[[Pipeline], object]:
+    return lambda pipe: pipe.hdel(name, *fields)
+
+
+def _hgetall(name: str) -> Callable[[Pipeline], object]:
+    return lambda pipe: pipe.hgetall(name)
+
+
+def _evalsha(sha: str, names: list[str], args: list[str]) -> Callable[[Pipeline], object]:
+    return lambda pipe: pipe.evalsha(sha, len(names), *names, *args)

@@ -1,0 +1,101 @@
+"""Step 2 of the key layout's apply: a chunk's accepted increments, split by key shard, as the arguments of
+``store/lua/count_keys.lua`` (docs/design/key-sharded-counts.md): sent by ingest's step 2
+(:mod:`stream_dp.ingest.key_counter`) and by the release worker's drain (:mod:`stream_dp.release.key_drain`).
+
+Step 1 bounds a chunk in its user shard and records the increments it accepted as pending; step 2 counts
+them into each key shard ``key_shard_of(key, S)``, once per chunk: a key shard keeps, per source (user shard,
+partition), the highest chunk offset it counted, and skips an entry at or below it. That high-water mark is
+sound only under the **ordering rule**: the entries of one source reach a key shard in offset order, and an
+entry is sent together with (after) every still-pending entry of its source -- :func:`count_args` checks the
+order it is given; which entries are pending is step 1's reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from stream_dp.store.keys import key_shard_of
+
+
+@dataclass(frozen=True)
+class CountEntry:
+    """The increments one chunk (user shard, partition, up to ``last_offset``) accepted for one key shard:
+    key → number of distinct users of the chunk newly counted for it."""
+
+    user_shard: int
+    partition: int
+    last_offset: int
+    increments: Mapping[str, int]
+
+    @property
+    def source(self) -> str:
+        """The key shard's name for where the entry comes from: ``<user shard>:<partition>``."""
+        return f"{self.user_shard}:{self.partition}"
+
+
+def split_by_key_shard(increments: Mapping[str, int], shards: int) -> dict[int, dict[str, int]]:
+    """A chunk's increments grouped by the key shard that counts each key (only shards with a key appear).
+
+    >>> split_by_key_shard({"a": 1, "b": 2}, 1)
+    {0: {'a': 1, 'b': 2}}
+    """
+    out: dict[int, dict[str, int]] = {}
+    for key, n in increments.items():
+        out.setdefault(key_shard_of(key, shards), {})[key] = n
+    return out
+
+
+def count_args(entries: Sequence[CountEntry]) -> list[str]:
+    """The ARGV of ``count_keys.lua`` for ``entries`` (all for one key shard). Raises ``ValueError`` for an
+    entry whose offset does not increase within its source (the ordering rule), an empty key or one holding
+    NUL (the separator), or a count that is not a positive integer -- before anything is sent.
+
+    >>> count_args([CountEntry(0, 3, 41, {"a": 1, "b": 2})])
+    ['0:3', '41', 'a\\x00b', '1,2']
+    """
+    last: dict[str, int] = {}
+    out: list[str] = []
+    for e in entries:
+        if e.source in last and e.last_offset <= last[e.source]:
+            raise ValueError(f"count entries of source {e.source} out of offset order: {e.last_offset} after "
+                             f"{last[e.source]} (the key shard would skip it)")
+        last[e.source] = e.last_offset
+        for key, n in e.increments.items():
+            if not key or "\0" in key:
+                raise ValueError(f"count entry of source {e.source} at offset {e.last_offset}: key {key!r} is "
+                                 "empty or holds NUL")
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"count entry of source {e.source} at offset {e.last_offset}: count {n!r} of a "
+                                 "key is not a positive integer")
+        out += [e.source, str(int(e.last_offset)), "\0".join(e.increments),
+                ",".join(str(n) for n in e.increments.values())]
+    return out
+
+
+def pending_field(field: str) -> tuple[int, int, int]:
+    """A pending hash field ``<partition>:<last offset>:<key shard>`` as integers.
+
+    >>> pending_field("3:41:0")
+    (3, 41, 0)
+    """
+    partition, offset, key_shard = (int(x) for x in field.split(":"))
+    return partition, offset, key_shard
+
+
+def entries_by_key_shard(found: Iterable[tuple[int, int, str, Mapping[str, int]]]
+                         ) -> dict[tuple[int, int], list[CountEntry]]:
+    """Pending entries ``(window start, user shard, field, increments)`` grouped by (window start, key shard),
+    each group in the ordering rule's order (source, then offset): what one ``count_keys.lua`` call per key
+    shard takes (:func:`count_args`).
+
+    >>> entries_by_key_shard([(0, 1, "2:9:0", {"a": 1}), (0, 1, "2:5:0", {"b": 1})])[(0, 0)][0].last_offset
+    5
+    """
+    out: dict[tuple[int, int], list[CountEntry]] = {}
+    for start, user_shard, field, increments in found:
+        partition, offset, key_shard = pending_field(field)
+        out.setdefault((start, key_shard), []).append(CountEntry(user_shard, partition, offset, increments))
+    for group in out.values():
+        group.sort(key=lambda e: (e.user_shard, e.partition, e.last_offset))
+    return out
