@@ -27,10 +27,19 @@ GRACEFUL_SHUTDOWN_SECONDS = 2
 
 class _Server(uvicorn.Server):
     """uvicorn's server, except that a stop by SIGINT/SIGTERM ends with exit code 0 like the workers' (uvicorn
-    re-raises the signal after its graceful shutdown, which makes the process look killed)."""
+    re-raises the signal after its graceful shutdown, which makes the process look killed), and that the
+    signals are taken over by :meth:`stopping_on_signals` from before the start, not from inside ``run``."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
+        yield  # stopping_on_signals holds them for the whole of serve()
+
+    @contextlib.contextmanager
+    def stopping_on_signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM stop the server from here on -- also one that comes while it starts: uvicorn took the
+        signals over only inside ``run``, after the ready line, and a Ctrl-C before that met asyncio's own
+        handler, which cancelled the start-up task while the server went on (a dashboard that ignored the
+        stop)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -78,12 +87,13 @@ def serve(cfg: Config, *, topic: str | None = None, sock: socket.socket | None =
     app = create_app(board, feed, topic=topic)
     server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS))
-    feed.start()
-    if on_ready is not None:
-        on_ready(url_of(sock))
-    try:
-        server.run(sockets=[sock])
-    finally:
-        feed.stop()
-        sock.close()
+    with server.stopping_on_signals():
+        feed.start()
+        try:
+            if on_ready is not None:
+                on_ready(url_of(sock))
+            server.run(sockets=[sock])  # returns at once if a signal came already (should_exit)
+        finally:
+            feed.stop()
+            sock.close()
     return 0

@@ -13,12 +13,14 @@ from prometheus_client import CollectorRegistry
 from stream_dp.config import Config
 from stream_dp.connections import kafka_producer, redis_client
 from stream_dp.ingest import state_check
+from stream_dp.ingest.caught_up import LeaderEndOffsets
 from stream_dp.ingest.consumers import ingest_consumer
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.ingest.runners import ProcessRunner
 from stream_dp.ingest.topic_identity import topic_guard
 from stream_dp.ingest.metrics import IngestMetrics
 from stream_dp.ingest.worker import IngestWorker
+from stream_dp.topics import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -42,5 +44,8 @@ def build_worker(cfg: Config, registry: CollectorRegistry, *, accept_state_loss:
             client.close()
         log.info("ingest epoch %s (%s)", epoch.id, epoch.origin)
 
+    # the caught-up check asks the partition leaders on an admin client's own connections (ingest/caught_up.py)
+    end_offsets = LeaderEndOffsets(admin_client(cfg.kafka))
     return IngestWorker(cfg, consumer=consumer, producer=producer, runner=ProcessRunner(cfg, crashpoints=crashpoints),
+                        end_offsets=end_offsets,
                         metrics=IngestMetrics(registry), topic_guard=topic_guard(cfg), before_start=check_state)

@@ -45,7 +45,7 @@ from stream_dp.backoff import Backoff
 from stream_dp.config import Config
 from stream_dp.ingest.applier import ApplyFailed, BatchApplier, BatchOutcome, BatchRequest
 from stream_dp.ingest.batches import Batch, BatchCutter
-from stream_dp.ingest.caught_up import CaughtUpCheck, LeaderEndOffsets, valid_for
+from stream_dp.ingest.caught_up import CaughtUpCheck, EndOffsetAsker, valid_for
 from stream_dp.ingest.commits import OffsetCommits, Offsets, RebalanceListener
 from stream_dp.ingest.consumers import BrokersUnreachable, records_of
 from stream_dp.ingest.runners import ThreadRunner
@@ -57,7 +57,6 @@ from stream_dp.ingest.state_check import lost_while_running, until_done
 from stream_dp.ingest.watermarks import WatermarkState
 from stream_dp.ingest.topic_identity import TopicRecreated, TopicWatch
 from stream_dp.refusals import Refusal
-from stream_dp.topics import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +74,12 @@ class Runner(Protocol):
 
 
 class IngestWorker:
-    """Runs the loop over injected clients: the consumer (not yet subscribed), the dead-letter producer,
-    and either a ``runner`` for the applier or a ``redis_client`` (then the applier runs on a thread)."""
+    """Runs the loop over injected clients: the consumer (not yet subscribed), the dead-letter producer, what
+    asks the partition leaders for their end offsets (``end_offsets``: :mod:`~stream_dp.ingest.caught_up`), and
+    either a ``runner`` for the applier or a ``redis_client`` (then the applier runs on a thread)."""
 
     def __init__(self, cfg: Config, *, consumer: Any, producer: Any, metrics: IngestMetrics,
-                 redis_client: redis.Redis | None = None, runner: Runner | None = None,
+                 end_offsets: EndOffsetAsker, redis_client: redis.Redis | None = None, runner: Runner | None = None,
                  clock: Callable[[], float] = time.monotonic, topic_guard: Callable[[], object] | None = None,
                  before_start: Callable[[], object] | None = None) -> None:
         if runner is None:
@@ -98,7 +98,7 @@ class IngestWorker:
         self.dead_letters = DeadLetterWriter(producer, cfg.kafka.dead_letter_topic, metrics,
                                              max_request_bytes=cfg.ingest.dead_letter_max_request_bytes,
                                              timeout_seconds=cfg.ingest.dead_letter_timeout_seconds)
-        caught_up = CaughtUpCheck(LeaderEndOffsets(admin_client(cfg.kafka)),
+        caught_up = CaughtUpCheck(end_offsets,
                                   valid_for=valid_for(cfg.windows.idle_partition_timeout_seconds,
                                                       cfg.ingest.poll_timeout_ms / 1000))
         self.commits = OffsetCommits(consumer, self.topic, metrics, self.dead_letters, caught_up=caught_up)

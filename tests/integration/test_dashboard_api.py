@@ -9,6 +9,9 @@ record on the Server-Sent Events stream.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -125,3 +128,22 @@ def test_the_api_serves_what_the_release_worker_published(tmp_path, bootstrap_se
             stream.close()
         pipeline.stop()
         assert dashboard.stop() == 0, "\n".join(dashboard.lines)
+
+
+def test_a_stop_signal_right_at_the_ready_line_is_a_clean_stop(bootstrap_servers, topic_name, tmp_path):
+    """A real dashboard process SIGINTs itself the moment it reports ready -- a Ctrl-C racing the start-up:
+    it stops with exit code 0, no traceback. (uvicorn took the signals over only inside ``run``; a signal
+    before that met the default or asyncio's handler: a KeyboardInterrupt traceback, or a cancelled start-up
+    while the server went on serving.)"""
+    script = (
+        "import os, signal, sys\n"
+        "from stream_dp.config import config_from_mapping\n"
+        "from stream_dp.dashboard.server import serve\n"
+        f"cfg = config_from_mapping({{'kafka': {{'bootstrap_servers': {bootstrap_servers!r}}}, "
+        "'dashboard': {'port': 0}}, environ={})\n"
+        f"sys.exit(serve(cfg, topic={topic_name('releases')!r}, "
+        "on_ready=lambda url: os.kill(os.getpid(), signal.SIGINT)))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr

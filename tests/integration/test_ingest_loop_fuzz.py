@@ -8,6 +8,7 @@ and the batch's offsets committed.
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from collections import namedtuple
 
 import pytest
@@ -81,6 +82,14 @@ class FakeConsumer:
     def close(self, autocommit=False):
         pass
 
+    def ask(self, partitions, timeout_s):
+        """The caught-up check's question (stream_dp/ingest/caught_up.py): this fake broker's end offset."""
+        answers = {}
+        for tp in partitions:
+            answers[tp] = Future()
+            answers[tp].set_result(self.end)
+        return answers
+
 
 def _value():
     good = st.fixed_dictionaries({"user": st.text(max_size=6), "key": st.text(max_size=6),
@@ -94,7 +103,7 @@ def test_arbitrary_records_never_raise_and_are_all_accounted_for(redis_client, b
     redis_client.flushdb()
     cfg = config_from_mapping({"redis": {"url": "redis://unused"}, "windows": {"size_seconds": 100}}, environ={})
     consumer, producer, registry = FakeConsumer(), FakeProducer(), CollectorRegistry()
-    worker = IngestWorker(cfg, consumer=consumer, producer=producer, redis_client=redis_client,
+    worker = IngestWorker(cfg, consumer=consumer, producer=producer, redis_client=redis_client, end_offsets=consumer,
                           metrics=IngestMetrics(registry))
     offset = 0
     for values in batches:
