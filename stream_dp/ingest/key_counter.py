@@ -21,54 +21,20 @@ store's sender, which ``WAIT``s for ``redis.min_replicas_acked`` replicas like s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 import redis
 from redis.client import Pipeline
 
-from stream_dp.ingest.chunks import reply_text
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.node_batches import run_batched
 from stream_dp.store import scripts
-from stream_dp.store.key_counts import count_args, entries_by_key_shard, pending_field, split_by_key_shard
+from stream_dp.store.key_counts import Pending, count_args, entries_by_key_shard, parse_pending, pending_field
 from stream_dp.store.keys import Keys
 
 #: (window start, user shard, partition): where a chunk's entries come from.
 Source = tuple[int, int, int]
-#: pending field → its increments (key → count), as step 1 wrote them.
-Pending = dict[str, Mapping[str, int]]
 Items = list[tuple[str, Callable[[Pipeline], object]]]
-
-
-def pending_entries(partition: int, last_offset: int, increments: Mapping[str, int], shards: int) -> Pending:
-    """A chunk's accepted ``increments`` as its pending entries: one per key shard that counts one of its
-    keys, field ``<partition>:<last_offset>:<key shard>``.
-
-    >>> pending_entries(3, 41, {"a": 1}, 1)
-    {'3:41:0': {'a': 1}}
-    """
-    return {f"{partition}:{last_offset}:{shard}": incs
-            for shard, incs in sorted(split_by_key_shard(increments, shards).items())}
-
-
-def pending_args(entries: Pending) -> list[str]:
-    """Step 1's ARGV[5..]: (field, JSON increments) pairs.
-
-    >>> pending_args({'3:41:0': {'a': 1}})
-    ['3:41:0', '{"a":1}']
-    """
-    out: list[str] = []
-    for field, incs in entries.items():
-        out += [field, json.dumps(incs, ensure_ascii=False, separators=(",", ":"))]
-    return out
-
-
-def parse_pending(flat: Iterable[Any]) -> Pending:
-    """A flat (field, JSON value, …) reply of step 1 or of ``HGETALL`` as field → increments."""
-    items = [reply_text(x) for x in flat]
-    return {field: json.loads(value) for field, value in zip(items[0::2], items[1::2])}
 
 
 class KeyCounter:

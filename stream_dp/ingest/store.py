@@ -63,12 +63,12 @@ from stream_dp.ingest.bounding_cache import CATCH_UP_CHUNK_BYTES, BoundingCaches
 from stream_dp.ingest.chunks import (MAX_SHARD_LOG_BYTES, ApplyHeader, Chunk, ChunkResult, parse_full_ranges,
                                      reply_text, split_by_shard)
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
-from stream_dp.ingest.key_counter import (Items, KeyCounter, Pending, Source, parse_pending, pending_args,
-                                          pending_entries)
+from stream_dp.ingest.key_counter import Items, KeyCounter, Source
 from stream_dp.ingest.watermarks import PartitionReport, Watermarks, WatermarkState
 from stream_dp.node_batches import is_cluster, run_batched
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 from stream_dp.store import scripts
+from stream_dp.store.key_counts import Pending, parse_pending, pending_args, pending_entries
 from stream_dp.store.bounding_log import LOG_SEGMENT_BYTES
 from stream_dp.store.keys import Keys
 

@@ -36,7 +36,6 @@ logged: only the number of entries drained.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -46,7 +45,7 @@ from redis.client import Pipeline
 from stream_dp.node_batches import Item, evalsha_item, run_batched, run_with_scripts
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 from stream_dp.store import scripts
-from stream_dp.store.key_counts import count_args, entries_by_key_shard
+from stream_dp.store.key_counts import count_args, entries_by_key_shard, parse_pending
 from stream_dp.store.keys import Keys
 
 if TYPE_CHECKING:
@@ -77,8 +76,8 @@ class KeyShardDrain:
         replies = run_batched(self.r, [(name, _hgetall(name)) for name in names])
         out: list[tuple[int, int, str, Mapping[str, int]]] = []
         for shard, reply in enumerate(replies):
-            for field, value in sorted(reply.items()):
-                out.append((window.start, shard, _text(field), json.loads(value)))
+            entries = parse_pending(x for kv in reply.items() for x in kv)
+            out += [(window.start, shard, field, increments) for field, increments in sorted(entries.items())]
         return out
 
     def drain(self, window: Window, replication: ReplicationPolicy = NO_REPLICATION) -> int:
@@ -126,6 +125,3 @@ def _hgetall(name: str) -> Callable[[Pipeline], object]:
 def _delete(name: str) -> Callable[[Pipeline], object]:
     return lambda pipe: pipe.delete(name)
 
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw

@@ -8,11 +8,19 @@ partition), the highest chunk offset it counted, and skips an entry at or below 
 sound only under the **ordering rule**: the entries of one source reach a key shard in offset order, and an
 entry is sent together with (after) every still-pending entry of its source -- :func:`count_args` checks the
 order it is given; which entries are pending is step 1's reply.
+
+The pending hash (``Keys.window_pending``) is encoded and decoded here only: field
+``<partition>:<last offset>:<key shard>`` (:func:`pending_field`), value the increments as JSON
+(:func:`pending_entries`, :func:`pending_args`, :func:`parse_pending`) -- ingest writes and re-reads it, the
+release's drain reads it.
 """
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 from stream_dp.store.keys import key_shard_of
@@ -71,6 +79,39 @@ def count_args(entries: Sequence[CountEntry]) -> list[str]:
         out += [e.source, str(int(e.last_offset)), "\0".join(e.increments),
                 ",".join(str(n) for n in e.increments.values())]
     return out
+
+
+#: pending field → its increments (key → count), as step 1 wrote them.
+Pending = dict[str, Mapping[str, int]]
+
+
+def pending_entries(partition: int, last_offset: int, increments: Mapping[str, int], shards: int) -> Pending:
+    """A chunk's accepted ``increments`` as its pending entries: one per key shard that counts one of its
+    keys, field ``<partition>:<last_offset>:<key shard>``.
+
+    >>> pending_entries(3, 41, {"a": 1}, 1)
+    {'3:41:0': {'a': 1}}
+    """
+    return {f"{partition}:{last_offset}:{shard}": incs
+            for shard, incs in sorted(split_by_key_shard(increments, shards).items())}
+
+
+def pending_args(entries: Pending) -> list[str]:
+    """Step 1's ARGV[5..]: (field, JSON increments) pairs.
+
+    >>> pending_args({'3:41:0': {'a': 1}})
+    ['3:41:0', '{"a":1}']
+    """
+    out: list[str] = []
+    for field, incs in entries.items():
+        out += [field, json.dumps(incs, ensure_ascii=False, separators=(",", ":"))]
+    return out
+
+
+def parse_pending(flat: Iterable[Any]) -> Pending:
+    """A flat (field, JSON value, …) reply of step 1 or of ``HGETALL`` as field → increments."""
+    items = [x.decode() if isinstance(x, bytes) else str(x) for x in flat]
+    return {field: json.loads(value) for field, value in zip(items[0::2], items[1::2])}
 
 
 def pending_field(field: str) -> tuple[int, int, int]:
