@@ -105,17 +105,19 @@ class KeyShardReads:
         return ReadStep(batch.now, batch)
 
     # --- whole-window reads, shard by shard -------------------------------------------------------------
-    def _rounds(self, script, window: Window, first_args, next_args, chunk: int) -> list[list]:
-        """Each key shard's JSON replies of ``script``, round by round: round 1 sends ``first_args(j)`` to every
-        shard in one batch, each later round ``next_args(flat)`` to the shards whose last reply was full."""
-        out: list[list] = [[] for _ in range(self.keys.shards)]
-        todo = {j: first_args(j) for j in range(self.keys.shards)}
+    def _rounds(self, script, window: Window, first_args, next_args, chunk: int,
+                shards: range | None = None) -> dict[int, list]:
+        """Each key shard's JSON replies of ``script`` (every shard, or ``shards``), round by round: round 1
+        sends ``first_args(j)`` to every shard in one batch, each later round ``next_args(flat)`` to the shards
+        whose last reply was full."""
+        out: dict[int, list] = {j: [] for j in (range(self.keys.shards) if shards is None else shards)}
+        todo = {j: first_args(j) for j in out}
         while todo:
-            shards = sorted(todo)
-            items = [evalsha_item(script, [self.keys.key_shard_counts(window.start, j)], todo[j]) for j in shards]
+            asked = sorted(todo)
+            items = [evalsha_item(script, [self.keys.key_shard_counts(window.start, j)], todo[j]) for j in asked]
             replies = run_with_scripts(self.r, items, [script], ordered=False)
             todo = {}
-            for j, raw in zip(shards, replies):
+            for j, raw in zip(asked, replies):
                 flat = json.loads(raw)
                 out[j].append(flat)
                 if len(flat) >= 2 * chunk:
@@ -124,11 +126,9 @@ class KeyShardReads:
 
     def all_counts(self, window: Window, chunk: int) -> tuple[list[str], np.ndarray]:
         """Every key of the window with its count: key shard 0's in ``ZRANGE`` order, then shard 1's, …"""
-        replies = self._rounds(self._chunk, window, lambda j: [0, chunk - 1],
-                               lambda j, n, flat: [n * chunk, (n + 1) * chunk - 1], chunk)
         keys: list[str] = []
         parts: list[np.ndarray] = []
-        for shard in replies:
+        for shard in self._chunks(window, chunk).values():
             for flat in shard:
                 keys.extend(flat[0::2])
                 parts.append(np.array(flat[1::2], dtype=np.float64))
@@ -137,16 +137,15 @@ class KeyShardReads:
     def shard_counts(self, window: Window, shard: int, chunk: int) -> dict[str, float]:
         """One key shard's counts, key → count, read in ``ZRANGE`` chunks (the histogram reads the window one
         key shard at a time: :class:`~stream_dp.mechanisms.count_parts.CountParts`)."""
-        name = self.keys.key_shard_counts(window.start, shard)
         out: dict[str, float] = {}
-        offset = 0
-        while True:
-            flat = json.loads(run_with_scripts(self.r, [evalsha_item(self._chunk, [name], [offset, offset + chunk - 1])],
-                                               [self._chunk])[0])
+        for flat in self._chunks(window, chunk, range(shard, shard + 1))[shard]:
             out.update(zip(flat[0::2], (float(c) for c in flat[1::2])))
-            if len(flat) < 2 * chunk:
-                return out
-            offset += chunk
+        return out
+
+    def _chunks(self, window: Window, chunk: int, shards: range | None = None) -> dict[int, list]:
+        """The key shards' ``ZRANGE`` chunks of ``chunk`` keys (``window_read_chunk``), round by round."""
+        return self._rounds(self._chunk, window, lambda j: [0, chunk - 1],
+                            lambda j, n, flat: [n * chunk, (n + 1) * chunk - 1], chunk, shards)
 
     def count_histogram(self, window: Window, chunk: int) -> list[tuple[float, int]]:
         """``(count, keys with that count)`` of the window, ascending: every key shard's walk summed (kept for
@@ -154,7 +153,7 @@ class KeyShardReads:
         replies = self._rounds(self._histogram, window, lambda j: ["-inf", chunk, "+inf"],
                                lambda j, n, flat: ["(" + str(flat[-2]), chunk, "+inf"], chunk)
         histograms = [[(float(c), int(k)) for flat in shard for c, k in zip(flat[0::2], flat[1::2])]
-                      for shard in replies]
+                      for shard in replies.values()]
         classes = ShardedClasses.of(histograms)
         self._classes = (window.start, classes)
         return classes.histogram()
