@@ -22,6 +22,7 @@ store's sender, which ``WAIT``s for ``redis.min_replicas_acked`` replicas like s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 import redis
 from redis.client import Pipeline
@@ -31,6 +32,14 @@ from stream_dp.node_batches import run_batched
 from stream_dp.store import scripts
 from stream_dp.store.key_counts import Pending, count_args, entries_by_key_shard, parse_pending, pending_field
 from stream_dp.store.keys import Keys
+
+class Counted(NamedTuple):
+    """What one step 2 came to: entries the key shards counted, and entries they skipped as counted before
+    (a replay's, or a zombie's; in a steady stream none: each entry is sent once)."""
+
+    counted: int
+    skipped: int
+
 
 #: (window start, user shard, partition): where a chunk's entries come from.
 Source = tuple[int, int, int]
@@ -48,6 +57,7 @@ class KeyCounter:
         self.crashpoints = crashpoints
         self._count = scripts.register(client, "count_keys")
         self._trim: dict[str, set[str]] = {}  # pending hash → fields counted everywhere, to delete
+        self.total = Counted(0, 0)  # every step 2 of this counter, summed
 
     # --- the deletion of counted entries, riding step 1 ------------------------------------------------
     def trim_items(self) -> Items:
@@ -63,9 +73,10 @@ class KeyCounter:
         self.crashpoints.reached("after_trim")
 
     # --- step 2 -------------------------------------------------------------------------------------
-    def count(self, recorded: Mapping[Source, Pending], replays: Iterable[Source]) -> None:
+    def count(self, recorded: Mapping[Source, Pending], replays: Iterable[Source]) -> Counted:
         """Count into the key shards every entry step 1 ``recorded`` (per source: the chunk's own entries and
-        the older ones its reply named) and every pending entry of the ``replays`` sources (read here). Raises redis errors unchanged
+        the older ones its reply named) and every pending entry of the ``replays`` sources (read here); returns
+        how many entries the key shards counted and skipped as counted before. Raises redis errors unchanged
         (the batch is then replayed; nothing is deleted from pending)."""
         pending: dict[Source, Pending] = {s: dict(p) for s, p in recorded.items()}
         wanted = sorted(set(replays) - set(recorded))
@@ -82,20 +93,24 @@ class KeyCounter:
                 fields.setdefault((start, user_shard), []).append(field)
         entries = entries_by_key_shard(listed)
         if not entries:
-            return
+            return Counted(0, 0)
         self.crashpoints.reached("after_record")
         items: Items = []
         for (start, key_shard), group in sorted(entries.items()):
             names = self.keys.key_shard(start, key_shard)
             items.append((names[0], _evalsha(self._count.sha, names, count_args(group))))
         try:
-            self._send(items)
+            replies = self._send(items)
         except redis.exceptions.NoScriptError:
             self.client.script_load(self._count.script)  # Redis restarted or flushed its scripts
-            self._send(items)
+            replies = self._send(items)
         self.crashpoints.reached("after_count")
         for (start, user_shard), sent in fields.items():
             self._trim.setdefault(self.keys.window_pending(start, user_shard), set()).update(sent)
+        # a released key shard replies {released, 0}: it counted nothing, and will not (the release drained it)
+        done = Counted(sum(int(r[0]) for r in replies if isinstance(r[0], int)), sum(int(r[1]) for r in replies))
+        self.total = Counted(self.total.counted + done.counted, self.total.skipped + done.skipped)
+        return done
 
     def _read_pending(self, sources: list[Source]) -> list[Pending]:
         """Each source's pending entries (one ``HGETALL`` per user shard, one pipeline per master)."""

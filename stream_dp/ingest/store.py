@@ -281,7 +281,8 @@ class WindowStore:
               args: list[list[EncodableT]]) -> list:
         script = self._apply
 
-        # the key layout's counted pending entries are deleted riding this pipeline (replies after the chunks')
+        # the key layout's counted pending entries are deleted riding this pipeline, ahead of the chunks (on the
+        # same connection: a chunk's reply then names only entries not yet known counted, not the last batch's)
         trims: Items = self.key_counter.trim_items() if self.key_counter is not None else []
 
         def send() -> list:
@@ -294,7 +295,7 @@ class WindowStore:
             for (i, _), a in zip(sent, args):
                 keys = self.window_keys(chunks[i].start, chunks[i].shard)
                 items.append((keys[0], evalsha(keys, a)))
-            return self._send_items(items + trims)[:len(items)]
+            return self._send_items(trims + items)[len(trims):]
 
         try:
             replies = send()

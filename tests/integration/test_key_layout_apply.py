@@ -176,3 +176,23 @@ def test_the_key_layout_on_a_real_cluster_counts_exactly(cluster):
     for start, counts in _truth(logs).items():
         assert _store(cluster, keys).counts(start) == counts
         assert uncounted_pending(cluster, keys, start) == []
+
+
+@pytest.mark.parametrize("deployment", ["single", "cluster"])
+def test_a_steady_stream_sends_each_pending_entry_to_its_key_shard_once(request, deployment):
+    """Without replays or crashes every entry reaches its key shard once: the entries known counted are deleted
+    from pending *ahead of* the next batch's step 1 on the same connection, so its reply names none of them
+    (were they deleted after it, every batch would send the previous batch's entries again, skipped: the
+    second step's cost doubled)."""
+    client = request.getfixturevalue("redis_client" if deployment == "single" else "cluster")
+    rnd = random.Random(21)
+    logs = random_log(rnd, 2000, partitions=3, users=200, keys=60, span=2 * SIZE, pareto=0.8)
+    keys = Keys(f"once-{deployment}", 12, "key")
+    store = _store(client, keys)
+    for lo in range(0, 2000, 100):
+        _apply(store, _chunks(logs, lo, lo + 100))
+    assert store.key_counter is not None
+    assert store.key_counter.total.counted > 100
+    assert store.key_counter.total.skipped == 0
+    for start, counts in _truth(logs).items():
+        assert store.counts(start) == counts
