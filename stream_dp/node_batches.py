@@ -2,8 +2,8 @@
 
 redis-py's cluster pipeline refuses scripts (``EVALSHA``) and a cluster cannot run one pipeline across
 masters anyway. :func:`run_batched` takes ``(key, queue)`` pairs -- ``queue`` puts commands on keys of
-``key``'s slot into a pipeline -- and runs one plain pipeline per owning master (on a single Redis: one
-pipeline, as before), returning the replies in the order of the pairs. No atomicity across pairs is
+``key``'s slot into a pipeline -- and runs one plain pipeline per owning master, the masters' pipelines at the
+same time (:func:`in_parallel`; on a single Redis: one pipeline), returning the replies in the order of the pairs. No atomicity across pairs is
 implied on either deployment (each pair's atomicity is its own script's).
 
 A MOVED/ASK/CLUSTERDOWN reply (the slot's master changed in a failover or a resharding) refreshes the
@@ -14,22 +14,28 @@ offset record or fencing token, so a pair that did run before the error is refus
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import redis
 from redis.client import Pipeline
 
 from stream_dp.errors import StreamDPError
 
-__all__ = ["Pending", "ReadStep", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
+__all__ = ["Pending", "ReadStep", "Reads", "RideAlong", "SlotMoved", "evalsha_item", "in_parallel", "is_cluster", "joined", "load_scripts", "node_client", "refresh_slots",
            "run_batched", "run_in_order", "run_reads", "run_with_scripts"]
 
 #: Replies meaning "the key's master is changing" (failover, resharding, loading): retry later.
 FAILOVER_ERRORS = (redis.exceptions.AskError, redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
                    redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError,
                    redis.exceptions.SlotNotCoveredError)
+
+
+T = TypeVar("T")
 
 
 class SlotMoved(redis.ConnectionError, StreamDPError):
@@ -76,6 +82,7 @@ def run_batched(client: Any, items: Sequence[tuple[str, Callable[[Pipeline], obj
         nodes[node.name] = node
     replies: list[list[Any]] = [[] for _ in items]
     first_error: BaseException | None = None
+    pipes = []
     for name, indexes in groups.items():
         pipe = client.get_redis_connection(nodes[name]).pipeline(transaction=False)
         sizes = []
@@ -83,11 +90,13 @@ def run_batched(client: Any, items: Sequence[tuple[str, Callable[[Pipeline], obj
             before = len(pipe)
             items[i][1](pipe)
             sizes.append(len(pipe) - before)
-        try:
-            out = pipe.execute(raise_on_error=False)
-        except (redis.ConnectionError, redis.TimeoutError):
-            refresh_slots(client)
-            raise
+        pipes.append((pipe, indexes, sizes))
+    try:
+        outs = in_parallel([partial(pipe.execute, raise_on_error=False) for pipe, _, _ in pipes])
+    except (redis.ConnectionError, redis.TimeoutError):
+        refresh_slots(client)
+        raise
+    for (_, indexes, sizes), out in zip(pipes, outs):
         pos = 0
         for i, size in zip(indexes, sizes):
             replies[i] = out[pos:pos + size]
@@ -101,6 +110,25 @@ def run_batched(client: Any, items: Sequence[tuple[str, Callable[[Pipeline], obj
     if first_error is not None:
         raise first_error
     return [reply for per_item in replies for reply in per_item]
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, the pool): a forked child makes its own
+
+
+def in_parallel(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Each call's result, in order, the calls run at the same time on threads (one per master's pipeline:
+    a batch over M masters then takes the slowest master's time, not the sum; the socket waits release the
+    GIL). One call runs on the caller's thread. Every call is waited for; then the first error in call
+    order is raised (as one pipeline after another would have, minus the pipelines it would have skipped).
+    """
+    global _pool
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    if _pool is None or _pool[0] != os.getpid():
+        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=32, thread_name_prefix="redis-master"))
+    futures = [_pool[1].submit(call) for call in calls]
+    wait(futures)
+    return [f.result() for f in futures]
 
 
 class Reads:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 import redis
@@ -65,7 +66,7 @@ from stream_dp.ingest.chunks import (MAX_SHARD_LOG_BYTES, ApplyHeader, Chunk, Ch
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.ingest.key_counter import Items, KeyCounter, Source
 from stream_dp.ingest.watermarks import PartitionReport, Watermarks, WatermarkState
-from stream_dp.node_batches import is_cluster, run_batched
+from stream_dp.node_batches import in_parallel, is_cluster, run_batched
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 from stream_dp.store import scripts
 from stream_dp.store.key_counts import Pending, parse_pending, pending_args, pending_entries
@@ -316,7 +317,7 @@ class WindowStore:
         return self._send_replicated(items)
 
     def _send_replicated(self, items: list[tuple[str, Callable[[Pipeline], object]]]) -> list:
-        """The items' scripts, one pipeline per master, each followed by ``WAIT`` on the same connection
+        """The items' scripts, one pipeline per master (at the same time), each followed by ``WAIT`` on the same connection
         (:func:`stream_dp.replication.write_then_wait`): the apply returns -- and the loop commits the
         Kafka offsets it covers -- only once ``redis.min_replicas_acked`` replicas have every write. Raises
         the transient :class:`~stream_dp.replication.NotReplicated` otherwise (the batch is replayed)."""
@@ -326,12 +327,16 @@ class WindowStore:
             node = client.get_node_from_key(key).name if is_cluster(client) else ""
             groups.setdefault(node, []).append(i)
         replies: list = [None] * len(items)
-        for indexes in groups.values():
-            def write(pipe: Pipeline, indexes: list[int] = indexes) -> None:
+
+        def send(indexes: list[int]) -> list:
+            def write(pipe: Pipeline) -> None:
                 for i in indexes:
                     items[i][1](pipe)
-            out = write_then_wait(self.client, items[indexes[0]][0], self.replication.replicas,
-                                  self.replication.timeout_ms, write)
+            return write_then_wait(self.client, items[indexes[0]][0], self.replication.replicas,
+                                   self.replication.timeout_ms, write)
+
+        outs = in_parallel([partial(send, indexes) for indexes in groups.values()])
+        for indexes, out in zip(groups.values(), outs):
             for i, reply in zip(indexes, out):
                 replies[i] = reply
         return replies
