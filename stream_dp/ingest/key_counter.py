@@ -30,8 +30,7 @@ from redis.client import Pipeline
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.node_batches import run_batched
 from stream_dp.store import scripts
-from stream_dp.store.key_counts import (Encoded, Pending, count_args, entries_by_key_shard, parse_pending,
-                                        pending_field)
+from stream_dp.store.key_counts import Encoded, Pending, count_args, entries_by_key_shard, parse_pending
 from stream_dp.store.keys import Keys
 
 class Counted(NamedTuple):
@@ -87,8 +86,9 @@ class KeyCounter:
         listed: list[tuple[int, int, str, Encoded]] = []
         fields: dict[tuple[int, int], list[str]] = {}  # (window, user shard) → the fields sent
         for (start, user_shard, partition), entries_of in pending.items():
+            prefix = f"{partition}:"  # a field is <partition>:<last offset>:<key shard> (pending_field)
             for field, increments in entries_of.items():
-                if pending_field(field)[0] != partition:
+                if not field.startswith(prefix):
                     continue
                 listed.append((start, user_shard, field, increments))
                 fields.setdefault((start, user_shard), []).append(field)
