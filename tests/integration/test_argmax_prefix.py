@@ -143,3 +143,17 @@ def test_a_large_window_with_a_clear_winner_reads_one_prefix(redis_client, layou
     print(f"\n{layout}:{shards} 10^5 keys: prefix read {lazy} bytes, whole window {whole} bytes "
           f"({whole / lazy:.0f}x)")
     assert lazy * 20 < whole
+
+
+def test_the_prefix_release_on_a_real_cluster(cluster) -> None:
+    """Key S = 12 on a 3-master cluster (each prefix read one pipeline per master): the whole-window record."""
+    keys = Keys("argmax-cluster", 12, "key")
+    masters = {cluster.get_node_from_key(keys.key_shard_counts(WINDOW.start, j)).name for j in range(12)}
+    assert len(masters) == 3
+    rnd = random.Random(12)
+    for name, counts, epsilon in _windows(rnd):
+        keys = _write(cluster, counts, "key", 12, f"{name}-cluster", rnd)
+        cfg = _cfg(epsilon)
+        for seed in range(4):
+            record, _ = _lazy_record(cluster, keys, cfg, seed, ride=seed % 2 == 1)
+            assert {"items": record["items"], "info": record["info"]} == _whole_record(cluster, keys, cfg, seed), name
