@@ -12,9 +12,11 @@ release is the whole-window release, draw for draw, whatever the layout. The fir
 read in the reservation's round trip, like top-k's; a window with a clear winner reads nothing more.
 
 A search with no clear winner goes through every listed count (and step 4 then draws among all of them). Once
-a prefix read would bring more than ``limit`` members (``m`` times the shards read), the window is read whole
-instead, in chunks (:meth:`~stream_dp.release.window_counts.WindowCountsReader.all_counts`), as the release
-read it before: bounded replies, and the prefix reads before it cost at most about twice ``limit`` members.
+a prefix read would bring more than ``limit`` members (``m`` times the shards read; default a quarter of the
+reader's ``read_chunk``), the window is read whole instead, in chunks
+(:meth:`~stream_dp.release.window_counts.WindowCountsReader.all_counts`), as the release read it before:
+bounded replies, and the prefix reads before it cost at most about twice ``limit`` members (measured:
+``bench/bench_argmax.py``).
 
 Counts are raw, per key, and private: they stay in this process and go only into the mechanism. How far the
 read goes depends on the level the search finds, which the record does not publish; it shows only in the
@@ -45,7 +47,7 @@ class WindowPrefix:
                  limit: int | None = None) -> None:
         self.reader = reader
         self.window = window
-        self.limit = limit if limit is not None else reader.read_chunk
+        self.limit = limit if limit is not None else reader.read_chunk // 4
         self.reads: list[tuple[str, int]] = []
         self._first = first
         self._keys: list[str] = []

@@ -35,7 +35,7 @@ LAYOUTS = [("user", 1), ("user", 2), ("key", 1), ("key", 2), ("key", 12)]
 
 
 def _cfg(epsilon: float) -> Config:
-    return config_from_mapping({"releases": {"argmax": {"enabled": True, "epsilon": epsilon, "delta": 1e-6}}},
+    return config_from_mapping({"releases": {"argmax": {"enabled": True, "window_epsilon": epsilon, "window_delta": 1e-6}}},
                                environ={})
 
 

@@ -224,7 +224,7 @@ def test_argmax_structure_is_identical_on_neighbouring_streams(redis_client, sce
     far as its search goes (release/argmax_prefix.py): the same windows, statuses, fields and charges on every
     neighbouring pair, in both layouts; an empty window is a released (charged) record with no clear winner."""
     cfg = harness_cfg(shards=shards, layout=layout, topk={"enabled": False}, alerts={"enabled": False},
-                      sample={"enabled": False}, argmax={"enabled": True, "epsilon": 2.0, "delta": 1e-6})
+                      sample={"enabled": False}, argmax={"enabled": True, "window_epsilon": 2.0, "window_delta": 1e-6})
     assert compare(scenario, cfg, redis_client, rng=9) == [], scenario.name
     view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=10,
                           partitions=scenario.partitions)
