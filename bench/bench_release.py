@@ -4,7 +4,18 @@ A window of ``--keys`` distinct keys (Zipf counts, default 10⁶) is closed (the
 end) and the release worker releases it with top-k (k̄ = ``--k-bar``, default 1000), alerts (a watchlist of
 ``--watch`` config keys plus the released top-k keys) and PPS weighted sampling, all charged to the ledger
 and produced to a real broker (the embedded dev stack: Tansu + redis-server). Repeated for ``--windows``
-windows (each a server-side COPY of one template sorted set).
+windows, each made on the Redis side from one template sorted set per shard, built once
+(:mod:`bench.release_windows`: a ``COPY`` on one redis-server, a ``RESTORE`` of the template's ``DUMP`` on a
+cluster).
+
+``--cluster-masters M`` runs Redis as a local Redis Cluster of M masters instead (redis-server processes in
+cluster mode on free ports, started for each layout and stopped after it: :mod:`tests.support.devcluster`);
+the broker is still the dev stack's. The worker, its ledger and ingest's watermark step then use the cluster
+client as production builds it (``redis.cluster = true``, :func:`stream_dp.connections.redis_client`), every
+batch one pipeline per master with the masters at the same time. The JSON line names ``redis`` (``single`` /
+``cluster``) and ``masters``, and gives the peak RSS of each redis-server (``redis_peak_rss_bytes``), the
+seconds to build the templates (``template_s``) and to open a window (``open_window_s_median`` / ``_max``),
+and the bytes of ``DUMP`` payloads the bench keeps (``template_payload_bytes``, before the windows).
 
 ``--load N`` runs N busy-looping processes beside it (a CPU burner, for the "under load" figures).
 
@@ -29,8 +40,10 @@ stdout line is the headline figures as one JSON object (:mod:`bench.results`).
 
 The peak resident set size of the bench process (the worker runs in it) is reported for the windows' releases
 alone (``peak_rss_bytes_windows``: the peak is started afresh after the worker's start-up, so the template's
-load and the baselines' full reads are not in it) beside its size before the first window
-(``rss_bytes_before_windows``); on a kernel that refuses the reset the peak is null.
+load is not in it, and read when the last window is released, before the baseline's full reads, which come
+after the windows so that what a read of every key leaves in the allocator is not counted as the worker's
+own size) beside its size before the first window (``rss_bytes_before_windows``); on a kernel that refuses
+the reset the peak is null. The growth, peak minus before, is what the releases of the window added.
 
 ``--trace`` lists the Redis round trips (one per command sent alone, one per pipeline) and produces of the
 last window's release, in order, with their times and the time spent in the worker before each (its own
@@ -50,14 +63,21 @@ holds both summaries and the ratios last / first of the p99 latencies and of the
     python -m bench.bench_release --shards 12
     python -m bench.bench_release --shards 12 --layouts user,key   # issue 47: the key layout, ratio to user
     python -m bench.bench_release --layouts user:1,user:12,key:12   # ... and to one unsharded window
+    python -m bench.bench_release --cluster-masters 3 --layouts user:1,key:12   # the same on a 3-master cluster
+    # issue 47's target: a 10⁷-key window, 12 key shards, 3-master cluster (on a quiet machine; see
+    # bench/README.md for its time and memory)
+    python -m bench.bench_release --cluster-masters 3 --keys 10000000 --windows 3 --layouts key:12
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import resource
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -71,11 +91,13 @@ from prometheus_client import CollectorRegistry
 from stream_dp.accounting.ledger import BudgetCap, Ledger
 from stream_dp.config import config_from_mapping
 from stream_dp import topics
+from stream_dp.connections import redis_client
+from stream_dp.node_batches import node_client
 from stream_dp.release.producers import release_producer
-from tests.support.devcluster import wait_until
+from tests.support.devcluster import local_cluster, wait_until
 from stream_dp.dev.devstack import DevStack
 from stream_dp.ingest.store import WindowStore
-from stream_dp.store.keys import Keys, key_shard_of
+from stream_dp.store.keys import Keys
 from stream_dp.processes import freeze_start_up_heap
 from stream_dp.release.metrics import PHASES, ReleaseMetrics
 from stream_dp.release.ledger_guard import LedgerGuard
@@ -86,9 +108,15 @@ from stream_dp.state_epochs import EpochMarker
 from tests.support.windows import set_watermark
 
 from bench.bench_ingest import proc_status_bytes
+from bench.release_windows import WindowMaker, load_template
 from bench.results import emit, start_cpu_load, stop_cpu_load
 
 SIZE = 3600
+#: ``cluster-node-timeout`` of the bench's cluster (``--cluster-masters``). The bench's own steps block a master
+#: for seconds at 10⁷ keys (one ``RESTORE`` of a whole 10⁷-key window with ``user:1``, the ``DEL`` of a released
+#: window), which the test clusters' 1 s would take for a failed master (its slots then refused:
+#: ``CLUSTERDOWN``). Production's default is 15 s; no failover is measured here.
+CLUSTER_NODE_TIMEOUT_MS = 60_000
 
 
 def reset_peak_rss() -> bool:
@@ -99,12 +127,14 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
-TEMPLATE = "bench:template"
-
-
 class RoundTrips:
     """Counts and times the worker's Redis round trips (one per command sent alone, one per pipeline) and
-    its produces, in order, so one window's release can be listed step by step (``--trace``)."""
+    its produces, in order, so one window's release can be listed step by step (``--trace``).
+
+    On a cluster a command sent alone goes through :class:`redis.RedisCluster`, and a batch over several
+    masters runs one pipeline per master on pool threads at the same time
+    (:func:`stream_dp.node_batches.in_parallel`): such a batch is one step (``masters[...]``, its time the
+    slowest master's), named by its masters' pipelines."""
 
     def __init__(self) -> None:
         self.steps: list[tuple[str, float]] = []
@@ -112,30 +142,58 @@ class RoundTrips:
         self._last_end = self._started = time.perf_counter()
         self._real: dict[str, Any] = {}
         self.thread: int | None = None  # record only this thread's steps (the worker's own loop); None: all
+        self._batch: list[str] = []  # the pipelines of the worker's batch over masters under way
+        self._in_batch = threading.local()  # .on: this pool thread runs a call of the worker's batch
 
     def install(self) -> None:
         from redis.client import Pipeline
+        from redis.cluster import ClusterPipeline
 
-        real_cmd, real_pipe = redis.Redis.execute_command, Pipeline.execute
-        self._real = {"cmd": real_cmd, "pipe": real_pipe}
+        from stream_dp import node_batches
 
-        def execute_command(client: Any, *args: Any, **options: Any) -> Any:
-            t = time.perf_counter()
+        self._real = {"cmd": redis.Redis.execute_command, "pipe": Pipeline.execute,
+                      "cluster_cmd": redis.RedisCluster.execute_command, "cluster_pipe": ClusterPipeline.execute,
+                      "parallel": node_batches.in_parallel}
+
+        def timed(real: Callable[..., Any], name: Callable[[Any, tuple], str]) -> Callable[..., Any]:
+            def call(client: Any, *args: Any, **kwargs: Any) -> Any:
+                label, t = name(client, args), time.perf_counter()
+                try:
+                    return real(client, *args, **kwargs)
+                finally:
+                    if getattr(self._in_batch, "on", False):
+                        self._batch.append(label)  # one master's pipeline of a batch: the batch is the step
+                    else:
+                        self.add(label, t)
+            return call
+
+        def pipeline_name(pipe: Any, _: tuple) -> str:
+            return "pipeline[" + "+".join(_command_name(_stack_args(c)) for c in pipe.command_stack) + "]"
+
+        def in_parallel(calls: Any) -> Any:
+            mine = self.thread is None or threading.get_ident() == self.thread
+            if len(calls) <= 1 or not mine:  # one call runs on the caller's thread: its pipeline is the step
+                return self._real["parallel"](calls)
+            self._batch, t = [], time.perf_counter()
             try:
-                return real_cmd(client, *args, **options)
+                return self._real["parallel"]([functools.partial(self._batch_call, call) for call in calls])
             finally:
-                self.add(_command_name(args), t)
+                self.add(f"masters[{' | '.join(self._batch)}]", t)
 
-        def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
-            names = "+".join(_command_name(c[0]) for c in pipe.command_stack)
-            t = time.perf_counter()
-            try:
-                return real_pipe(pipe, *args, **kwargs)
-            finally:
-                self.add(f"pipeline[{names}]", t)
+        redis.Redis.execute_command = timed(self._real["cmd"], lambda c, a: _command_name(a))  # type: ignore[method-assign]
+        redis.RedisCluster.execute_command = timed(self._real["cluster_cmd"],  # type: ignore[method-assign]
+                                                   lambda c, a: _command_name(a))
+        Pipeline.execute = timed(self._real["pipe"], pipeline_name)  # type: ignore[method-assign]
+        ClusterPipeline.execute = timed(self._real["cluster_pipe"], pipeline_name)  # type: ignore[method-assign]
+        node_batches.in_parallel = in_parallel  # type: ignore[assignment]
 
-        redis.Redis.execute_command = execute_command  # type: ignore[method-assign]
-        Pipeline.execute = execute  # type: ignore[method-assign]
+    def _batch_call(self, call: Callable[[], Any]) -> Any:
+        """Run one call of the worker's batch over masters (on a pool thread), its pipeline named in the batch."""
+        self._in_batch.on = True
+        try:
+            return call()
+        finally:
+            self._in_batch.on = False
 
     def start(self) -> None:
         """Forget the steps so far; the next step's "before" time counts from now."""
@@ -156,13 +214,26 @@ class RoundTrips:
 
     def uninstall(self) -> None:
         from redis.client import Pipeline
+        from redis.cluster import ClusterPipeline
+
+        from stream_dp import node_batches
 
         if self._real:
             redis.Redis.execute_command = self._real["cmd"]  # type: ignore[method-assign]
             Pipeline.execute = self._real["pipe"]  # type: ignore[method-assign]
+            redis.RedisCluster.execute_command = self._real["cluster_cmd"]  # type: ignore[method-assign]
+            ClusterPipeline.execute = self._real["cluster_pipe"]  # type: ignore[method-assign]
+            node_batches.in_parallel = self._real["parallel"]
+            self._real = {}
 
     def redis_count(self) -> int:
         return sum(1 for name, _ in self.steps if not name.startswith("kafka"))
+
+
+def _stack_args(command: Any) -> Any:
+    """The command's arguments of one queued pipeline command (redis-py: a tuple ``(args, options)``; the
+    cluster pipeline: an object with ``args``)."""
+    return command.args if hasattr(command, "args") else command[0]
 
 
 def _command_name(args: Any) -> str:
@@ -203,46 +274,6 @@ class TimedPublisher(Publisher):
         if self.trace is not None:
             self.trace.add("kafka produce " + "+".join(record["type"] for record in records), t)
         return acked, error
-
-
-def zipf_counts(n: int, a: float, top: float) -> np.ndarray:
-    i = np.arange(1, n + 1, dtype=np.float64)
-    return np.maximum(1, np.floor(top / i**a))
-
-
-def load_template(client: redis.Redis, n: int, a: float, top: float, *, shards: int = 1, seed: int = 1,
-                  layout: str = "user") -> None:
-    """One template sorted set per shard: Zipf counts, each key's count split uniformly at random over the
-    shards (a key absent from a shard where it got 0); in the key layout each key's whole count in its key
-    shard."""
-    counts = zipf_counts(n, a, top)
-    if layout == "key":
-        parts = np.zeros((n, shards))
-        parts[np.arange(n), [key_shard_of(f"item-{j}", shards) for j in range(n)]] = counts
-    else:
-        parts = (counts[:, None] if shards == 1 else
-                 np.random.default_rng(seed).multinomial(counts.astype(np.int64), [1 / shards] * shards))
-    chunk = 20_000
-    for shard in range(shards):
-        col = parts[:, shard]
-        for s in range(0, n, chunk):
-            pipe = client.pipeline(transaction=False)
-            members = {f"item-{j}": float(col[j]) for j in range(s, min(n, s + chunk)) if col[j] > 0}
-            if members:
-                pipe.zadd(f"{TEMPLATE}:{shard}", members)
-            pipe.execute()
-
-
-def counts_key(keys: Keys, start: int, shard: int) -> str:
-    """Where a window's counts of one shard live: its user shard, or its key shard in the key layout."""
-    return keys.key_shard_counts(start, shard) if keys.layout == "key" else keys.window_counts(start, shard)
-
-
-def open_window(client: redis.Redis, keys: Keys, start: int) -> None:
-    for shard in range(keys.shards):
-        client.copy(f"{TEMPLATE}:{shard}", counts_key(keys, start, shard), replace=True)
-        client.hset(keys.window_meta(start, shard), mapping={"start": start, "end": start + SIZE})
-    client.zadd(keys.windows_index(), {str(start): start})
 
 
 #: The idle gap before each after-idle baseline round trip: longer than the kernel keeps a CPU polling before it
@@ -297,15 +328,24 @@ def run(args: argparse.Namespace) -> None:
           + ("" if peak is None else f"; peak RSS growth during the windows {peak[0] / 2**20:.0f} MiB vs "
              f"{peak[1] / 2**20:.0f} MiB"))
     emit({"bench": "release", "keys": args.keys, "shards": args.shards, "layouts": results,
+          "redis": "cluster" if args.cluster_masters else "single", "masters": args.cluster_masters or 1,
           "ratio": {"of": f"{layouts[-1]}/{layouts[0]}", **ratios,
                     "peak_rss_growth": None if peak is None or not peak[1] else peak[0] / peak[1]}})
 
 
 def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
-    with DevStack() as stack:
+    with contextlib.ExitStack() as resources:
+        stack = resources.enter_context(DevStack(redis=not args.cluster_masters))
+        cluster = None
+        if args.cluster_masters:  # a local Redis Cluster of its own (redis-server processes on free ports)
+            tmp = Path(resources.enter_context(tempfile.TemporaryDirectory(prefix="bench-release-")))
+            cluster = resources.enter_context(local_cluster(
+                tmp / "cluster", masters=args.cluster_masters,
+                extra_args=("--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS))))
         cfg = config_from_mapping({
             "kafka": {"bootstrap_servers": stack.bootstrap_servers, "releases_topic": "releases"},
-            "redis": {"url": stack.redis_url, "key_prefix": "bench"},
+            "redis": {"url": stack.redis_url if cluster is None else cluster.url, "key_prefix": "bench",
+                      "cluster": cluster is not None},
             # the schedule starts at window 1: window 0 only serves the baseline read and is never released
             "windows": {"size_seconds": SIZE, "retention_seconds": 600, "start": str(SIZE), "shards": args.shards,
                         "layout": layout},
@@ -320,12 +360,24 @@ def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
             "metrics": {"port": 0},
             "release": {"kafka_client": args.kafka_client},
         }, environ={})
-        client = redis.Redis.from_url(stack.redis_url)
+        if cluster is None:
+            client = setup = redis.Redis.from_url(stack.redis_url)
+            servers = [stack.redis.pid] if stack.redis is not None and stack.redis.pid else []
+        else:  # the worker's client as production builds it (redis.cluster = true); the bench's own with a
+            # long timeout: a RESTORE of a large template takes seconds
+            client = redis_client(cfg.redis)
+            setup = redis_client(cfg.redis, socket_timeout=600)
+            servers = [node.pid for node in cluster.masters()]
         keys = Keys("bench", args.shards, layout)
         t = time.perf_counter()
-        load_template(client, args.keys, args.a, args.top, shards=args.shards, seed=args.seed, layout=layout)
+        load_template(setup, args.keys, args.a, args.top, shards=args.shards, seed=args.seed, layout=layout)
+        windows = WindowMaker(setup, keys, SIZE)
+        template_s = time.perf_counter() - t
         print(f"template window: {args.keys} distinct keys, Zipf a={args.a}, top count {args.top:g}, "
-              f"{args.shards} shard(s), layout {layout} (loaded in {time.perf_counter() - t:.1f}s)")
+              f"{args.shards} shard(s), layout {layout}, "
+              + ("one redis-server" if cluster is None else f"a {args.cluster_masters}-master Redis Cluster")
+              + f" (loaded in {template_s:.1f}s"
+              + ("" if cluster is None else f"; {windows.payload_bytes / 2**20:.0f} MiB of DUMP payloads kept") + ")")
 
         topics.create(cfg.kafka, ("releases",))
         publisher = TimedPublisher(release_producer(cfg), "releases")  # release.kafka_client (--kafka-client)
@@ -339,29 +391,21 @@ def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
                                worker_id="bench", rng=args.seed,
                                after_start=None if args.no_gc_freeze else freeze_start_up_heap)
 
-        # baselines, same run: one chunked full read of a window; one acks=all produce of ~1 KB
-        open_window(client, keys, 0)
-        base_read = []
-        for _ in range(3):
-            worker.reader.drop_merge()  # a sharded window's merge is cached: time the read itself
-            t = time.perf_counter()
-            worker.reader.all_counts(Window(0, SIZE))
-            base_read.append(time.perf_counter() - t)
+        # baselines, same run: one acks=all produce of ~1 KB; a Redis PING (to the master the worker waits on);
+        # the chunked full read of a window comes after the windows (see below)
+        closes = node_client(client, keys.window_closes())  # the master of ingest's close notices
         base_produce = timed_round_trips(lambda: produce_once(publisher), idle=0.0)
         # what a release pays: its first produce and Redis step come after the worker (and the broker, and
         # redis-server) sat idle waiting for the close, which costs more than back to back on this machine
         idle_produce = timed_round_trips(lambda: produce_once(publisher), idle=IDLE_GAP)
-        hot_ping = timed_round_trips(client.ping, idle=0.0)
-        idle_ping = timed_round_trips(client.ping, idle=IDLE_GAP)
-        for shard in range(args.shards):
-            client.delete(counts_key(keys, 0, shard), keys.window_meta(0, shard))
-        client.zrem(keys.windows_index(), "0")
-        read_ms, produce_ms = statistics.median(base_read) * 1e3, statistics.median(base_produce) * 1e3
+        hot_ping = timed_round_trips(closes.ping, idle=0.0)
+        idle_ping = timed_round_trips(closes.ping, idle=IDLE_GAP)
+        produce_ms = statistics.median(base_produce) * 1e3
         idle_produce_ms = statistics.median(idle_produce) * 1e3
         hot_ping_ms, idle_ping_ms = statistics.median(hot_ping) * 1e3, statistics.median(idle_ping) * 1e3
 
         worker.start()  # worker start-up (schedule, Lua scripts loaded, recovery), before any window closes
-        # the peak RSS of the releases alone: the template's load and the baselines' full reads came before
+        # the peak RSS of the releases alone: the template's load came before, the baseline's full read comes after
         rss_reset = reset_peak_rss()
         rss_before = proc_status_bytes(os.getpid(), "VmRSS")
         latencies: list[float] = []
@@ -405,7 +449,7 @@ def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
             ``--poll-only``)."""
             if args.poll_only:
                 return sleeping.is_set()
-            return int(client.info("clients")["blocked_clients"]) > 0
+            return int(closes.info("clients")["blocked_clients"]) > 0
 
         def wait_idle() -> None:
             wait_until(idle, timeout=60, what="the release worker to wait for a close again", interval=0.002)
@@ -420,7 +464,7 @@ def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
             for w in range(1, args.windows + 1):
                 start = w * SIZE
                 rids = [f"{start}-{start + SIZE}.{t}" for t in worker.types]
-                open_window(client, keys, start)
+                windows.open(start)
                 if loop is not None:
                     wait_idle()
                 before = {p: metrics.phase_seconds.labels(p)._value.get() for p in PHASES}
@@ -468,14 +512,28 @@ def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
                 # while the next window is measured); left to the retention TTL, 200 windows of 10⁶ keys held
                 # ~24 GB in Redis and the kernel killed it
                 if not args.keep_windows:
-                    client.delete(*(counts_key(keys, start, shard) for shard in range(args.shards)))
+                    windows.drop_counts(start)
         finally:
             stop.set()
             if loop is not None:
                 loop.join(timeout=30)
                 trips.uninstall()
+        peak_rss = proc_status_bytes(os.getpid(), "VmHWM") if rss_reset else None
+
+        # baseline, same run: one chunked full read of a window (the floor for sampling), three times; after the
+        # windows, so that what a read of every key leaves in the allocator is not under their peak RSS
+        windows.open(0)
+        base_read = []
+        for _ in range(3):
+            worker.reader.drop_merge()  # a sharded window's merge is cached: time the read itself
+            t = time.perf_counter()
+            worker.reader.all_counts(Window(0, SIZE))
+            base_read.append(time.perf_counter() - t)
+        read_ms = statistics.median(base_read) * 1e3
+        redis_peak_rss = [proc_status_bytes(pid, "VmHWM") for pid in servers]
         publisher.close()
         client.close()
+        setup.close()
 
     if args.trace:
         print(f"\nRedis round trips and produces of the last window's release, in order ({round_trips[-1]} round trips;"
@@ -520,9 +578,13 @@ def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
     print(f"Redis round trips per window (median): {int(statistics.median(round_trips))}")
     print(f"process CPU per window (median, ms): {statistics.median(cpu_ms):.1f}; "
           f"voluntary context switches per window (median): {int(statistics.median(switches))}")
-    if rss_reset:
+    if peak_rss is not None:
         print(f"bench process RSS before the first window {rss_before / 2**20:.0f} MiB, peak during the windows' "
-              f"releases {proc_status_bytes(os.getpid(), 'VmHWM') / 2**20:.0f} MiB")
+              f"releases {peak_rss / 2**20:.0f} MiB")
+    print(f"windows opened in (median / max) {statistics.median(windows.seconds):.2f} s / {max(windows.seconds):.2f} s "
+          f"({'COPY' if cluster is None else 'RESTORE'}); template built in {template_s:.1f} s; peak RSS of the "
+          "redis-server" + ("" if cluster is None else " masters") + " "
+          + " / ".join(f"{b / 2**20:.0f}" for b in redis_peak_rss) + " MiB")
     print("items per release (median): " + ", ".join(f"{t} {int(statistics.median(v))}" for t, v in items.items()))
     return {
         "bench": "release", "layout": layout, "keys": args.keys, "windows": args.windows, "k_bar": args.k_bar, "load": args.load, "mode": "direct" if args.direct else ("poll-only" if args.poll_only else "loop"), "keep_windows": args.keep_windows, "gc_freeze": not args.no_gc_freeze, "ledger_guard": not args.no_ledger_guard, "kafka_client": args.kafka_client,
@@ -542,7 +604,11 @@ def measure(args: argparse.Namespace, layout: str = "user") -> dict[str, Any]:
         "voluntary_switches_per_window_median": int(statistics.median(switches)),
         "items_median": {t: int(statistics.median(v)) for t, v in items.items()},
         "rss_bytes_before_windows": rss_before,
-        "peak_rss_bytes_windows": proc_status_bytes(os.getpid(), "VmHWM") if rss_reset else None,
+        "peak_rss_bytes_windows": peak_rss,
+        "redis": "single" if cluster is None else "cluster", "masters": args.cluster_masters or 1,
+        "redis_peak_rss_bytes": redis_peak_rss, "template_s": template_s,
+        "template_payload_bytes": windows.payload_bytes,
+        "open_window_s_median": statistics.median(windows.seconds), "open_window_s_max": max(windows.seconds),
     }
 
 
@@ -564,6 +630,9 @@ def main() -> None:
     p.add_argument("--layouts", default="user",
                    help="windows.layout(s) to measure in turn, each optionally with its own shards, e.g. user,key or "
                         "user:1,key:12 (the JSON line then gives the last / the first)")
+    p.add_argument("--cluster-masters", type=int, default=0,
+                   help="run Redis as a local cluster of this many masters, the worker on the cluster client "
+                        "(redis.cluster = true); 0: the dev stack's one redis-server")
     p.add_argument("--no-ledger-guard", action="store_true",
                    help="leave out the ledger epoch read before each publication (an A/B of its cost)")
     p.add_argument("--no-gc-freeze", action="store_true",

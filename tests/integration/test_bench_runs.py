@@ -54,3 +54,24 @@ def test_scaleout_runs_n_workers_on_both_redis_and_checks_their_counts() -> None
                    for n in runs for r in n["runs"])
         assert runs[0]["ratio"] == 1.0
     assert len(result["results"]["cluster"][0]["runs"][0]["redis_cpu_s_per_master"]) == 3
+
+
+def test_release_bench_runs_on_a_three_master_cluster_with_both_layouts() -> None:
+    """``bench.bench_release --cluster-masters 3`` (the mode of issue 47's 10⁷-key target) at tiny scale: a real
+    3-master Redis Cluster of its own, windows RESTOREd onto it, the worker on the cluster client, the user and
+    the key layout in one run with their ratio; every figure the target needs is in the JSON line."""
+    result = run("bench.bench_release", ["--cluster-masters", "3", "--keys", "2000", "--windows", "2",
+                                         "--layouts", "user:1,key:12"], cwd=ROOT, timeout=300)
+    assert result["bench"] == "release" and result["redis"] == "cluster" and result["masters"] == 3
+    assert result["keys"] == 2000 and result["ratio"]["of"] == "key:12/user:1" and result["ratio"]["p99_all_s"] > 0
+    for name, layout, shards in (("user:1", "user", 1), ("key:12", "key", 12)):
+        summary = result["layouts"][name]
+        assert (summary["redis"], summary["masters"], summary["layout"], summary["shards"], summary["keys"],
+                summary["windows"]) == ("cluster", 3, layout, shards, 2000, 2)
+        assert all(summary[f"p99_{t}_s"] > 0 for t in ("all", "topk", "alerts", "sample"))
+        # the releases read the restored counts: k items of top-k, a sample of the 2000 keys
+        assert summary["items_median"]["topk"] == 10 and 0 < summary["items_median"]["sample"] <= 2000
+        assert summary["template_payload_bytes"] > 0 and summary["open_window_s_max"] > 0
+        assert len(summary["redis_peak_rss_bytes"]) == 3 and all(b > 0 for b in summary["redis_peak_rss_bytes"])
+        assert summary["rss_bytes_before_windows"] > 0 and summary["baseline_full_read_s"] > 0
+        assert summary["redis_round_trips_median"] > 0

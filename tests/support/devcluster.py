@@ -296,9 +296,11 @@ class LocalCluster:
 
 
 @contextmanager
-def local_cluster(workdir: Path, *, masters: int = 3, replicas: int = 0) -> Iterator[LocalCluster]:
-    """A started :class:`LocalCluster`, stopped (every process, even paused ones) on exit."""
-    cluster = LocalCluster(workdir, masters=masters, replicas=replicas)
+def local_cluster(workdir: Path, *, masters: int = 3, replicas: int = 0,
+                  extra_args: tuple[str, ...] = ()) -> Iterator[LocalCluster]:
+    """A started :class:`LocalCluster`, stopped (every process, even paused ones) on exit; ``extra_args`` go
+    to every redis-server after the defaults (a later setting wins)."""
+    cluster = LocalCluster(workdir, masters=masters, replicas=replicas, extra_args=extra_args)
     try:
         yield cluster.start()
     finally:
