@@ -118,10 +118,16 @@ def _search(prefix: SortedPrefix, universe_size: int, *, epsilon: float, delta: 
         if len(passed):
             return level + int(passed[0])
         level = stop + 1
-    universe = max(universe_size, len(listed))
-    # Implicit phase: levels l = level .. universe-1 all compare against score 0 and the bound
-    # c_l = n(m − T(l)) − G decreases in l, so p_l = P[Z_l < c_l] does too. Sample the first success by
-    # thinning: skip geometrically with the block's largest p, accept a candidate with p_l / p_start.
+    return _implicit_level(level, max(universe_size, len(listed)), m, g, epsilon=epsilon, delta=delta, n=n, rng=rng)
+
+
+def _implicit_level(level: int, universe: int, m: float, g: float, *, epsilon: float, delta: float, n: int,
+                    rng: np.random.Generator) -> int:
+    """Step 3 past the listed scores: levels ``level`` .. universe−1 all compare against score 0 and the bound
+    c_l = n(m − T(l)) − G decreases in l, so p_l = P[Z_l < c_l] does too. Samples the first success by
+    thinning: skip geometrically with the block's largest p, accept a candidate with p_l / p_start."""
+    b = 12.0 / epsilon
+
     def log_p(l: int) -> tuple[float, float]:
         return _log_laplace_cdf(n * (m - margin_threshold(l, epsilon=epsilon, delta=delta, n=n)) - g, b)
 
@@ -200,14 +206,20 @@ def large_margin_argmax_sorted(scores: SortedScores, *, epsilon: float, delta: f
     # descending, the fixed tie order): the draw depends on the scores alone, not on how they were listed.
     listed = prefix.upto(level)
     chosen = min(level, len(listed))
-    logits = list(n * epsilon * listed[:chosen] / 6.0)
-    unlisted = level - chosen
+    pick = _exponential_pick(listed[:chosen], level - chosen, epsilon=epsilon, n=n, rng=generator)
+    return UNLISTED if pick == chosen else scores.key_at(pick)
+
+
+def _exponential_pick(top: np.ndarray, unlisted: int, *, epsilon: float, n: int, rng: np.random.Generator) -> int:
+    """Step 4's draw: index i of ``top`` with P ∝ exp(nα·top[i]/6), or len(top) for one of the ``unlisted``
+    score-0 items (weight exp(0) = 1 each). One uniform draw (``choice``), so the index depends on the order
+    of ``top``."""
+    logits = list(n * epsilon * top / 6.0)
     if unlisted > 0:
-        logits.append(math.log(unlisted))  # (level − L) unlisted items of weight exp(0) = 1 each
+        logits.append(math.log(unlisted))
     logits_arr = np.array(logits)
     p = np.exp(logits_arr - logits_arr.max())
-    pick = int(generator.choice(len(p), p=p / p.sum()))
-    return UNLISTED if pick == chosen else scores.key_at(pick)
+    return int(rng.choice(len(p), p=p / p.sum()))
 
 
 @dataclass(frozen=True)
