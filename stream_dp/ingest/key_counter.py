@@ -30,7 +30,8 @@ from redis.client import Pipeline
 from stream_dp.ingest.crashpoints import NO_CRASHES, CrashPoints
 from stream_dp.node_batches import run_batched
 from stream_dp.store import scripts
-from stream_dp.store.key_counts import Pending, count_args, entries_by_key_shard, parse_pending, pending_field
+from stream_dp.store.key_counts import (Encoded, Pending, count_args, entries_by_key_shard, parse_pending,
+                                        pending_field)
 from stream_dp.store.keys import Keys
 
 class Counted(NamedTuple):
@@ -83,7 +84,7 @@ class KeyCounter:
         if wanted:
             for source, found in zip(wanted, self._read_pending(wanted)):
                 pending[source] = found
-        listed: list[tuple[int, int, str, Mapping[str, int]]] = []
+        listed: list[tuple[int, int, str, Encoded]] = []
         fields: dict[tuple[int, int], list[str]] = {}  # (window, user shard) → the fields sent
         for (start, user_shard, partition), entries_of in pending.items():
             for field, increments in entries_of.items():

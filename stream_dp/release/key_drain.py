@@ -37,7 +37,7 @@ logged: only the number of entries drained.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redis.client import Pipeline
@@ -45,7 +45,7 @@ from redis.client import Pipeline
 from stream_dp.node_batches import Item, evalsha_item, run_batched, run_with_scripts
 from stream_dp.replication import NO_REPLICATION, ReplicationPolicy, write_then_wait
 from stream_dp.store import scripts
-from stream_dp.store.key_counts import count_args, entries_by_key_shard, parse_pending
+from stream_dp.store.key_counts import Encoded, count_args, entries_by_key_shard, parse_pending
 from stream_dp.store.keys import Keys
 
 if TYPE_CHECKING:
@@ -70,11 +70,11 @@ class KeyShardDrain:
         """The Lua scripts the drain runs (loaded when the worker starts)."""
         return (self._count, self._release)
 
-    def pending(self, window: Window) -> list[tuple[int, int, str, Mapping[str, int]]]:
-        """Every pending entry of the window's user shards: ``(start, user shard, field, increments)``."""
+    def pending(self, window: Window) -> list[tuple[int, int, str, Encoded]]:
+        """Every pending entry of the window's user shards: ``(start, user shard, field, encoded increments)``."""
         names = [self.keys.window_pending(window.start, shard) for shard in range(self.keys.shards)]
         replies = run_batched(self.r, [(name, _hgetall(name)) for name in names])
-        out: list[tuple[int, int, str, Mapping[str, int]]] = []
+        out: list[tuple[int, int, str, Encoded]] = []
         for shard, reply in enumerate(replies):
             entries = parse_pending(x for kv in reply.items() for x in kv)
             out += [(window.start, shard, field, increments) for field, increments in sorted(entries.items())]

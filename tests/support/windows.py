@@ -7,11 +7,11 @@ production path.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import redis
 
+from stream_dp.store.key_counts import encode_increments
 from stream_dp.store.keys import Keys, key_shard_of, shard_of
 
 CHUNK = 20_000
@@ -41,7 +41,7 @@ def write_key_window(client: redis.Redis, keys: Keys, start: int, size: int, cou
         shard = key_shard_of(key, keys.shards)
         if i % pending_every == 0:
             user_shard = shard_of(key, keys.shards)
-            client.hset(keys.window_pending(start, user_shard), f"0:{i}:{shard}", json.dumps({key: int(count)}))
+            client.hset(keys.window_pending(start, user_shard), f"0:{i}:{shard}", encode_increments({key: int(count)}))
             pending += 1
         else:
             client.zadd(keys.key_shard_counts(start, shard), {key: float(count)})

@@ -22,7 +22,8 @@
 --
 -- Layout "key" (header pending = true; docs/design/key-sharded-counts.md, step 1 of the two-step apply):
 -- KEYS[5] pending HASH  "<partition>:<last_offset>:<key shard>" -> the chunk's accepted increments for that
---                       key shard (JSON, opaque here). ARGV[3] and ARGV[4] are empty and ARGV[5..] are
+--                       key shard (encoded as count_keys.lua takes it; opaque here). ARGV[3] and ARGV[4] are
+--                       empty and ARGV[5..] are
 --                       (field, value) pairs written to pending instead of counting into KEYS[1]; the reply
 --                       {"ok", flat pending of this partition} names every *older* entry of the partition
 --                       still pending (not yet known counted; normally none), for step 2 to send before this

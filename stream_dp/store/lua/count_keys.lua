@@ -6,22 +6,25 @@
 -- KEYS[1] counts  ZSET  key -> the window's count of every key of this key shard
 -- KEYS[2] applied HASH  source "<user shard>:<partition>" -> highest chunk offset counted here from it
 -- KEYS[3] meta    HASH  of the key shard: state (the window_state prelude); a released key shard counts nothing
--- ARGV: entries of four arguments each: source, last offset (integer, as a string), the increment keys
---       (NUL-separated), their counts (commas). The entries of one source must come in offset order with no
---       pending entry of that source left out before them (the ordering rule: applied is a high-water mark).
+-- ARGV: entries of three arguments each: source, last offset (integer, as a string), the increments encoded
+--       as the pending hash holds them: their counts (commas), NUL, their keys (NUL-separated)
+--       (stream_dp/store/key_counts.py encode_increments). The entries of one source must come in offset order
+--       with no pending entry of that source left out before them (the ordering rule: applied is a high-water mark).
 -- Reply: {counted, skipped} entries, or {WINDOW_RELEASED, 0} when the key shard is released (nothing counted).
 -- Everything is parsed and checked before the first write (a script that fails half way keeps its writes).
-if #ARGV % 4 ~= 0 then
-  return redis.error_reply('count_keys: ' .. #ARGV .. ' arguments, not entries of 4')
+if #ARGV % 3 ~= 0 then
+  return redis.error_reply('count_keys: ' .. #ARGV .. ' arguments, not entries of 3')
 end
 if redis.call('HGET', KEYS[3], 'state') == WINDOW_RELEASED then
   return {WINDOW_RELEASED, 0}
 end
 local entries = {}
-for e = 1, #ARGV, 4 do
+for e = 1, #ARGV, 3 do
   local ks, cs = {}, {}
-  for k in string.gmatch(ARGV[e + 2], '[^%z]+') do ks[#ks + 1] = k end
-  for c in string.gmatch(ARGV[e + 3], '%d+') do cs[#cs + 1] = c end
+  local value = ARGV[e + 2]
+  local nul = string.find(value, '%z') or (#value + 1)
+  for c in string.gmatch(string.sub(value, 1, nul - 1), '%d+') do cs[#cs + 1] = c end
+  for k in string.gmatch(string.sub(value, nul + 1), '[^%z]+') do ks[#ks + 1] = k end
   local offset = tonumber(ARGV[e + 1])
   if #ks ~= #cs or not offset then
     return redis.error_reply('count_keys: entry of ' .. ARGV[e] .. ' at offset ' .. ARGV[e + 1] .. ': ' .. #ks ..
