@@ -41,9 +41,9 @@ from stream_dp.mechanisms._validation import (
     check_epsilon,
     check_positive_int,
     check_scores,
-    top_indices,
 )
 from stream_dp.mechanisms._markers import Marker
+from stream_dp.mechanisms.sorted_scores import ScoresInMemory, SortedPrefix, SortedScores
 from stream_dp.rng import RngLike, make_rng
 
 
@@ -51,6 +51,8 @@ UNLISTED = Marker("UNLISTED")
 """Returned by :func:`large_margin_argmax` when the chosen item is one of the unlisted score-0 items."""
 
 _CHUNK = 256
+FIRST_PREFIX = 1 + _CHUNK
+"""Scores the search reads first: the top one and its first chunk of levels' (l+1)-th scores."""
 
 
 def margin_threshold(level: int, *, epsilon: float, delta: float, n: int) -> float:
@@ -85,15 +87,30 @@ def _search_level(listed: np.ndarray, universe: int, *, epsilon: float, delta: f
                   rng: np.random.Generator) -> int:
     """Steps 1–3: the level l ∈ [1, universe]. ``listed`` are the listed scores in decreasing order; the
     items from position len(listed)+1 to ``universe`` have score 0."""
+    prefix = SortedPrefix(ScoresInMemory(list(range(len(listed))), np.asarray(listed, dtype=np.float64)))
+    return _search(prefix, universe, epsilon=epsilon, delta=delta, n=n, rng=rng)
+
+
+def _search(prefix: SortedPrefix, universe_size: int, *, epsilon: float, delta: float, n: int,
+            rng: np.random.Generator) -> int:
+    """Steps 1–3 over the listed scores as a sorted prefix, read only as far as the search goes: the chunk of
+    levels l .. l+_CHUNK−1 needs the scores f^(l+1) .. f^(l+_CHUNK), so the prefix is extended to l+_CHUNK
+    scores before the chunk's draws; the number of listed scores L is known once the prefix is complete.
+    The draws (how many, in which order) and every comparison are those of the whole sorted array: the
+    chunk ends at level min(l+_CHUNK−1, L−1) either way (an incomplete prefix of ≥ l+_CHUNK scores means
+    L ≥ l+_CHUNK). The universe is max(``universe_size``, L)."""
+    listed = prefix.upto(FIRST_PREFIX)
     top = float(listed[0]) if len(listed) else 0.0
     m = top + rng.laplace(0.0, 3.0 / epsilon) / n
     g = rng.laplace(0.0, 6.0 / epsilon)
     b = 12.0 / epsilon
-    # Listed phase: levels l = 1 .. len(listed)-1 compare against the listed score f^(l+1).
-    last_listed_level = min(len(listed) - 1, universe - 1)
+    # Listed phase: levels l = 1 .. L-1 compare against the listed score f^(l+1).
     level = 1
-    while level <= last_listed_level:
-        stop = min(level + _CHUNK - 1, last_listed_level)
+    while True:
+        listed = prefix.upto(level + _CHUNK)
+        if prefix.complete and level > len(listed) - 1:
+            break
+        stop = min(level + _CHUNK - 1, len(listed) - 1)  # an incomplete prefix has ≥ level+_CHUNK scores
         levels = range(level, stop + 1)
         bound = np.array([n * (m - listed[l] - margin_threshold(l, epsilon=epsilon, delta=delta, n=n)) - g
                           for l in levels])
@@ -101,9 +118,16 @@ def _search_level(listed: np.ndarray, universe: int, *, epsilon: float, delta: f
         if len(passed):
             return level + int(passed[0])
         level = stop + 1
-    # Implicit phase: levels l = level .. universe-1 all compare against score 0 and the bound
-    # c_l = n(m − T(l)) − G decreases in l, so p_l = P[Z_l < c_l] does too. Sample the first success by
-    # thinning: skip geometrically with the block's largest p, accept a candidate with p_l / p_start.
+    return _implicit_level(level, max(universe_size, len(listed)), m, g, epsilon=epsilon, delta=delta, n=n, rng=rng)
+
+
+def _implicit_level(level: int, universe: int, m: float, g: float, *, epsilon: float, delta: float, n: int,
+                    rng: np.random.Generator) -> int:
+    """Step 3 past the listed scores: levels ``level`` .. universe−1 all compare against score 0 and the bound
+    c_l = n(m − T(l)) − G decreases in l, so p_l = P[Z_l < c_l] does too. Samples the first success by
+    thinning: skip geometrically with the block's largest p, accept a candidate with p_l / p_start."""
+    b = 12.0 / epsilon
+
     def log_p(l: int) -> tuple[float, float]:
         return _log_laplace_cdf(n * (m - margin_threshold(l, epsilon=epsilon, delta=delta, n=n)) - g, b)
 
@@ -155,24 +179,47 @@ def large_margin_argmax(scores: Mapping[Hashable, float], *, epsilon: float, del
             raise ValueError("scores must be >= 0 when universe_size adds unlisted score-0 items")
     if universe < 1:
         raise ValueError("the universe is empty: give scores or universe_size >= 1")
+    return large_margin_argmax_sorted(ScoresInMemory(keys, values), epsilon=epsilon, delta=delta, n=n,
+                                      universe_size=universe, rng=rng)
+
+
+def large_margin_argmax_sorted(scores: SortedScores, *, epsilon: float, delta: float, n: int, universe_size: int,
+                               rng: RngLike = None) -> Hashable:
+    """:func:`large_margin_argmax` over scores given best first (:class:`SortedScores`), read only as far as
+    CHS14 Algorithm 1 goes: the search's prefix, doubling (:class:`SortedPrefix`), then the keys of the top
+    ``level`` items that step 4 draws from -- and of those only the drawn one (:meth:`SortedScores.key_at`).
+
+    Same draws, same comparisons, same output as :func:`large_margin_argmax` on the whole mapping for the
+    same scores and seed (tests/unit/test_large_margin_prefix.py). The universe is max(``universe_size``, the
+    number of listed scores); scores must be >= 0 (unlisted items score 0), which is not checked here beyond
+    the prefix read. Returns the chosen key or :data:`UNLISTED`.
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    n = check_positive_int(n, "n")
+    universe_size = check_positive_int(universe_size, "universe_size")
     generator = make_rng(rng)
+    prefix = SortedPrefix(scores, first=FIRST_PREFIX)
+    level = _search(prefix, universe_size, epsilon=epsilon, delta=delta, n=n, rng=generator)
 
-    # The search needs only the sorted score values; identities (with the fixed tie order) are resolved
-    # for the top `level` items alone, so a window of 10^6 keys costs one numpy sort.
-    listed = np.sort(values)[::-1]
-    level = _search_level(listed, universe, epsilon=epsilon, delta=delta, n=n, rng=generator)
-
-    # Step 4: exponential mechanism with privacy α/3 over the top `level` items.
+    # Step 4: exponential mechanism with privacy α/3 over the top `level` items, in rank order (score
+    # descending, the fixed tie order): the draw depends on the scores alone, not on how they were listed.
+    listed = prefix.upto(level)
     chosen = min(level, len(listed))
-    top = top_indices(keys, values, chosen)
-    logits = list(n * epsilon * values[top] / 6.0)
-    unlisted = level - chosen
+    pick = _exponential_pick(listed[:chosen], level - chosen, epsilon=epsilon, n=n, rng=generator)
+    return UNLISTED if pick == chosen else scores.key_at(pick)
+
+
+def _exponential_pick(top: np.ndarray, unlisted: int, *, epsilon: float, n: int, rng: np.random.Generator) -> int:
+    """Step 4's draw: index i of ``top`` with P ∝ exp(nα·top[i]/6), or len(top) for one of the ``unlisted``
+    score-0 items (weight exp(0) = 1 each). One uniform draw (``choice``), so the index depends on the order
+    of ``top``."""
+    logits = list(n * epsilon * top / 6.0)
     if unlisted > 0:
-        logits.append(math.log(unlisted))  # (level − L) unlisted items of weight exp(0) = 1 each
+        logits.append(math.log(unlisted))
     logits_arr = np.array(logits)
     p = np.exp(logits_arr - logits_arr.max())
-    pick = int(generator.choice(len(p), p=p / p.sum()))
-    return UNLISTED if pick == chosen else keys[top[pick]]
+    return int(rng.choice(len(p), p=p / p.sum()))
 
 
 @dataclass(frozen=True)
@@ -191,10 +238,17 @@ class LargeMargin:
     def __post_init__(self) -> None:
         self.privacy_map()  # validates ε, δ
 
-    def __call__(self, scores: Mapping[Hashable, float], *, n: int, universe_size: int | None = None,
+    def __call__(self, scores: Mapping[Hashable, float] | SortedScores, *, n: int, universe_size: int | None = None,
                  rng: RngLike = None) -> Hashable:
-        return large_margin_argmax(scores, epsilon=self.epsilon, delta=self.delta, n=n,
-                                   universe_size=universe_size, rng=rng)
+        """Over a whole mapping (:func:`large_margin_argmax`), or over scores read best first as far as the
+        search goes (:func:`large_margin_argmax_sorted`, which needs ``universe_size``)."""
+        if isinstance(scores, Mapping):
+            return large_margin_argmax(scores, epsilon=self.epsilon, delta=self.delta, n=n,
+                                       universe_size=universe_size, rng=rng)
+        if universe_size is None:
+            raise ValueError("universe_size is required when the scores are read as a sorted prefix")
+        return large_margin_argmax_sorted(scores, epsilon=self.epsilon, delta=self.delta, n=n,
+                                          universe_size=universe_size, rng=rng)
 
     def privacy_map(self) -> tuple[DpEvent, ...]:
         return (ApproxDpEvent(epsilon=check_epsilon(self.epsilon), delta=check_delta(self.delta),

@@ -1,5 +1,6 @@
 """The ``argmax`` release's builder: the large margin mechanism (CHS14 Algorithm 1), the single top key over
-the config's public universe of keys. The steps are :class:`~stream_dp.release.builders.Builder`'s."""
+the config's public universe of keys. It reads the window's counts best first, only as far as the mechanism's
+search goes (:mod:`stream_dp.release.argmax_prefix`). The steps are :class:`~stream_dp.release.builders.Builder`'s."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from stream_dp.config import Config
 from stream_dp.node_batches import ReadStep
+from stream_dp.release.argmax_prefix import WindowPrefix
 from stream_dp.release.records import RecordDraft
 from stream_dp.release.windows import Window, WindowReader
 
@@ -36,7 +38,9 @@ class ArgmaxBuilder:
         return LargeMargin(epsilon=a.window_epsilon, delta=a.window_delta)
 
     def read(self, reader: WindowReader, window: Window, watchlist: list[str]) -> ReadStep:
-        return ReadStep(lambda: reader.all_counts(window))  # the whole window, in chunks
+        """The first prefix of the window's sorted counts (in the reservation's round trip where it is one
+        batch); the mechanism reads further only when its search goes past it."""
+        return WindowPrefix.read(reader, window)
 
     def universe_size(self) -> int:
         """The public universe: every key the config admits (byte strings of 1..events.max_key_bytes bytes).
@@ -54,8 +58,9 @@ class ArgmaxBuilder:
         from stream_dp.mechanisms import UNLISTED
 
         m = self.measurement
-        # Scores are counts of distinct users: 1-Lipschitz per user, i.e. f = count / n with n = 1.
-        key = m(data.as_dict(), n=1, universe_size=max(len(data), self.universe_size()), rng=rng)
+        # Scores are counts of distinct users: 1-Lipschitz per user, i.e. f = count / n with n = 1. The universe
+        # is max(the public universe, the window's keys): the latter is never larger (ingest bounds key bytes).
+        key = m(data, n=1, universe_size=self.universe_size(), rng=rng)
         unlisted = key is UNLISTED
         items = [] if unlisted else [{"key": str(key), "rank": 1}]
         return RecordDraft(window, self.type, self.mechanism, self.parameters(), items=items, events=m.realized(key),

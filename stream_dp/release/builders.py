@@ -7,8 +7,8 @@ every type alike:
   (:mod:`stream_dp.mechanisms.measurement`): ``measurement.privacy_map()`` is reserved in the ledger *before*
   the mechanism runs (a release the budget cannot cover never runs, docs/privacy.md §4);
 - ``read(reader, window, watchlist)`` -- only the data the mechanism needs (top k̄+1 for top-k, the watched
-  keys' counts for watch_topk, the count histogram and then the reported keys for sampling, the whole window
-  for the large-margin mechanism), as a :class:`~stream_dp.node_batches.ReadStep`: read ``now``, or -- when it
+  keys' counts for watch_topk, the count histogram and then the reported keys for sampling, the sorted prefix
+  its search needs for the large-margin mechanism), as a :class:`~stream_dp.node_batches.ReadStep`: read ``now``, or -- when it
   is one command -- ``later``, in the round trip of the reservation (the mechanism still runs only once the
   hold is accepted: reading a closed window reveals nothing);
 - ``run(window, data, rng)`` -- call the pure mechanism and build the record draft whose events are

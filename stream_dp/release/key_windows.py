@@ -16,7 +16,8 @@ same counts in one unsharded window, in the same order:
   keys at the ranks the sample reports, each on its own key shard (:mod:`stream_dp.release.key_classes`:
   the same distribution as one sorted set);
 - :meth:`KeyShardReads.all_counts` -- every key shard read whole, in ``ZRANGE`` chunks, and concatenated
-  (disjoint: nothing is summed), for the histogram and the large-margin mechanism.
+  (disjoint: nothing is summed), for the histogram (and the large-margin mechanism when its sorted prefix
+  would be as large: :mod:`stream_dp.release.argmax_prefix`).
 
 Every step reads all key shards in one batch: one pipeline per master on a cluster (the masters answer in
 parallel), one round trip on a single Redis; a walk or read that needs more chunks goes round by round, each

@@ -11,7 +11,8 @@ builders (:mod:`stream_dp.release.builders`):
   given ranks, for weighted sampling, which reads only the keys it reports
   (:func:`stream_dp.release.sampling.sample_count_classes`);
 - :meth:`WindowCountsReader.all_counts` -- the whole window as numpy arrays, read in ``ZRANGE`` chunks, for
-  the large-margin mechanism and the histogram;
+  the histogram (and the large-margin mechanism when its search goes deep: it reads the top counts first,
+  :mod:`stream_dp.release.argmax_prefix`);
 - :meth:`WindowCountsReader.bounding_pairs` -- every counted (user, key) pair, from ingest's bounding logs
   (their encoding is :mod:`stream_dp.store.bounding_log`'s), for the per-user weighted histogram.
 

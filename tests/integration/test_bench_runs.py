@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 @pytest.mark.parametrize("module,args", [
     ("bench.bench_release", ["--keys", "2000", "--windows", "2"]),
+    ("bench.bench_argmax", ["--keys", "2000", "--seeds", "1"]),  # only a redis-server
     ("bench.bench_ingest", ["--events", "30000", "--users", "500", "--keys", "500", "--sample-interval", "0.05"]),
 ])
 def test_dev_stack_benchmarks_end_with_their_json_line_when_run(module, args) -> None:

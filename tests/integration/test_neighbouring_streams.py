@@ -215,6 +215,25 @@ def test_histogram_structure_is_identical_on_neighbouring_streams(redis_client, 
                for r in view.records)
 
 
+@pytest.mark.parametrize("layout,shards", [("user", 1), ("user", 2), ("key", 2), ("key", 12)],
+                         ids=["one-shard", "two-shards", "key-2", "key-12"])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_argmax_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario, layout: str,
+                                                               shards: int) -> None:
+    """The argmax release (large margin, CHS14 Algorithm 1), which reads the window's sorted prefix only as
+    far as its search goes (release/argmax_prefix.py): the same windows, statuses, fields and charges on every
+    neighbouring pair, in both layouts; an empty window is a released (charged) record with no clear winner."""
+    cfg = harness_cfg(shards=shards, layout=layout, topk={"enabled": False}, alerts={"enabled": False},
+                      sample={"enabled": False}, argmax={"enabled": True, "window_epsilon": 2.0, "window_delta": 1e-6})
+    assert compare(scenario, cfg, redis_client, rng=9) == [], scenario.name
+    view = run_in_process(scenario.stream(with_user=False), cfg, redis_client, rng=10,
+                          partitions=scenario.partitions)
+    due = [T0 + i * SIZE for i in range(int((scenario.horizon - T0) // SIZE))]
+    assert [r[0] for r in view.structure().rows] == due
+    assert all(r["type"] == "argmax" and r["status"] == "released" and r["mechanism"]["name"] == "large_margin"
+               and len(r["items"]) <= 1 for r in view.records)
+
+
 @pytest.mark.parametrize("layout,shards", [("user", 1), ("user", 2), ("key", 12)], ids=["one-shard", "two-shards", "key-12"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_weighted_histogram_structure_is_identical_on_neighbouring_streams(redis_client, scenario: Scenario,

@@ -44,6 +44,7 @@ from stream_dp.release.budget_plan import plan_for
 from stream_dp.release.builders import TopkBuilder, alerts_measurement
 from stream_dp.release.types import BUILDERS, release_measurements
 from stream_dp.release.records import RecordDraft
+from stream_dp.store.keys import Keys
 from stream_dp.release.window_budget import (LEGACY_TOPK, configured_topk, known_domain_parameters, topk_parameters,
                                              window_epsilon)
 from stream_dp.release.windows import Window, WindowCounts
@@ -57,6 +58,9 @@ DELTA = 1e-6
 class MemoryWindow:
     """The reads a builder makes, from one in-memory window (the Redis reader is tested on real Redis in
     tests/integration/test_release_windows.py; here only the privacy maps are under test)."""
+
+    keys = Keys("memory")  # one unsharded window (argmax's prefix reads size themselves by it)
+    read_chunk = 50_000
 
     def __init__(self, counts: dict[str, int]) -> None:
         self.counts = counts
