@@ -15,6 +15,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -44,19 +45,49 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     root = config.rootpath
 
-    @functools.cache
-    def shares_a_fixture(path: str) -> bool:
-        try:
-            return bool(_SHARED_FIXTURE.search((root / path).read_text(encoding="utf-8")))
-        except OSError:
-            return False
+    # work units in the collection's order, which is longest first (pytest_collection_modifyitems below), not
+    # reordered by their number of tests
+    config.option.loadscopereorder = False
 
     class SharedFixtureFileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return path if shares_a_fixture(path) else nodeid
+            return path if _shares_a_fixture(root, path) else nodeid
 
     return SharedFixtureFileScheduling(config, log)  # type: ignore[arg-type]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest tests first, by the durations recorded in tests/durations.json (tests/support/durations.py): under
+    pytest-xdist a long test handed out last keeps one worker busy after the others finished. Runs after
+    pytest's own ordering and keeps its groups: the tests of one broker stay together (the session's broker of a
+    kind is started once), and a file with a module- (class-, package-) scoped fixture moves as one block."""
+    from tests.support.durations import load, longest_first
+
+    recorded = load()
+    if not recorded:
+        return
+    root = config.rootpath
+
+    def scope(item: pytest.Item) -> str:
+        path = item.nodeid.split("::", 1)[0]
+        return path if _shares_a_fixture(root, path) else item.nodeid
+
+    def block(item: pytest.Item) -> object:
+        callspec = getattr(item, "callspec", None)
+        return callspec.params.get("broker_kind") if callspec is not None else None
+
+    items[:] = longest_first(items, seconds=lambda item: recorded.get(item.nodeid, 0.0), block=block, scope=scope)
+
+
+@functools.cache
+def _shares_a_fixture(root: Path, path: str) -> bool:
+    """Whether the test file at ``path`` defines a module- (class-, package-) scoped fixture."""
+    try:
+        return bool(_SHARED_FIXTURE.search((root / path).read_text(encoding="utf-8")))
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session", autouse=True)
