@@ -175,6 +175,10 @@ class ReleaseSubscriber:
                 poll_timeout_ms: int = 500) -> Iterator[dict[str, Any]]:
         """Records one at a time until ``stop()`` or ``idle_timeout`` seconds without a new record.
 
+        The idle clock starts at this call, so in group mode it includes joining the group (a few seconds;
+        longer while a member that died without leaving is still waited for): give ``idle_timeout`` that much
+        headroom. (Starting it at the assignment instead would never stop a member the group gives no partition.)
+
         In group mode a record counts as processed (its offset is committed with the next commit) when
         the caller asks for the one after it.
         """
