@@ -140,17 +140,6 @@ def parse_pending(flat: Iterable[Any]) -> Pending:
     return dict(zip(items[0::2], items[1::2]))
 
 
-def decode_increments(value: Encoded) -> dict[str, int]:
-    """The increments an encoded value holds (:func:`encode_increments`; for tests and tools: step 2 forwards
-    values as they are).
-
-    >>> decode_increments('1,2\\x00a\\x00b')
-    {'a': 1, 'b': 2}
-    """
-    counts, _, keys = value.partition("\0")
-    return dict(zip(keys.split("\0"), map(int, counts.split(","))))
-
-
 def pending_field(field: str) -> tuple[int, int, int]:
     """A pending hash field ``<partition>:<last offset>:<key shard>`` as integers.
 
