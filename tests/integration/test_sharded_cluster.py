@@ -146,9 +146,11 @@ def test_sigkill_of_ingest_and_release_workers_on_the_sharded_cluster(tmp_path, 
         ingest = [start_ingest(cfg_path, tmp_path / f"ingest-{i}.log") for i in range(2)]
         release = start_worker(cfg_path, worker_id="r1", log_path=tmp_path / "release.log", claim_ttl=2.0)
         release_kills = 0
+        # progress is counted from before the part that must bring it was produced: a worker may apply a whole
+        # part before the test reads the counts again, and then no later progress would come
+        before = 0
         try:
             for part, ingest_kill in zip(rest, range(1, 6)):
-                before = applied()
                 wait_for(lambda before=before: applied() > before, timeout=120, what=f"ingest progress before kill {ingest_kill}",
                          procs=[*ingest, release])
                 i = rnd.randrange(2)
@@ -162,6 +164,7 @@ def test_sigkill_of_ingest_and_release_workers_on_the_sharded_cluster(tmp_path, 
                     release = start_worker(cfg_path, worker_id=f"r{release_kills + 2}",
                                            log_path=tmp_path / "release.log", claim_ttl=2.0)
                     release_kills += 1
+                before = applied()
                 produce(bootstrap_servers, events_topic, part)
             assert release_kills == 3
             wait_for(lambda: released() >= windows, timeout=150, what=f"{windows} windows released after the kills",
