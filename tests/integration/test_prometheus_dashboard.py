@@ -116,8 +116,10 @@ class Prometheus:
         self.base = f"http://127.0.0.1:{web}"
         self.jobs = len(targets)
 
-    def query(self, expr: str) -> list:
-        body = json.loads(_get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
+    def query(self, expr: str, at: float | None = None) -> list:
+        """An instant query, evaluated now or at the Unix time ``at``."""
+        params = {"query": expr} | ({} if at is None else {"time": repr(at)})
+        body = json.loads(_get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode(params)))
         assert body["status"] == "success", body
         return body["data"]["result"]
 
@@ -131,6 +133,19 @@ class Prometheus:
 
         wait_for(scraped, timeout=60, interval=0.5, what=f"Prometheus to scrape every target {times} times",
                  procs=[self.proc])
+
+    def wait_all_up(self) -> float:
+        """A moment at which the latest scrape of every target succeeded (``up`` = 1), as a Unix time to
+        evaluate queries at. A scrape that fails (a 1 s timeout on a loaded 2-core CI machine) marks the
+        target's series stale, so an instant query made just after it finds no data; queries at this
+        moment see the last good scrape whatever comes after."""
+        def all_up() -> float | None:
+            up = self.query("up")
+            ok = len(up) == self.jobs and all(float(r["value"][1]) == 1 for r in up)
+            return float(up[0]["value"][0]) if ok else None
+
+        return wait_for(all_up, timeout=60, interval=0.5, what="every target's latest scrape to succeed (up = 1)",
+                        procs=[self.proc])
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -152,10 +167,10 @@ def test_every_dashboard_query_returns_data(running_demo, tmp_path):
     prom = Prometheus(tmp_path, {job: ports[job.removeprefix("stream-dp-")] for job in JOBS})
     try:
         prom.wait_scraped()
-        assert all(float(r["value"][1]) == 1 for r in prom.query("up")), "both workers are up"
+        at = prom.wait_all_up()  # both workers are up
         targets = dashboard_targets()
         assert len(targets) >= 40
-        empty = [f"{title}: {as_promql(expr)}" for title, expr in targets if not prom.query(as_promql(expr))]
+        empty = [f"{title}: {as_promql(expr)}" for title, expr in targets if not prom.query(as_promql(expr), at)]
         assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
         print(f"\n{len(targets)} dashboard queries, each with data from the running demo")
         # the alerting rules evaluate cleanly against the workers' real metrics
