@@ -15,15 +15,19 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
 
 from stream_dp import kafka_sockets
 from stream_dp.dev.devstack import BROKERS, REDIS_DATABASES, DevStack
+from tests.support import shared_kafka
 
 EXTERNAL_BROKER = "STREAM_DP_TEST_BOOTSTRAP_SERVERS"
 EXTERNAL_REDIS = "STREAM_DP_TEST_REDIS_URL"
+_KAFKA_RUN = pytest.StashKey[Path]()  # the controlling process's directory of the run's shared Kafka broker
+_KAFKA_RUN_INPUT = "stream_dp_shared_kafka"  # its path in each xdist worker's workerinput
 
 # the tests' own kafka-python clients too (the service's modules install it for theirs): a socket one of them
 # left open on kafka-python 3.0's leaking paths failed whichever test ran when the garbage collector found it
@@ -61,8 +65,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest tests first, by the durations recorded in tests/durations.json (tests/support/durations.py): under
     pytest-xdist a long test handed out last keeps one worker busy after the others finished. Runs after
-    pytest's own ordering and keeps its groups: the tests of one broker stay together (the session's broker of a
-    kind is started once), and a file with a module- (class-, package-) scoped fixture moves as one block."""
+    pytest's own ordering and keeps its groups: the tests of one broker stay together (a worker starts its Tansu
+    once; the run's Apache Kafka is shared), and a file with a module- (class-, package-) scoped fixture moves as one block."""
     from tests.support.durations import load, longest_first
 
     recorded = load()
@@ -133,12 +137,40 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
     return kind
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The controlling process (not an xdist worker) makes the directory of the run's shared Kafka broker."""
+    if not hasattr(config, "workerinput"):
+        config.stash[_KAFKA_RUN] = shared_kafka.open_run()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Each xdist worker learns where the run's shared Kafka broker is recorded."""
+    node.workerinput[_KAFKA_RUN_INPUT] = str(node.config.stash[_KAFKA_RUN])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controlling process stops the run's shared Kafka broker once every worker has finished."""
+    if not hasattr(config, "workerinput") and _KAFKA_RUN in config.stash:
+        shared_kafka.close_run(config.stash[_KAFKA_RUN])
+
+
+def _kafka_run(config: pytest.Config) -> Path:
+    workerinput = getattr(config, "workerinput", None)
+    return Path(workerinput[_KAFKA_RUN_INPUT]) if workerinput is not None else config.stash[_KAFKA_RUN]
+
+
 @pytest.fixture(scope="session")
-def broker_stack(broker_kind: str) -> Iterator[DevStack | None]:
-    """The session's broker of ``broker_kind`` (None when ``STREAM_DP_TEST_BOOTSTRAP_SERVERS`` names one):
-    one per test session (per xdist worker) and broker kind, started when the first test needs it."""
+def broker_stack(broker_kind: str,
+                 request: pytest.FixtureRequest) -> Iterator[DevStack | shared_kafka.SharedBroker | None]:
+    """The broker of ``broker_kind`` (None when ``STREAM_DP_TEST_BOOTSTRAP_SERVERS`` names one), started when
+    the first test needs it: Apache Kafka once per test run, shared by the xdist workers
+    (:mod:`tests.support.shared_kafka`); Tansu once per worker."""
     if os.environ.get(EXTERNAL_BROKER):
         yield None
+        return
+    if broker_kind == "kafka":
+        yield shared_kafka.broker(_kafka_run(request.config))
         return
     stack = DevStack(kafka=True, redis=False, broker=broker_kind)
     stack.start()
@@ -163,8 +195,8 @@ def redis_stack() -> Iterator[DevStack | None]:
 
 
 @pytest.fixture(scope="session")
-def bootstrap_servers(broker_stack: DevStack | None) -> str:
-    """host:port of the session's broker (of this test's ``broker_kind``)."""
+def bootstrap_servers(broker_stack: DevStack | shared_kafka.SharedBroker | None) -> str:
+    """host:port of the broker of this test's ``broker_kind``."""
     return os.environ.get(EXTERNAL_BROKER) or broker_stack.bootstrap_servers  # type: ignore[union-attr]
 
 

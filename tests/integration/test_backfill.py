@@ -98,8 +98,7 @@ def test_history_40_days_old_replayed_after_the_workers_started_is_counted_and_r
     if broker_kind == "kafka" and broker_stack is not None:  # retention has run since the replay: Kafka's first
         # check comes log.initial.task.delay.ms (30 s) after its log manager started (before the broker listened),
         # then one every second here
-        listening = broker_stack.broker.started_at + broker_stack.ready_seconds["broker"]
-        ran = listening + INITIAL_TASK_DELAY_SECONDS + 2 * RETENTION_CHECK_INTERVAL_MS / 1000
+        ran = broker_stack.listening_at + INITIAL_TASK_DELAY_SECONDS + 2 * RETENTION_CHECK_INTERVAL_MS / 1000
         wait_for(lambda: time.monotonic() > max(ran, replayed_at + 2 * RETENTION_CHECK_INTERVAL_MS / 1000),
                  timeout=40, what="two retention checks after the replay")
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 2})
