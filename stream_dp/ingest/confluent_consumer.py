@@ -125,6 +125,7 @@ class ConfluentConsumer:
 
         self.max_poll_records = max_poll_records
         self._assigned: set[TopicPartition] = set()
+        self._revoked_in_poll: set[TopicPartition] = set()  # taken away by a rebalance inside the current poll
         # where consumption of an owned partition starts (its committed offset, or the low watermark when
         # the group has none: auto.offset.reset = earliest), for :meth:`position` before a record arrived
         self._start: dict[TopicPartition, int | None] = {}
@@ -167,6 +168,7 @@ class ConfluentConsumer:
 
     def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
         revoked = {TopicPartition(p.topic, p.partition) for p in partitions}
+        self._revoked_in_poll |= revoked
         try:
             if self._listener is not None and revoked:
                 self._listener.revoke(revoked, self.commit)
@@ -177,6 +179,7 @@ class ConfluentConsumer:
 
     def _on_lost(self, _consumer: Any, partitions: list[Any]) -> None:
         lost = {TopicPartition(p.topic, p.partition) for p in partitions}
+        self._revoked_in_poll |= lost
         log.warning("partitions lost (the group moved on without this worker): %s", sorted(tp.partition for tp in lost))
         try:
             if self._listener is not None and lost:
@@ -211,7 +214,11 @@ class ConfluentConsumer:
 
         Each partition's records keep their order (librdkafka delivers a partition's messages in offset
         order; a consume mixes partitions in runs). The per-message reads are ``map`` over the message
-        methods, so no Python bytecode runs per record here (nor in :meth:`columns`)."""
+        methods, so no Python bytecode runs per record here (nor in :meth:`columns`).
+
+        A rebalance in the second call takes the first call's record away if it revoked that record's partition:
+        the partition's new owner (or this worker, assigned it again) reads it from the committed offset, so
+        applying it here would replay it there -- or apply it twice in one batch."""
         if self._fatal is not None:
             raise ConfluentError(f"the Kafka client failed for good: {self._fatal}")
         from confluent_kafka import KafkaException, Message
@@ -219,7 +226,11 @@ class ConfluentConsumer:
         try:  # the rebalance callbacks run in here: their own exceptions pass through unchanged
             msgs = self._consumer.consume(num_messages=1, timeout=timeout_ms / 1000.0)
             if msgs and self.max_poll_records > 1:
-                msgs += self._consumer.consume(num_messages=self.max_poll_records - 1, timeout=0)
+                self._revoked_in_poll = set()
+                more = self._consumer.consume(num_messages=self.max_poll_records - 1, timeout=0)
+                if self._revoked_in_poll:
+                    msgs = [m for m in msgs if TopicPartition(m.topic(), m.partition()) not in self._revoked_in_poll]
+                msgs += more
         except KafkaException as exc:
             _raise_as_kafka_error(exc, "polling")
         if not msgs:

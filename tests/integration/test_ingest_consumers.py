@@ -9,6 +9,7 @@ give exactly what kafka-python's records give, null keys and values and record t
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -351,3 +352,104 @@ def test_the_leaders_end_offset_is_asked_on_its_own_connection_without_waiting(b
     assert end == 4 if broker_kind == "kafka" else 1 < end <= 4
     got = answers([tp, missing])
     assert got[1] == end and isinstance(got[7], Exception)
+
+
+class _Membership:
+    """A revoke listener that only records the rebalance (nothing applied, nothing committed)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def revoke(self, revoked: set[TopicPartition], commit) -> None:
+        self.events.append("revoked")
+
+    def assigned(self, assigned: set[TopicPartition]) -> None:
+        self.events.append("assigned")
+
+    def rebalanced(self) -> bool:
+        return "revoked" in self.events and "assigned" in self.events[self.events.index("revoked"):]
+
+
+class _RebalanceInSecondConsume:
+    """librdkafka's consumer with the real one behind it, whose second ``consume()`` of a poll (the one that takes
+    the rest of a batch without waiting) has a rebalance -- a revoke and the assignment after it -- run inside it:
+    it starts another member joining, then keeps consuming until the rebalance has run, returning what came."""
+
+    def __init__(self, real, membership: _Membership, join) -> None:
+        self.real, self.membership, self.join = real, membership, join
+        self.first: list = []  # what the first consume() of the poll returned
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        if num_messages == 1:
+            got = self.real.consume(num_messages=1, timeout=timeout)
+            self.first = list(got)  # a copy: the poll extends the list it is given
+            return got
+        self.join()
+        got: list = []
+        wait_for(lambda: got.extend(self.real.consume(num_messages=num_messages, timeout=0.1))
+                 or self.membership.rebalanced(), timeout=60, interval=0, what="the rebalance inside the consume")
+        return got
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+def test_a_rebalance_inside_a_poll_drops_what_was_fetched_before_it(bootstrap_servers, topic_name):
+    """confluent's poll is two ``consume()`` calls; a rebalance inside the second takes the partition of the
+    record the first returned. That record is read again from the committed offset -- by its new owner, or by this
+    consumer when assigned it again -- so the poll must not return it: CI once saw the ingest worker joining
+    mid-stream skip one event "already applied" (the old owner had applied it after the revoke; its commit was
+    dropped, the partition no longer owned). Here each partition's records after the rebalance are read exactly
+    once, in order, and only by their owner."""
+    topic, group = topic_name("events"), topic_name("group")
+    create_topic(bootstrap_servers, topic, 2)
+    sizes = {0: 20, 1: 20}
+    producer = CheckedProducer(bootstrap_servers=bootstrap_servers, acks="all")
+
+    def produce(partition: int, n: int) -> None:
+        for i in range(n):
+            producer.send(topic, key=b"k", value=b'{"i": %d}' % i, partition=partition)
+        producer.flush()
+
+    for p, n in sizes.items():
+        produce(p, n)
+    cfg = config_from_mapping({"kafka": {"bootstrap_servers": bootstrap_servers}}, environ={}).kafka
+    first = ConfluentConsumer(confluent_settings(cfg, group_id=group), max_poll_records=100)
+    second = ConfluentConsumer(confluent_settings(cfg, group_id=group), max_poll_records=100)
+    membership = _Membership()
+    stop = threading.Event()
+    joined = threading.Thread(target=lambda: [second.poll(timeout_ms=50) for _ in iter(stop.is_set, True)])
+    try:
+        first.subscribe([topic], listener=membership)
+        _read_all(lambda: first.poll(timeout_ms=100), sum(sizes.values()))  # alone: both partitions, all read
+        produce(0, 1)  # one more record: the first consume() of the next poll returns it
+        sizes[0] += 1
+        real = first._consumer
+        proxy = _RebalanceInSecondConsume(real, membership, join=lambda: (second.subscribe([topic]), joined.start()))
+        first._consumer = proxy
+        after = first.poll(timeout_ms=10_000)
+        first._consumer = real
+        # the premise: the first consume() returned the new record, and the rebalance ran in the second
+        assert [(m.partition(), m.offset()) for m in proxy.first] == [(0, sizes[0] - 1)]
+        assert membership.rebalanced()
+        owned = {tp.partition for tp in first.assignment()}
+        assert len(owned) == 1, owned
+        seen = {tp.partition: [r.offset() for r in recs] for tp, recs in after.items()}
+        assert set(seen) <= owned, f"records of a partition the rebalance took away: {seen}"
+
+        def read_owned() -> bool:
+            for tp, recs in first.poll(timeout_ms=100).items():
+                seen.setdefault(tp.partition, []).extend(r.offset() for r in recs)
+            return all(len(seen.get(p, [])) >= sizes[p] for p in owned)
+
+        wait_for(read_owned, timeout=60, interval=0, what="the owned partition read from its committed offset")
+        # nothing was committed: the owner reads its partition from the start, each record once
+        assert {p: seen[p] for p in owned} == {p: list(range(sizes[p])) for p in owned}
+        assert set(seen) == owned
+    finally:
+        stop.set()
+        if joined.is_alive():
+            joined.join(10)
+        first.close()
+        second.close()
+        producer.close()
