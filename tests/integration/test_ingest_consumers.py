@@ -418,7 +418,12 @@ def test_a_rebalance_inside_a_poll_drops_what_was_fetched_before_it(bootstrap_se
     second = ConfluentConsumer(confluent_settings(cfg, group_id=group), max_poll_records=100)
     membership = _Membership()
     stop = threading.Event()
-    joined = threading.Thread(target=lambda: [second.poll(timeout_ms=50) for _ in iter(stop.is_set, True)])
+
+    def second_member() -> None:  # polls until the test ends: the group's rebalance waits for each member to rejoin
+        while not stop.is_set():
+            second.poll(timeout_ms=50)
+
+    joined = threading.Thread(target=second_member)
     try:
         first.subscribe([topic], listener=membership)
         _read_all(lambda: first.poll(timeout_ms=100), sum(sizes.values()))  # alone: both partitions, all read
